@@ -5,6 +5,7 @@ setup(
     version="0.1.0",
     description="JAX/Flax RL for multi-turn tool-calling agents: RC-GRPO and the GRPO family on BFCL v4.",
     packages=find_packages(include=["rcgrpo_jax", "rcgrpo_jax.*"]),
+    package_data={"rcgrpo_jax.data": ["*.json"]},
     python_requires=">=3.11",
     install_requires=[
         "jax>=0.10,<0.11",

@@ -1,0 +1,115 @@
+"""The paper's datasets, written as JSONL in a given directory (nothing generated is committed).
+
+- SFT: expert trajectories only.
+- RCTP-FT: expert and failure trajectories 1:1, with the reward goal appended to the first user
+  message: "<content>\\n\\n[Reward Goal: <|high_reward|>]" for experts, "<|low_reward|>" for failures.
+  Failures come from our generators or from model exploration rollouts written in the same record
+  format (`trajectories.rollout_record`).
+- RL: task pointers ({"id"}), which the environment turns into prompts at run time.
+
+    python -m rcgrpo_jax.data.datasets --out DIR [--split train] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from rcgrpo_jax.data import splits, trajectories
+from rcgrpo_jax.envs import bfcl
+
+HIGH_REWARD_TOKEN = "<|high_reward|>"
+LOW_REWARD_TOKEN = "<|low_reward|>"
+REWARD_GOAL_SEPARATOR = "\n\n"
+
+
+def reward_goal_text(high: bool) -> str:
+    return f"[Reward Goal: {HIGH_REWARD_TOKEN if high else LOW_REWARD_TOKEN}]"
+
+
+def add_reward_goal(messages: Sequence[dict], high: bool) -> list[dict]:
+    """A copy of `messages` with the reward goal appended to the first user message."""
+    out = copy.deepcopy(list(messages))
+    for msg in out:
+        if msg.get("role") == "user":
+            msg["content"] = msg["content"] + REWARD_GOAL_SEPARATOR + reward_goal_text(high)
+            return out
+    raise ValueError("no user message to condition")
+
+
+def _tasks(ids: Iterable[str]) -> list[bfcl.Task]:
+    return [bfcl.get_task(i) for i in ids]
+
+
+def expert_records(ids: Iterable[str]) -> list[dict]:
+    return [trajectories.expert_trajectory(t) for t in _tasks(ids)]
+
+
+def failure_records(ids: Iterable[str], *, seed: int = 0) -> list[dict]:
+    return [r for t in _tasks(ids) for r in trajectories.failure_trajectories(t, seed=seed)]
+
+
+def sft_records(experts: Iterable[dict]) -> list[dict]:
+    return [copy.deepcopy(r) for r in experts if r["kind"] == "expert"]
+
+
+def rctp_records(experts: Sequence[dict], failures: Sequence[dict], *, seed: int = 0) -> list[dict]:
+    """Experts and failures 1:1 (as many of each as the smaller side has), reward-goal conditioned,
+    in a seeded shuffle. Failures are drawn round-robin over tasks so each task contributes evenly."""
+    rng = random.Random(f"rctp:{seed}")
+    by_task: dict[str, list[dict]] = {}
+    for r in failures:
+        by_task.setdefault(r["id"], []).append(r)
+    for group in by_task.values():
+        rng.shuffle(group)
+    round_robin = [g[i] for i in range(max(map(len, by_task.values()), default=0))
+                   for g in by_task.values() if i < len(g)]
+    n = min(len(experts), len(round_robin))
+    picked_experts = rng.sample(list(experts), n)
+    out = []
+    for record, high in [(r, True) for r in picked_experts] + [(r, False) for r in round_robin[:n]]:
+        conditioned = copy.deepcopy(record)
+        conditioned["messages"] = add_reward_goal(record["messages"], high)
+        conditioned["reward_goal"] = HIGH_REWARD_TOKEN if high else LOW_REWARD_TOKEN
+        out.append(conditioned)
+    rng.shuffle(out)
+    return out
+
+
+def rl_records(ids: Iterable[str]) -> list[dict]:
+    return [{"id": i} for i in ids]
+
+
+def build_all(out_dir: str | Path, *, split: str = "train", seed: int = 0,
+              ids: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit `ids`)."""
+    out_dir = Path(out_dir)
+    ids = list(ids) if ids is not None else splits.split(split)
+    experts = expert_records(ids)
+    failures = failure_records(ids, seed=seed)
+    write = trajectories.write_jsonl
+    return {
+        "expert": write(out_dir / "expert.jsonl", experts),
+        "failure": write(out_dir / "failure.jsonl", failures),
+        "sft": write(out_dir / "sft.jsonl", sft_records(experts)),
+        "rctp_ft": write(out_dir / "rctp_ft.jsonl", rctp_records(experts, failures, seed=seed)),
+        "rl": write(out_dir / "rl.jsonl", rl_records(ids)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--split", default="train", choices=["train", "test"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    paths = build_all(args.out, split=args.split, seed=args.seed)
+    counts = {name: sum(1 for _ in open(p, encoding="utf-8")) for name, p in paths.items()}
+    print(json.dumps({"out": str(args.out), "split": args.split, "counts": counts}))
+
+
+if __name__ == "__main__":
+    main()
