@@ -1,0 +1,97 @@
+"""The miniature world's task sets, in BFCL's own entry format, and a text corpus for its tokenizer.
+
+An entry is what BFCL's multi-turn data holds (id, question, initial_config, involved_classes) plus
+`ground_truth` (per turn, BFCL call strings) and `allowed_functions` (the task's compact tool list,
+so a tiny model's system prompt stays short). id = f"{category}_{index}", so the category is
+`id.rsplit('_', 1)[0]` as in BFCL; indices run on from train into test, so ids are unique in a world.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import random
+
+from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+from rcgrpo_jax.worlds import arithmetic as ar
+from rcgrpo_jax.worlds import filesystem as fs
+from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, TRAIN_TYPES, Builder
+from rcgrpo_jax.worlds.replay import Session, parse_call, replay
+from rcgrpo_jax.worlds.vocab import TEST, TRAIN, Vocab
+
+CLASS_TOOLS: dict[str, tuple[str, ...]] = {fs.CLASS: fs.TOOLS, ar.CLASS: ar.TOOLS}
+
+
+def category_of(task_id: str) -> str:
+    return task_id.rsplit("_", 1)[0]
+
+
+def to_entry(s: Session, task_id: str) -> dict:
+    return {
+        "id": task_id,
+        "question": [[{"role": "user", "content": q}] for q in s.questions],
+        "initial_config": s.initial_config,
+        "involved_classes": s.involved_classes,
+        "ground_truth": s.ground_truth,
+        "allowed_functions": [t for c in s.involved_classes for t in CLASS_TOOLS[c]],
+    }
+
+
+def _build(seed: int, category: str, builder: Builder, vocab: Vocab, index: int) -> dict:
+    # A string seed is hashed with sha512 by `random`, so tasks repeat across processes and Pythons.
+    rng = random.Random(f"rcgrpo-world:{seed}:{vocab.split}:{category}:{index}")
+    return to_entry(builder(rng, vocab), f"{category}_{index}")
+
+
+def generate_world(seed: int, n_train_per_type: int, n_test_per_type: int) -> tuple[list[dict], list[dict]]:
+    """(train_tasks, test_tasks). Train: the trained types with train names. Test: the trained types
+    with test names (fresh instances), plus the held-out compositions (category compose_heldout)."""
+    train = [_build(seed, cat, b, TRAIN, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
+    test = [_build(seed, cat, b, TEST, n_train_per_type + i)
+            for cat, b in TRAIN_TYPES.items() for i in range(n_test_per_type)]
+    test += [_build(seed, cat, b, TEST, i) for cat, b in HELDOUT_TYPES.items() for i in range(n_test_per_type)]
+    return train, test
+
+
+@functools.cache
+def _func_docs(class_name: str) -> dict[str, dict]:
+    path = (importlib.resources.files("bfcl_eval") / "data" / "multi_turn_func_doc"
+            / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name])
+    docs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {d["name"]: d for d in docs}
+
+
+def tool_docs(task: dict) -> list[dict]:
+    """BFCL's function docs for the task's allowed functions, in allowed_functions order."""
+    docs = {}
+    for c in task["involved_classes"]:
+        docs.update(_func_docs(c))
+    return [docs[name] for name in task["allowed_functions"]]
+
+
+def render_episode(task: dict) -> str:
+    """A compact text rendering of the expert episode: user turns, JSON calls, tool results."""
+    lines = []
+    for question, calls, results in zip(task["question"], task["ground_truth"], replay(task)):
+        lines += [f"user: {m['content']}" for m in question]
+        for call, result in zip(calls, results):
+            name, args = parse_call(call)
+            lines.append("call: " + json.dumps({"name": name, "arguments": args}))
+            lines.append(f"tool: {result}")
+    return "\n".join(lines)
+
+
+def corpus(tasks: list[dict]) -> list[str]:
+    """Text for training the tiny tokenizer: each task's rendered episode (user texts, JSON calls, tool
+    outputs, BFCL call strings) and the docs of every tool used. Pass the train tasks only, so test
+    names reach the model as pieces of trained tokens rather than as untrained whole-word tokens."""
+    texts, seen_docs = [], set()
+    for task in tasks:
+        texts.append(render_episode(task))
+        texts.append("\n".join(c for turn in task["ground_truth"] for c in turn))
+        for doc in tool_docs(task):
+            if doc["name"] not in seen_docs:
+                seen_docs.add(doc["name"])
+                texts.append(json.dumps({k: doc[k] for k in ("name", "description", "parameters")}))
+    return texts

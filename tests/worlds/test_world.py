@@ -1,0 +1,270 @@
+"""The miniature world: format, determinism, vocabulary split, official-checker agreement, and that
+the reading types really depend on what the tools print."""
+from __future__ import annotations
+
+import copy
+import itertools
+import keyword
+import json
+import re
+
+import pytest
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rcgrpo_jax.worlds import (HELDOUT_TYPES, READS_RESULTS, TEST, TRAIN, TRAIN_TYPES, category_of, corpus,
+                               format_call, generate_world, parse_call, render_episode, replay, tool_docs)
+from rcgrpo_jax.worlds.replay import make_instances, public_methods
+
+N_TRAIN, N_TEST = 6, 4
+_names = (f"worldcheck{i}" for i in itertools.count())
+
+
+@pytest.fixture(scope="module")
+def world():
+    return generate_world(0, N_TRAIN, N_TEST)
+
+
+def official(task: dict, model: list[list[str]] | None = None, ground_truth: list[list[str]] | None = None) -> dict:
+    """BFCL's own checker on `model` calls (default: the ground truth itself), each model turn one step;
+    a fresh model name per call and the package's cached instances deleted after (BFCL.md pitfall 1)."""
+    name = next(_names)
+    gt = task["ground_truth"] if ground_truth is None else ground_truth
+    calls = gt if model is None else model
+    try:
+        return multi_turn_checker([[turn] for turn in calls], gt, task, category_of(task["id"]), name)
+    finally:
+        for key in [k for k in vars(multi_turn_utils) if k.startswith(name + "_")]:
+            del vars(multi_turn_utils)[key]
+
+
+def fs_names(node: dict) -> list[str]:
+    """Every file and folder name in a GorillaFileSystem config tree."""
+    out = []
+    for name, child in node.items():
+        out.append(name)
+        if child["type"] == "directory":
+            out += fs_names(child["contents"])
+    return out
+
+
+def texts(task: dict) -> list[str]:
+    return [m["content"] for turn in task["question"] for m in turn]
+
+
+# --- format --------------------------------------------------------------------------------------
+
+def test_sizes_categories_and_unique_ids(world):
+    train, test = world
+    assert len(train) == N_TRAIN * len(TRAIN_TYPES)
+    assert len(test) == N_TEST * (len(TRAIN_TYPES) + len(HELDOUT_TYPES))
+    assert {category_of(t["id"]) for t in train} == set(TRAIN_TYPES)
+    assert {category_of(t["id"]) for t in test} == set(TRAIN_TYPES) | set(HELDOUT_TYPES)
+    ids = [t["id"] for t in train + test]
+    assert len(set(ids)) == len(ids)
+
+
+def test_bfcl_entry_format(world):
+    for task in world[0] + world[1]:
+        assert set(task) == {"id", "question", "initial_config", "involved_classes", "ground_truth",
+                             "allowed_functions"}
+        assert 2 <= len(task["question"]) == len(task["ground_truth"]) <= 3
+        for turn, calls in zip(task["question"], task["ground_truth"]):
+            assert len(turn) == 1 and turn[0]["role"] == "user" and turn[0]["content"]
+            assert calls, "every turn asks for at least one call"
+        methods = public_methods(make_instances(task["initial_config"], task["involved_classes"]))
+        assert 3 <= len(task["allowed_functions"]) <= 9
+        assert set(task["allowed_functions"]) <= set(methods)
+        assert [d["name"] for d in tool_docs(task)] == task["allowed_functions"]
+        used = {parse_call(c)[0] for turn in task["ground_truth"] for c in turn}
+        assert used <= set(task["allowed_functions"])
+        json.dumps(task)  # plain JSON data, like BFCL's files
+
+
+def test_listings_are_short_with_one_answer(world):
+    """Regular listings, few distractors: every ls() shows 2-4 names."""
+    seen = 0
+    for task in world[0] + world[1]:
+        for calls, results in zip(task["ground_truth"], replay(task)):
+            for call, result in zip(calls, results):
+                if call == "ls()":
+                    seen += 1
+                    assert 2 <= len(json.loads(result)["current_directory_content"]) <= 4
+    assert seen >= N_TRAIN + N_TEST
+
+
+# --- determinism and vocabulary split -----------------------------------------------------------
+
+def test_deterministic_for_a_seed(world):
+    again = generate_world(0, N_TRAIN, N_TEST)
+    assert json.dumps(again, sort_keys=True) == json.dumps(world, sort_keys=True)
+    other = generate_world(1, N_TRAIN, N_TEST)
+    assert json.dumps(other, sort_keys=True) != json.dumps(world, sort_keys=True)
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_deterministic_property(seed):
+    assert generate_world(seed, 1, 1) == generate_world(seed, 1, 1)
+
+
+def test_vocabularies_are_disjoint():
+    assert not TRAIN.names() & TEST.names()
+    assert not set(TRAIN.numbers) & set(TEST.numbers)
+    assert not set(TRAIN.factors) & set(TEST.factors)
+
+
+@pytest.mark.parametrize("split", [0, 1])
+def test_tasks_use_only_their_split(world, split):
+    vocab = (TRAIN, TEST)[split]
+    for task in world[split]:
+        config = task["initial_config"].get("GorillaFileSystem")
+        names = fs_names(config["root"]) if config else []
+        assert {n.split(".")[0] for n in names} <= vocab.names(), task["id"]
+        for text in texts(task):
+            for word in re.findall(r"[a-z]+(?=\.\w+\b)|\b[a-z]{3,}\b", text):
+                if word not in {"go", "and", "make", "folder", "move", "copy", "the", "file", "list", "files",
+                                "count", "lines", "add", "subtract", "from", "result", "multiply", "txt",
+                                "csv", "log"}:
+                    assert word in vocab.names(), (task["id"], word)
+            assert {int(n) for n in re.findall(r"\d+", text)} <= set(vocab.numbers) | set(vocab.factors)
+
+
+# --- the official checker -------------------------------------------------------------------------
+
+def test_ground_truth_passes_official_checker(world):
+    for task in world[0] + world[1]:
+        assert official(task) == {"valid": True}, task["id"]
+
+
+def _perturb(call: str) -> str:
+    """Change the last argument: a number by +1, a name by a suffix."""
+    name, kwargs = parse_call(call)
+    key = list(kwargs)[-1]
+    v = kwargs[key]
+    kwargs[key] = v + 1 if isinstance(v, int) else v + "x"
+    return format_call(name, kwargs)
+
+
+def test_perturbed_answers_fail(world):
+    for task in world[0] + world[1]:
+        gt = task["ground_truth"]
+        wrong_arg = copy.deepcopy(gt)
+        wrong_arg[-1][-1] = _perturb(wrong_arg[-1][-1])
+        assert not official(task, model=wrong_arg)["valid"], task["id"]
+        dropped = copy.deepcopy(gt)
+        dropped[-1] = dropped[-1][:-1]
+        assert not official(task, model=dropped)["valid"], task["id"]
+
+
+def test_checker_cache_is_cleaned(world):
+    official(world[0][0])
+    assert not [k for k in vars(multi_turn_utils) if k.startswith("worldcheck")]
+
+
+# --- reading types depend on the tool output ------------------------------------------------------
+
+def _rename_file(config: dict, old: str, new: str) -> dict:
+    config = copy.deepcopy(config)
+    stack = [config["GorillaFileSystem"]["root"]]
+    while stack:
+        node = stack.pop()
+        for name, child in list(node.items()):
+            if name == old:
+                node[new] = node.pop(old)
+            elif child["type"] == "directory":
+                stack.append(child["contents"])
+    return config
+
+
+def test_read_then_act_name_is_only_in_the_listing(world):
+    tasks = [t for t in world[0] + world[1] if category_of(t["id"]) == "fs_read_then_act"]
+    assert tasks
+    for task in tasks:
+        gt = task["ground_truth"]
+        listing = json.loads(replay(task)[0][1])["current_directory_content"]
+        name, kwargs = parse_call(gt[1][0])
+        source = kwargs["source"]
+        ext = re.search(r"the (\.\w+) file", texts(task)[1]).group(1)
+        assert source in listing and source.endswith(ext)
+        assert all(source.split(".")[0] not in text for text in texts(task))
+        # Same questions, another file name on disk: the new name works and the old answer fails.
+        stem, dot_ext = source.split(".")
+        other = next(s for s in TRAIN.stems + TEST.stems if s + "." + dot_ext not in listing) + "." + dot_ext
+        changed = dict(task, initial_config=_rename_file(task["initial_config"], source, other))
+        retargeted = [gt[0], [format_call(name, {**kwargs, "source": other})]]
+        assert official(changed, ground_truth=retargeted)["valid"]
+        assert not official(changed, model=gt, ground_truth=retargeted)["valid"]
+
+
+def test_chained_values_come_from_the_previous_result(world):
+    tasks = [t for t in world[0] + world[1] if category_of(t["id"]) in ("math_chain", "fs_count_math")]
+    assert tasks
+    for task in tasks:
+        results = replay(task)
+        for t in range(1, len(task["ground_truth"])):
+            (call,) = task["ground_truth"][t]
+            _, kwargs = parse_call(call)
+            previous = json.loads(results[t - 1][-1])
+            assert kwargs["a"] == previous.get("result", previous.get("count"))
+            # The user text of this turn names only the other operand.
+            assert [int(n) for n in re.findall(r"\d+", texts(task)[t])] == [kwargs["b"]]
+
+
+def test_count_depends_on_the_file(world):
+    tasks = [t for t in world[0] + world[1] if category_of(t["id"]) == "fs_count_math"]
+    assert tasks
+    for task in tasks:
+        gt = task["ground_truth"]
+        file_name = parse_call(gt[0][1])[1]["file_name"]
+        config = copy.deepcopy(task["initial_config"])
+        stack = [config["GorillaFileSystem"]["root"]]
+        while stack:
+            node = stack.pop()
+            for n, child in node.items():
+                if n == file_name:
+                    child["content"] += "\nextra"  # one more line on disk, same questions
+                elif child["type"] == "directory":
+                    stack.append(child["contents"])
+        changed = dict(task, initial_config=config)
+        name, kwargs = parse_call(gt[1][0])
+        recounted = [gt[0], [format_call(name, {**kwargs, "a": kwargs["a"] + 1})]]
+        assert official(changed, ground_truth=recounted)["valid"]
+        assert not official(changed, model=gt, ground_truth=recounted)["valid"]
+
+
+def test_reading_types_declared():
+    assert READS_RESULTS <= set(TRAIN_TYPES)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+_IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
+
+
+@settings(max_examples=50, deadline=None)
+@given(name=_IDENT,
+       kwargs=st.dictionaries(_IDENT,
+                              st.one_of(st.integers(-10**6, 10**6), st.text(max_size=12), st.booleans()),
+                              max_size=3))
+def test_format_parse_round_trip(name, kwargs):
+    assert parse_call(format_call(name, kwargs)) == (name, kwargs)
+
+
+@pytest.mark.parametrize("bad", ["__import__('os').system('x')", "mv(source=x)", "mv('a', 'b')", "a.b(c=1)",
+                                 "mv(**{'a': 1})", "mv(source='a'", "mv(a={[1]: 2})"])
+def test_parse_call_rejects_non_literals(bad):
+    with pytest.raises(ValueError):
+        parse_call(bad)
+
+
+def test_corpus_covers_world_text(world):
+    texts_ = corpus(world[0])
+    blob = "\n".join(texts_)
+    for word in ("current_directory_content", "Move", "ls", '"arguments"', "result", "count"):
+        assert word in blob
+    for task in world[0]:
+        assert render_episode(task) in texts_
+    assert not any(name in blob for name in TEST.stems + TEST.folders)
