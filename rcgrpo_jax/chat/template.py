@@ -1,0 +1,106 @@
+"""Chat rendering through the checkpoint's own chat template, kept append-only.
+
+The token context of a rollout only ever grows: sampled tokens stay exactly as sampled, and what
+the environment adds (tool results, the next user turn) is rendered by the template as a *delta*
+and appended. Nothing already in the context is re-tokenised. No template is hard-coded here: all
+text comes from ``tokenizer.apply_chat_template``.
+
+How `render_delta` finds the seam. The sampler stops an assistant turn on an end-of-turn token
+(`end_of_turn_ids`), so the context ends exactly after that token. We render the history (ending
+with that assistant message, no generation prompt) and the history plus the new messages (with the
+generation prompt) as text. The boundary is the end of the *last* end-of-turn token string in the
+history text; whatever the template writes after it (Qwen's ``"\\n"`` after ``<|im_end|>``) is not
+in the token context yet, so it belongs to the delta. The longer text must equal the shorter one up
+to the boundary, otherwise the template is not append-only (it rewrites earlier turns, e.g. drops
+past reasoning, or the tool list changed) and `NotAppendOnlyError` is raised. Only the suffix after
+the boundary is tokenised, with ``add_special_tokens=False``. The suffix starts right after a
+special token, so its tokens are the ones a full rendering would produce whenever the template
+separates turns with special tokens (both of our families do).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Mapping, Sequence
+
+Message = Mapping[str, Any]
+Tool = Mapping[str, Any]
+
+# LLaMA 3.1 ends a message that hands control to a tool with <|eom_id|>; templates only emit it for
+# built-in tools, so the probe in `end_of_turn_ids` cannot see it. Added when the vocab has it.
+_EXTRA_TURN_ENDS = ("<|eom_id|>",)
+_PROBE = "\u2591probe-assistant-text\u2591"
+# tokenizer -> (chat_template, ids): the probe render costs as much as a short chat, once is enough.
+_EOT_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
+
+
+class NotAppendOnlyError(ValueError):
+    """The chat template renders earlier turns differently once new messages follow."""
+
+
+def render_text(tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
+                add_generation_prompt: bool) -> str:
+    """The template's text for `messages` (no tokenisation)."""
+    text = tokenizer.apply_chat_template(
+        [dict(m) for m in messages], tools=list(tools) if tools else None, tokenize=False,
+        add_generation_prompt=add_generation_prompt)
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not str")
+    return text
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def render_prompt(tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None) -> list[int]:
+    """Token ids of `messages` plus the generation prompt (the template writes BOS itself)."""
+    return _encode(tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True))
+
+
+def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
+    """Stop tokens of an assistant turn, the template's own first.
+
+    The template's token is found by rendering a probe conversation and reading the special token
+    that directly follows the assistant text; then ``eos_token_id`` and `_EXTRA_TURN_ENDS` present
+    in the vocabulary are added.
+    """
+    cached = _EOT_CACHE.get(tokenizer)
+    if cached is not None and cached[0] == tokenizer.chat_template:
+        return cached[1]
+    probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}]
+    text = render_text(tokenizer, probe, add_generation_prompt=False)
+    at = text.rfind(_PROBE)
+    if at < 0:
+        raise ValueError("the chat template dropped the assistant message of the probe conversation")
+    after = _encode(tokenizer, text[at + len(_PROBE):])
+    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    if not after or after[0] not in special:
+        raise ValueError("the chat template does not close an assistant turn with a special token; "
+                         f"text after the assistant message: {text[at + len(_PROBE):][:80]!r}")
+    ids = [after[0]]
+    vocab = tokenizer.get_vocab()
+    extra = [tokenizer.eos_token_id] + [vocab.get(t) for t in _EXTRA_TURN_ENDS]
+    ids += [i for i in extra if i is not None and i not in ids]
+    _EOT_CACHE[tokenizer] = (tokenizer.chat_template, tuple(ids))
+    return tuple(ids)
+
+
+def render_delta(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
+                 tools: Sequence[Tool] | None = None) -> list[int]:
+    """Tokens to append after the assistant turn that ends `history`, so that the context becomes
+    ``history + new_messages`` followed by the generation prompt. See the module docstring."""
+    if not history or history[-1].get("role") != "assistant":
+        raise ValueError("render_delta needs a history that ends with an assistant message")
+    short = render_text(tokenizer, history, tools, add_generation_prompt=False)
+    full = render_text(tokenizer, list(history) + list(new_messages), tools, add_generation_prompt=True)
+    ends = [tokenizer.convert_ids_to_tokens(i) for i in end_of_turn_ids(tokenizer)]
+    boundary = max((short.rfind(e) + len(e) for e in ends if e in short), default=-1)
+    if boundary < 0:
+        raise ValueError(f"no end-of-turn token {ends} in the rendered history")
+    if full[:boundary] != short[:boundary]:
+        at = next(i for i, (a, b) in enumerate(zip(short, full)) if a != b)
+        raise NotAppendOnlyError(
+            "the chat template is not append-only: the history renders differently once new messages "
+            f"follow (first difference at character {at}: {short[max(0, at - 40):at + 40]!r} vs "
+            f"{full[max(0, at - 40):at + 40]!r}). Changing `tools` mid-episode also does this.")
+    return _encode(tokenizer, full[boundary:])

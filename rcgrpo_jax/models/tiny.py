@@ -1,0 +1,337 @@
+"""Tiny HF-format checkpoints built offline: random weights, a trained BPE tokenizer, a tool-aware chat template.
+
+Tests and the CPU quickstart need real checkpoint directories (config.json + model.safetensors +
+tokenizer files with a chat template) without downloading anything. `build_tiny_checkpoint` makes
+one for either family in about a second:
+
+- weights: `Qwen2ForCausalLM` / `LlamaForCausalLM` random init under `torch.manual_seed(seed)`;
+- tokenizer: byte-level BPE trained with `tokenizers` on a corpus (a built-in tool-calling text by
+  default). For ``qwen2`` it uses exactly the NFC normalizer + regex split + byte-level
+  pre-tokenisation that transformers' `Qwen2Tokenizer` rebuilds on load (AutoTokenizer on a qwen2
+  directory ignores the saved pre-tokenizer and applies its own), so `tokenizers.Tokenizer.from_file`
+  and `AutoTokenizer.from_pretrained` give the same ids. For ``llama`` the tokenizer config names
+  `PreTrainedTokenizerFast` (as LLaMA 3 checkpoints do), which loads tokenizer.json as saved; it
+  uses the LLaMA 3 split regex (digits in groups of up to three) and a BOS post-processor;
+- chat template: our own Jinja, in each family's style (see `QWEN2_CHAT_TEMPLATE`,
+  `LLAMA_CHAT_TEMPLATE`); both are append-only, which `rcgrpo_jax.chat.render_delta` relies on, and
+  render an assistant message with ``tool_calls`` exactly as `rcgrpo_jax.chat.get_parser(f).format`
+  writes it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterable
+
+# Pre-tokenisation regexes. Qwen2's is the one in transformers' tokenization_qwen2.py; LLaMA 3's
+# differs only in grouping digits by up to three.
+QWEN2_SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+                     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+LLAMA3_SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+                      r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+# Templates. Whitespace is written explicitly ({{- ... }} everywhere) so the text is exactly what we
+# state. A tool call renders as `{"name": <tojson>, "arguments"|"parameters": <tojson>}`, which is
+# `json.dumps(..., ensure_ascii=False)` of the same dict, i.e. what the parsers' `format` writes.
+_CALL_JSON = (
+    "{%- set fn = call.function if call.function is defined else call %}"
+    "{%- set args = fn.arguments if fn.arguments is defined else {} %}"
+    "{{- '{\"name\": ' + (fn.name | tojson) + ', \"ARGKEY\": ' }}"
+    "{%- if args is string %}{{- args }}{%- else %}{{- args | tojson }}{%- endif %}"
+    "{{- '}' }}"
+)
+
+QWEN2_CHAT_TEMPLATE = (
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- set system = messages[0].content %}{%- set rest = messages[1:] %}"
+    "{%- else %}{%- set system = 'You are a helpful assistant.' %}{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+    "{%- if tools %}"
+    "{{- '\\n\\n# Tools\\n\\nYou can call functions to help with the request. Their signatures are "
+    "listed below inside <tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call a function, write one JSON object per call inside <tool_call></tool_call> "
+    "tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call>' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for m in rest %}"
+    "{%- if m.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if m.content %}{{- m.content }}{%- endif %}"
+    "{%- if m.tool_calls %}"
+    "{%- for call in m.tool_calls %}"
+    "{%- if m.content or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n' }}" + _CALL_JSON.replace("ARGKEY", "arguments") + "{{- '\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}"
+    "{%- if m.content is string %}{{- m.content }}{%- else %}{{- m.content | tojson }}{%- endif %}"
+    "{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+LLAMA_CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- set system = messages[0].content %}{%- set rest = messages[1:] %}"
+    "{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}"
+    "{%- if tools %}{{- 'Environment: ipython\\n\\n' }}{%- endif %}"
+    "{{- system + '<|eot_id|>' }}"
+    "{%- set ns = namespace(tools_shown=false) %}"
+    "{%- for m in rest %}"
+    "{%- if m.role == 'user' %}"
+    "{{- '<|start_header_id|>user<|end_header_id|>\\n\\n' }}"
+    "{%- if tools and not ns.tools_shown %}"
+    "{{- 'You can call the functions below. To call them, answer with JSON objects only, each of the form "
+    "{\"name\": function name, \"parameters\": object of argument names and values}, separated by \"; \" "
+    "when there are several. Do not use variables.\\n\\n' }}"
+    "{%- for tool in tools %}{{- (tool | tojson) + '\\n\\n' }}{%- endfor %}"
+    "{%- set ns.tools_shown = true %}"
+    "{%- endif %}"
+    "{{- m.content + '<|eot_id|>' }}"
+    "{%- elif m.role == 'assistant' %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{%- if m.tool_calls %}"
+    "{%- for call in m.tool_calls %}"
+    "{%- if not loop.first %}{{- '; ' }}{%- endif %}" + _CALL_JSON.replace("ARGKEY", "parameters") +
+    "{%- endfor %}"
+    "{%- elif m.content %}{{- m.content }}{%- endif %}"
+    "{{- '<|eot_id|>' }}"
+    "{%- elif m.role == 'tool' or m.role == 'ipython' %}"
+    "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' }}"
+    "{%- if m.content is string %}{{- m.content }}{%- else %}{{- m.content | tojson }}{%- endif %}"
+    "{{- '<|eot_id|>' }}"
+    "{%- else %}"
+    "{{- '<|start_header_id|>' + m.role + '<|end_header_id|>\\n\\n' + m.content + '<|eot_id|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+# Per-family tokenizer facts: special tokens (appended after the BPE vocab, as in the real models),
+# non-special added tokens (kept by decode(skip_special_tokens=True), so a parser still sees them),
+# and the named roles.
+_FAMILY = {
+    "qwen2": dict(
+        special=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        added=["<tool_call>", "</tool_call>"],
+        bos=None, eos="<|im_end|>", pad="<|endoftext|>", stops=["<|im_end|>", "<|endoftext|>"],
+        template=QWEN2_CHAT_TEMPLATE, tokenizer_class="Qwen2Tokenizer", rope_theta=1_000_000.0, tie=True,
+    ),
+    "llama": dict(
+        special=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                 "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
+        added=[],
+        bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|end_of_text|>",
+        stops=["<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"],
+        template=LLAMA_CHAT_TEMPLATE, tokenizer_class="PreTrainedTokenizerFast", rope_theta=500_000.0, tie=False,
+    ),
+}
+ARCHS = tuple(_FAMILY)
+
+
+def default_corpus() -> list[str]:
+    """A small deterministic corpus of BFCL-like tool-calling text (schemas, calls, results, chat)."""
+    tools = {
+        "cd": ("Change the current working directory to the folder.", {"folder": "string"}),
+        "ls": ("List the contents of the current directory.", {"a": "boolean"}),
+        "mv": ("Move a file or directory from one location to another.", {"source": "string", "destination": "string"}),
+        "cp": ("Copy a file or directory from one location to another.", {"source": "string", "destination": "string"}),
+        "grep": ("Search for lines in a file that match a pattern.", {"file_name": "string", "pattern": "string"}),
+        "mkdir": ("Create a new directory in the current directory.", {"dir_name": "string"}),
+        "touch": ("Create a new file in the current directory.", {"file_name": "string"}),
+        "echo": ("Write content to a file or display it.", {"content": "string", "file_name": "string"}),
+        "sort": ("Sort the contents of a file line by line.", {"file_name": "string"}),
+        "wc": ("Count the number of lines, words, and characters in a file.", {"file_name": "string", "mode": "string"}),
+        "post_tweet": ("Post a tweet for the authenticated user.", {"content": "string", "tags": "array"}),
+        "send_message": ("Send a message to a user.", {"receiver_id": "string", "message": "string"}),
+        "get_stock_info": ("Get the details of a stock.", {"symbol": "string"}),
+        "place_order": ("Place an order to buy or sell a stock.", {"order_type": "string", "symbol": "string",
+                                                                   "price": "float", "amount": "integer"}),
+        "book_flight": ("Book a flight given the travel details.", {"access_token": "string", "travel_date": "string",
+                                                                    "travel_from": "string", "travel_to": "string"}),
+        "fillFuelTank": ("Fill the fuel tank of the vehicle.", {"fuelAmount": "float"}),
+        "startEngine": ("Start the engine of the vehicle.", {"ignitionMode": "string"}),
+        "create_ticket": ("Create a support ticket.", {"title": "string", "description": "string", "priority": "integer"}),
+        "mean": ("Calculate the mean of a list of numbers.", {"numbers": "array"}),
+    }
+    note = " Note that the provided function is in Python 3 syntax."
+    lines = []
+    for name, (desc, params) in tools.items():
+        schema = {"type": "function", "function": {
+            "name": name, "description": desc + note,
+            "parameters": {"type": "dict", "properties": {p: {"type": t, "description": f"The {p.replace('_', ' ')}."}
+                                                          for p, t in params.items()},
+                           "required": list(params)}}}
+        lines.append(json.dumps(schema))
+        example = {p: {"string": f"{p}_value", "boolean": True, "array": ["a", "b"], "float": 12.5,
+                       "integer": 3}[t] for p, t in params.items()}
+        lines.append("<tool_call>\n" + json.dumps({"name": name, "arguments": example}) + "\n</tool_call>")
+        lines.append(json.dumps({"name": name, "parameters": example}))
+    lines += [
+        "You are a helpful assistant. You can call functions to help with the request.",
+        "Please move the file final_report.pdf into the folder temp, then list what is in temp.",
+        "I have updated some more functions you can choose from. What about now?",
+        '{"current_working_directory": "document"}', '{"result": ["report.txt", "notes.md", "data.csv"]}',
+        "Error during execution: No such file or directory.", "The order 12345 was placed at 150.75 dollars.",
+        "Done! The files were moved and the tweet was posted with the tags #python and #jax.",
+        "Unicode: café, naïve, Zürich, Ελληνικά, русский, 中文文本, 日本語, 한국어, emoji 🚀✨.",
+        "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 2024 3.14159 -7 1e-6",
+    ]
+    return lines
+
+
+def _train_tokenizer(arch: str, corpus: Iterable[str], vocab_target: int):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    fam = _FAMILY[arch]
+    tok = Tokenizer(models.BPE(dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False))
+    regex = QWEN2_SPLIT_REGEX if arch == "qwen2" else LLAMA3_SPLIT_REGEX
+    tok.normalizer = normalizers.NFC() if arch == "qwen2" else None
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_target, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    tok.add_special_tokens(fam["special"])
+    tok.add_tokens(fam["added"])
+    if arch == "llama":
+        bos = fam["bos"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def build_tiny_tokenizer(
+    path: str | os.PathLike,
+    *,
+    arch: str = "qwen2",
+    corpus: Iterable[str] | None = None,
+    tokenizer_vocab_size: int = 1024,
+    model_max_length: int = 32768,
+) -> str:
+    """Write only the tokenizer files (tokenizer.json, tokenizer_config.json, chat template) to `path`.
+
+    Cheap (no torch): enough for code that renders chats and parses tool calls.
+    """
+    _write_tokenizer(os.fspath(path), arch, corpus, tokenizer_vocab_size, model_max_length)
+    return os.fspath(path)
+
+
+def _write_tokenizer(path: str, arch: str, corpus: Iterable[str] | None, vocab_target: int, max_len: int):
+    import transformers
+
+    if arch not in _FAMILY:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    fam = _FAMILY[arch]
+    os.makedirs(path, exist_ok=True)
+    tok = _train_tokenizer(arch, default_corpus() if corpus is None else corpus, vocab_target)
+    hf_tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=fam["bos"], eos_token=fam["eos"], pad_token=fam["pad"],
+        model_max_length=max_len, clean_up_tokenization_spaces=False)
+    hf_tok.chat_template = fam["template"]
+    hf_tok.save_pretrained(path)
+    # Name the class AutoTokenizer should load (see the module docstring).
+    cfg_path = os.path.join(path, "tokenizer_config.json")
+    with open(cfg_path) as f:
+        tok_cfg = json.load(f)
+    tok_cfg["tokenizer_class"] = fam["tokenizer_class"]
+    with open(cfg_path, "w") as f:
+        json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
+    return tok
+
+
+def build_tiny_checkpoint(
+    path: str | os.PathLike,
+    *,
+    arch: str = "qwen2",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int | None = None,
+    corpus: Iterable[str] | None = None,
+    seed: int = 0,
+    tie_word_embeddings: bool | None = None,
+    rope_theta: float | None = None,
+    rope_scaling: dict | None = None,
+    max_position_embeddings: int = 32768,
+    tokenizer_vocab_size: int = 1024,
+    dtype: str = "float32",
+) -> str:
+    """Write a random-init HF checkpoint with a trained tokenizer and chat template to `path`.
+
+    Args:
+      arch: ``qwen2`` (Hermes-style tools, q/k/v bias) or ``llama`` (LLaMA 3.1-style tools).
+      vocab_size: model vocabulary; None = the tokenizer's size. A larger value pads the embedding
+        (real checkpoints do this); a smaller one is an error.
+      corpus: texts to train the BPE on; None = `default_corpus()`.
+      tie_word_embeddings, rope_theta: None = the family's usual value (qwen2: tied, 1e6;
+        llama: untied, 5e5).
+      rope_scaling: e.g. LLaMA 3.1's ``{"rope_type": "llama3", "factor": 8.0, ...}``.
+      tokenizer_vocab_size: BPE target size before special tokens (reached only if the corpus
+        allows that many merges).
+      dtype: parameter dtype of the saved weights (``float32`` or ``bfloat16``).
+    Returns the path as a string. Same arguments -> same files.
+    """
+    import torch
+    import transformers
+
+    path = os.fspath(path)
+    tok = _write_tokenizer(path, arch, corpus, tokenizer_vocab_size, max_position_embeddings)
+    fam = _FAMILY[arch]
+
+    n_tokens = tok.get_vocab_size(with_added_tokens=True)
+    vocab_size = n_tokens if vocab_size is None else vocab_size
+    if vocab_size < n_tokens:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer ({n_tokens} tokens)")
+    ids = {t: tok.token_to_id(t) for t in fam["special"] + fam["added"]}
+    theta = fam["rope_theta"] if rope_theta is None else float(rope_theta)
+    rope_parameters = {"rope_type": "default", **(rope_scaling or {}), "rope_theta": theta}
+    common = dict(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings, rms_norm_eps=1e-6, rope_parameters=rope_parameters,
+        tie_word_embeddings=fam["tie"] if tie_word_embeddings is None else tie_word_embeddings,
+        bos_token_id=ids.get(fam["bos"]), eos_token_id=ids[fam["eos"]], pad_token_id=ids[fam["pad"]],
+        dtype=dtype,
+    )
+    if arch == "qwen2":
+        config, model_cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    else:
+        config, model_cls = transformers.LlamaConfig(attention_bias=False, **common), transformers.LlamaForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config).to(getattr(torch, dtype))
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=ids.get(fam["bos"]), eos_token_id=[ids[t] for t in fam["stops"]], pad_token_id=ids[fam["pad"]])
+    model.save_pretrained(path)
+    _add_legacy_rope_fields(path, theta, rope_scaling)
+    return path
+
+
+def _add_legacy_rope_fields(path: str, theta: float, rope_scaling: dict | None) -> None:
+    """Also write top-level ``rope_theta``/``rope_scaling`` as released Qwen2.5 / LLaMA 3.1 config.json
+    files do (transformers 5 writes only ``rope_parameters``), so readers of either layout agree."""
+    cfg_path = os.path.join(path, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["rope_theta"] = theta
+    cfg["rope_scaling"] = dict(rope_scaling) if rope_scaling else None
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
