@@ -1,0 +1,96 @@
+"""The paper's variance diagnostics, logged every step.
+
+Each function is pure and returns a flat dict of float32 scalars whose names are stable log keys.
+Rollouts are group-major: rollout b = group b // G, member b % G. Correlations are 0 when either
+side has zero variance (common early in training, when whole batches fail).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rcgrpo_jax.rl.losses import masked_mean
+from rcgrpo_jax.rl.reward_tokens import HIGH
+
+Array = jax.Array
+Scalars = dict[str, Array]
+
+
+def group_metrics(rewards: Array, advantages: Array) -> Scalars:
+    """Zero-variance group fraction, reward mean/std, advantage spread (std and mean |A|)."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    advantages = jnp.asarray(advantages, jnp.float32)
+    spread = rewards.max(axis=1) - rewards.min(axis=1)
+    return {
+        "frac_zero_var_groups": jnp.mean((spread == 0).astype(jnp.float32)),
+        "reward_mean": rewards.mean(),
+        "reward_std": rewards.std(),
+        "adv_std": advantages.std(),
+        "adv_abs_mean": jnp.abs(advantages).mean(),
+    }
+
+
+def pearson(x: Array, y: Array) -> Array:
+    x = x - x.mean()
+    y = y - y.mean()
+    den = jnp.sqrt(jnp.sum(x * x) * jnp.sum(y * y))
+    return jnp.where(den > 0, jnp.sum(x * y) / jnp.where(den > 0, den, 1.0), 0.0)
+
+
+def average_ranks(x: Array) -> Array:
+    """Ranks 1..n with ties sharing their average rank (O(n^2), fine for a batch of rollouts)."""
+    less = jnp.sum(x[None, :] < x[:, None], axis=1)
+    equal = jnp.sum(x[None, :] == x[:, None], axis=1)
+    return (less + (equal + 1) / 2.0).astype(jnp.float32)
+
+
+def spearman(x: Array, y: Array) -> Array:
+    return pearson(average_ranks(x), average_ranks(y))
+
+
+def entropy_metrics(entropy: Array, mask: Array, rewards: Array) -> Scalars:
+    """Mean per-token entropy, and the Pearson and Spearman correlations between each rollout's
+    mean token entropy and its reward. entropy, mask: [B, T]; rewards: [B] or [N, G] (B = N*G)."""
+    mask = mask.astype(jnp.float32)
+    per_seq = jnp.sum(entropy * mask, axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+    r = jnp.asarray(rewards, jnp.float32).reshape(-1)
+    return {
+        "entropy_mean": masked_mean(entropy, mask),
+        "entropy_reward_pearson": pearson(per_seq, r),
+        "entropy_reward_spearman": spearman(per_seq, r),
+    }
+
+
+def reward_token_metrics(rewards: Array, tokens: Array) -> Scalars:
+    """Mean reward of rollouts conditioned on each reward token, and the high-token share."""
+    r = jnp.asarray(rewards, jnp.float32).reshape(-1)
+    high = (jnp.asarray(tokens).reshape(-1) == HIGH).astype(jnp.float32)
+    low = 1.0 - high
+    return {
+        "reward_mean_high_token": jnp.sum(r * high) / jnp.maximum(high.sum(), 1.0),
+        "reward_mean_low_token": jnp.sum(r * low) / jnp.maximum(low.sum(), 1.0),
+        "frac_high_token": high.mean(),
+    }
+
+
+def grad_metrics(grads) -> Scalars:
+    """Global L2 norm of a gradient pytree."""
+    leaves = jax.tree.leaves(grads)
+    sq = sum(jnp.sum(jnp.square(jnp.asarray(g, jnp.float32))) for g in leaves)
+    return {"grad_norm": jnp.sqrt(jnp.asarray(sq, jnp.float32))}
+
+
+def step_diagnostics(rewards: Array, advantages: Array, entropy: Array, mask: Array,
+                     loss_metrics: Scalars | None = None, reward_tokens: Array | None = None,
+                     grads=None) -> Scalars:
+    """All of the above in one flat dict; KL and clip fractions come from the policy loss's
+    metrics (passed through unchanged)."""
+    out = {**group_metrics(rewards, advantages), **entropy_metrics(entropy, mask, rewards)}
+    if reward_tokens is not None:
+        out.update(reward_token_metrics(rewards, reward_tokens))
+    if grads is not None:
+        out.update(grad_metrics(grads))
+    for key in ("kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual"):
+        if loss_metrics is not None and key in loss_metrics:
+            out[key] = jnp.asarray(loss_metrics[key], jnp.float32)
+    return out

@@ -1,0 +1,205 @@
+"""Policy losses, KL estimators and loss aggregation, registered by name.
+
+Every policy loss has one signature:
+
+    fn(logp [B, T], old_logp [B, T], ref_logp [B, T] | None, advantages [B] | [B, T], mask [B, T],
+       *, config=None, clip_scale [B] | None = None) -> (loss_sum, denominator, metrics)
+
+logp is under the current policy (differentiated), old_logp under the behaviour policy (the
+sampler), ref_logp under the frozen reference. The loss is loss_sum / denominator; the aggregation
+mode decides both so that summing sums and denominators over micro-batches and devices, then
+dividing once (`finalize`), is exact. metrics are masked token means over this batch (scalars).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from rcgrpo_jax.rl.registry import Registry, resolve
+
+Array = jax.Array
+PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]
+KLEstimator = Callable[[Array, Array], Array]
+
+_REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
+register = _REGISTRY.register
+get = _REGISTRY.get
+names = _REGISTRY.names
+default_config = _REGISTRY.default_config
+
+kl_estimators: Registry[KLEstimator] = Registry("KL estimator")
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+# ---------------------------------------------------------------- KL estimators
+# Each returns a per-token estimate of KL(pi || pi_ref) from samples of pi, given log pi and log pi_ref.
+
+@kl_estimators.register("k1")
+def kl_k1(logp: Array, ref_logp: Array) -> Array:
+    """k1 = log pi - log pi_ref (unbiased, high variance, can be negative)."""
+    return logp - ref_logp
+
+
+@kl_estimators.register("k2")
+def kl_k2(logp: Array, ref_logp: Array) -> Array:
+    """k2 = (log pi - log pi_ref)^2 / 2 (biased, low variance, >= 0)."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+@kl_estimators.register("k3")
+def kl_k3(logp: Array, ref_logp: Array) -> Array:
+    """k3 = exp(d) - d - 1 with d = log pi_ref - log pi (unbiased, >= 0, low variance).
+    Unclamped here; the loss clamps it to [-kl_clamp, kl_clamp]."""
+    d = ref_logp - logp
+    return jnp.exp(d) - d - 1.0
+
+
+def kl_penalty(logp: Array, ref_logp: Array, estimator: str, clamp: float | None) -> Array:
+    """Per-token KL estimate, clamped to [-clamp, clamp] when clamp is set (k3's exp can explode)."""
+    kl = kl_estimators.get(estimator)(logp, ref_logp)
+    return kl if clamp is None else jnp.clip(kl, -clamp, clamp)
+
+
+# ---------------------------------------------------------------- aggregation
+
+def aggregate(per_token: Array, mask: Array, mode: str, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """(sum, denominator) of a [B, T] per-token loss under `mode`; rows with no mask are not sequences.
+
+    token-mean:               sum_bt m l                      / sum_bt m
+    seq-mean-token-mean:      sum_b (sum_t m l / sum_t m)     / #seqs
+    seq-mean-token-sum:       sum_bt m l                      / #seqs
+    seq-mean-token-sum-norm:  sum_bt m l                      / (#seqs * norm_const)  (Dr.GRPO)
+    """
+    mask = mask.astype(jnp.float32)
+    masked = per_token * mask
+    tokens_per_seq = mask.sum(axis=1)
+    num_seqs = jnp.sum(tokens_per_seq > 0).astype(jnp.float32)
+    if mode == "token-mean":
+        return masked.sum(), mask.sum()
+    if mode == "seq-mean-token-mean":
+        return jnp.sum(masked.sum(axis=1) / jnp.maximum(tokens_per_seq, 1.0)), num_seqs
+    if mode == "seq-mean-token-sum":
+        return masked.sum(), num_seqs
+    if mode == "seq-mean-token-sum-norm":
+        return masked.sum(), num_seqs * norm_const
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; known: {', '.join(AGG_MODES)}")
+
+
+def finalize(loss_sum: Array, denominator: Array) -> Array:
+    """loss = sum / denominator, 0 for an empty batch."""
+    return loss_sum / jnp.maximum(denominator, 1e-8)
+
+
+def masked_mean(x: Array, mask: Array) -> Array:
+    mask = mask.astype(jnp.float32)
+    return jnp.sum(x * mask) / jnp.maximum(mask.sum(), 1.0)
+
+
+# ---------------------------------------------------------------- clipped surrogate
+
+def ppo_clip_config() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "eps_low": 0.2,
+        "eps_high": 0.2,          # DAPO's clip-higher: 0.28
+        "dual_clip": 0.0,         # c > 1 caps the loss of negative-advantage tokens at -c*A; 0 = off
+        "sequence_ratio": False,  # GSPO: one ratio per sequence
+        "agg_mode": "token-mean",
+        "norm_const": 1.0,        # seq-mean-token-sum-norm's constant (Dr.GRPO: the max response length)
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "kl_clamp": 10.0,
+        "log_ratio_clamp": 20.0,  # keeps exp() finite; far outside any clip range
+    })
+
+
+def gspo_config() -> ml_collections.ConfigDict:
+    cfg = ppo_clip_config()
+    cfg.update({"sequence_ratio": True, "eps_low": 3e-4, "eps_high": 4e-4,
+                "agg_mode": "seq-mean-token-mean"})
+    return cfg
+
+
+def log_ratio(logp: Array, old_logp: Array, mask: Array, *, sequence_level: bool) -> Array:
+    """log pi/pi_old per token, or (GSPO) the masked mean over each sequence's tokens broadcast to
+    its tokens, so the ratio is exp(mean_t (logp - old_logp))."""
+    lr = logp - old_logp
+    if not sequence_level:
+        return lr
+    m = mask.astype(jnp.float32)
+    seq = jnp.sum(lr * m, axis=1, keepdims=True) / jnp.maximum(m.sum(axis=1, keepdims=True), 1.0)
+    return jnp.broadcast_to(seq, lr.shape)
+
+
+def clipped_surrogate(ratio: Array, adv: Array, lo: Array, hi: Array,
+                      dual_clip: float) -> tuple[Array, dict[str, Array]]:
+    """Per-token -min(ratio A, clip(ratio, lo, hi) A), with the dual clip min(., -c A) for A < 0.
+    Returns the loss and boolean masks of where each clip is active (zero gradient there)."""
+    unclipped = ratio * adv
+    clipped = jnp.clip(ratio, lo, hi) * adv
+    loss = -jnp.minimum(unclipped, clipped)
+    active = {"clip_frac_low": (ratio < lo) & (adv < 0), "clip_frac_high": (ratio > hi) & (adv > 0)}
+    if dual_clip > 0:
+        if dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 (or 0 = off), got {dual_clip}")
+        dual = (adv < 0) & (ratio > dual_clip)
+        loss = jnp.where(adv < 0, jnp.minimum(loss, -dual_clip * adv), loss)
+    else:
+        dual = jnp.zeros_like(active["clip_frac_low"])
+    active["clip_frac_dual"] = dual
+    return loss, active
+
+
+def _token_advantages(advantages: Array, shape: tuple[int, int]) -> Array:
+    advantages = jnp.asarray(advantages, jnp.float32)
+    if advantages.ndim == 1:
+        advantages = advantages[:, None]
+    return jnp.broadcast_to(advantages, shape)
+
+
+def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale):
+    mask = mask.astype(jnp.float32)
+    adv = jax.lax.stop_gradient(_token_advantages(advantages, logp.shape))
+    old_logp = jax.lax.stop_gradient(old_logp)
+    lr = log_ratio(logp, old_logp, mask, sequence_level=cfg.sequence_ratio)
+    ratio = jnp.exp(jnp.clip(lr, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    scale = jnp.ones((logp.shape[0], 1)) if clip_scale is None else jnp.asarray(clip_scale)[:, None]
+    lo, hi = 1.0 - cfg.eps_low * scale, 1.0 + cfg.eps_high * scale
+    per_token, active = clipped_surrogate(ratio, adv, lo, hi, cfg.dual_clip)
+    metrics = {"pg_loss": masked_mean(per_token, mask),
+               "ratio_mean": masked_mean(ratio, mask),
+               **{k: masked_mean(v.astype(jnp.float32), mask) for k, v in active.items()}}
+    if ref_logp is not None:
+        kl = kl_penalty(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_estimator, cfg.kl_clamp)
+        metrics["kl"] = masked_mean(kl, mask)
+        if cfg.kl_beta:
+            per_token = per_token + cfg.kl_beta * kl
+    elif cfg.kl_beta:
+        raise ValueError("kl_beta > 0 needs ref_logp")
+    loss_sum, denom = aggregate(per_token, mask, cfg.agg_mode, cfg.norm_const)
+    return loss_sum, denom, metrics
+
+
+@register("ppo_clip", default_config=ppo_clip_config)
+def ppo_clip(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
+             *, config=None, clip_scale: Array | None = None) -> tuple[Array, Array, dict[str, Array]]:
+    """PPO/GRPO/DAPO clipped surrogate + beta * KL(pi || pi_ref), aggregated by config.agg_mode.
+
+    ratio = exp(logp - old_logp); per token -min(ratio A, clip(ratio, 1 - eps_low s, 1 + eps_high s) A)
+    with s = clip_scale (AWPO, per sequence; 1 if None), the dual clip for A < 0 when dual_clip > 0,
+    and + kl_beta * clamp(k(logp, ref_logp)) when kl_beta > 0.
+    """
+    cfg = resolve(config, ppo_clip_config())
+    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale)
+
+
+@register("gspo", default_config=gspo_config)
+def gspo(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
+         *, config=None, clip_scale: Array | None = None) -> tuple[Array, Array, dict[str, Array]]:
+    """GSPO: the clipped surrogate with one ratio per sequence, exp(mean_t (logp - old_logp)),
+    tight clip (3e-4 / 4e-4) and seq-mean-token-mean aggregation by default."""
+    cfg = resolve(config, gspo_config())
+    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale)
