@@ -1,0 +1,125 @@
+"""Reward-token resize: ids, grown shapes, untouched old rows, mean-initialised new rows, save/load."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+import tokenizers
+import transformers
+
+from rcgrpo_jax.models import (
+    HIGH_REWARD_TOKEN,
+    LOW_REWARD_TOKEN,
+    ModelConfig,
+    add_reward_tokens,
+    init_params,
+    load_hf,
+    save_hf,
+)
+
+WORDS = ["<unk>", "<|im_end|>"] + [f"w{i}" for i in range(22)]  # 24 tokens
+
+
+def _tokenizer() -> transformers.PreTrainedTokenizerFast:
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>")
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>")
+
+
+def _config(vocab_size: int, tied: bool) -> ModelConfig:
+    return ModelConfig(
+        model_type="qwen2",
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=24,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=8,
+        attention_bias=True,
+        tie_word_embeddings=tied,
+    )
+
+
+def _rows(config, params):
+    emb = np.asarray(params["embed"]["embedding"])
+    head = None if config.tie_word_embeddings else np.asarray(params["lm_head"]["kernel"]).T
+    return emb, head
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_grows_when_vocab_is_full(tied):
+    config = _config(len(WORDS), tied)
+    params = init_params(config, jax.random.key(0))
+    old_emb, old_head = _rows(config, params)
+    new_config, new_params, tok, ids = add_reward_tokens(config, params, _tokenizer())
+    assert ids == {HIGH_REWARD_TOKEN: 24, LOW_REWARD_TOKEN: 25}
+    assert new_config.vocab_size == 26 == len(tok)
+    assert dataclasses.replace(new_config, vocab_size=24) == config
+    emb, head = _rows(new_config, new_params)
+    assert emb.shape == (26, 16)
+    np.testing.assert_array_equal(emb[:24], old_emb)
+    np.testing.assert_allclose(emb[24:], np.broadcast_to(old_emb.mean(0), (2, 16)), rtol=1e-6, atol=1e-7)
+    if tied:
+        assert "lm_head" not in new_params
+    else:
+        assert head.shape == (26, 16)
+        np.testing.assert_array_equal(head[:24], old_head)
+        np.testing.assert_allclose(head[24:], np.broadcast_to(old_head.mean(0), (2, 16)), rtol=1e-6, atol=1e-7)
+    # untouched: everything but the embedding / lm_head
+    np.testing.assert_array_equal(new_params["layers"]["attn"]["q_proj"]["kernel"], params["layers"]["attn"]["q_proj"]["kernel"])
+    # they are special: not split, and dropped by skip_special_tokens
+    enc = tok.encode(f"w3 {HIGH_REWARD_TOKEN} w4")
+    assert enc == [5, 24, 6]
+    assert HIGH_REWARD_TOKEN not in tok.decode(enc, skip_special_tokens=True)
+
+
+def test_pads_grown_vocab_to_a_multiple():
+    config = _config(len(WORDS), False)
+    params = init_params(config, jax.random.key(1))
+    old_emb, _ = _rows(config, params)
+    new_config, new_params, _, ids = add_reward_tokens(config, params, _tokenizer(), pad_to_multiple_of=16)
+    assert ids == {HIGH_REWARD_TOKEN: 24, LOW_REWARD_TOKEN: 25} and new_config.vocab_size == 32
+    emb, head = _rows(new_config, new_params)
+    assert emb.shape == head.shape == (32, 16)
+    np.testing.assert_allclose(emb[24:], np.broadcast_to(old_emb.mean(0), (8, 16)), rtol=1e-6, atol=1e-7)
+
+
+def test_reuses_padding_rows_when_ids_fit():
+    """vocab_size 32 > 24 tokens (as in HF checkpoints): shapes stay, rows 24/25 become the mean of the
+    24 real-token rows, the other padding rows are left alone."""
+    config = _config(32, False)
+    params = init_params(config, jax.random.key(2))
+    old_emb, old_head = _rows(config, params)
+    new_config, new_params, _, ids = add_reward_tokens(config, params, _tokenizer())
+    assert new_config == config and ids == {HIGH_REWARD_TOKEN: 24, LOW_REWARD_TOKEN: 25}
+    emb, head = _rows(new_config, new_params)
+    assert emb.shape == head.shape == (32, 16)
+    for new, old in ((emb, old_emb), (head, old_head)):
+        np.testing.assert_array_equal(new[:24], old[:24])
+        np.testing.assert_array_equal(new[26:], old[26:])
+        np.testing.assert_allclose(new[24:26], np.broadcast_to(old[:24].mean(0), (2, 16)), rtol=1e-6, atol=1e-7)
+        assert not np.allclose(old[24], old[:24].mean(0))  # the check above is not vacuous
+
+
+def test_round_trip_and_idempotent(tmp_path):
+    config = _config(len(WORDS), False)
+    config, params, tok, ids = add_reward_tokens(config, init_params(config, jax.random.key(3)), _tokenizer())
+    save_hf(config, params, tmp_path, tokenizer=tok)
+    config2, params2 = load_hf(tmp_path)
+    assert config2 == config
+    for a, b in zip(jax.tree.leaves(params2), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b)
+    # (AutoTokenizer in transformers v5 would rebuild a Qwen2 BPE tokenizer from config.json's model_type.)
+    tok2 = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    assert {t: tok2.convert_tokens_to_ids(t) for t in ids} == ids
+    assert tok2.encode(f"w0 {LOW_REWARD_TOKEN}") == [2, 25]
+    assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path).config.vocab_size == 26
+    # Adding again (e.g. to a reloaded RCTP checkpoint) keeps the trained rows.
+    trained = jax.tree.map(lambda x: x + 1.0, params2)
+    config3, params3, tok3, ids3 = add_reward_tokens(config2, trained, tok2)
+    assert config3 == config2 and ids3 == ids and len(tok3) == 26
+    np.testing.assert_array_equal(params3["embed"]["embedding"], trained["embed"]["embedding"])
