@@ -1,0 +1,211 @@
+"""The batched multi-turn rollout driver: policy (device) <-> tool environments (host).
+
+Each row of the batch is one episode (task x reward token x rollout index). Per round, every live
+episode takes one assistant step together: the policy supplies its tokens (sampled by the model, or
+scripted), the host decodes them to text, parses tool calls with the family parser, and either calls
+`env.step` (tool results) or, when the step has no call, `env.end_turn` (next user message and any
+released tools). What the environment adds is rendered by the chat template as a delta and appended
+to the token context and the policy's KV cache. Sampled tokens are never re-tokenised and the
+history is never re-rendered into tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from rcgrpo_jax import chat
+from rcgrpo_jax.rollout import episode as ep_mod
+from rcgrpo_jax.rollout.episode import Episode
+
+REWARD_GOAL = "[Reward Goal: {token}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    max_context: int = 8192  # tokens per episode; past it the episode ends, recorded as truncated
+    max_step_tokens: int = 256  # decode budget of one assistant step
+    # Our own cap on tool steps per turn; None leaves it to the environment (BFCLEnv force-terminates
+    # past 20 steps, as BFCL does, which its verdict records).
+    max_steps_per_turn: int | None = None
+
+
+@dataclasses.dataclass
+class StepSample:
+    tokens: list[int]
+    logprobs: np.ndarray
+    stopped: bool  # ended on an end-of-turn token (else the step budget cut it)
+
+
+class Policy(Protocol):
+    """Supplies each assistant step's tokens; rows are episode indices in the batch."""
+
+    def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None: ...
+
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]: ...
+
+    def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None: ...
+
+    def finish(self, rows: Sequence[int]) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSpec:
+    env: Any  # rcgrpo_jax.envs.Environment
+    task_id: str
+    group: int = 0
+    rollout_index: int = 0
+    reward_token: str | None = None
+
+
+def with_reward_goal(messages: Sequence[dict], token: str | None) -> list[dict]:
+    """Append `[Reward Goal: <token>]` to the first user message (the RCTP-FT data format)."""
+    out = [dict(m) for m in messages]
+    if token is None:
+        return out
+    for m in out:
+        if m.get("role") == "user":
+            m["content"] = f"{m.get('content') or ''}\n{REWARD_GOAL.format(token=token)}".lstrip("\n")
+            return out
+    raise ValueError("a reward token needs a user message to attach to")
+
+
+def _assistant_message(parsed: chat.ParsedTurn) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.calls:
+        msg["tool_calls"] = [
+            {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in parsed.calls]
+    return msg
+
+
+class _Clock:
+    def __init__(self):
+        self.t = {"policy": 0.0, "env": 0.0, "chat": 0.0}
+
+    def add(self, key: str, t0: float) -> float:
+        now = time.perf_counter()
+        self.t[key] += now - t0
+        return now
+
+
+def run_episodes(
+    specs: Sequence[EpisodeSpec], policy: Policy, tokenizer, parser: chat.ToolCallParser, config: RolloutConfig,
+) -> tuple[list[Episode], dict[str, float]]:
+    """Run every episode to its end; returns the records and a time split (policy / env / chat seconds)."""
+    clock = _Clock()
+    eot = chat.end_of_turn_ids(tokenizer)
+    episodes, prompts, live = [], [], []
+    t0 = time.perf_counter()
+    for i, spec in enumerate(specs):
+        e = Episode(spec.task_id, spec.group, spec.rollout_index, spec.reward_token)
+        episodes.append(e)
+        messages, tools = spec.env.reset()
+        t0 = clock.add("env", t0)
+        e.messages, e.tools = with_reward_goal(messages, spec.reward_token), list(tools)
+        prompt = chat.render_prompt(tokenizer, e.messages, e.tools)
+        e.turn_starts.append(0)
+        e.add_context(prompt)
+        e.prompt_len = len(prompt)
+        if len(prompt) >= config.max_context:
+            e.finish(ep_mod.MAX_CONTEXT)
+            prompts.append([])  # never prefilled
+        else:
+            prompts.append(prompt)
+            live.append(i)
+        t0 = clock.add("chat", t0)
+    policy.start(prompts, [s.group for s in specs])
+    t0 = clock.add("policy", t0)
+    if len(live) < len(specs):
+        policy.finish([i for i in range(len(specs)) if i not in set(live)])
+
+    while live:
+        budgets = [min(config.max_step_tokens, config.max_context - len(episodes[i].tokens) - 1) for i in live]
+        samples = policy.act(live, budgets)
+        t0 = clock.add("policy", t0)
+        rows, deltas, ended = [], [], []
+        for i, sample in zip(live, samples):
+            e, spec = episodes[i], specs[i]
+            delta, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock)
+            if reason is None:
+                rows.append(i)
+                deltas.append(delta)
+            else:
+                e.finish(reason)
+                ended.append(i)
+        t0 = time.perf_counter()
+        if ended:
+            policy.finish(ended)
+        if rows:
+            policy.extend(rows, deltas)
+        t0 = clock.add("policy", t0)
+        live = rows
+
+    for e, spec in zip(episodes, specs):
+        try:
+            e.reward = float(spec.env.reward())
+            e.verdict = dict(spec.env.official_verdict())
+        except Exception as err:  # noqa: BLE001 - a broken scorer must not lose the batch
+            e.reward, e.verdict = 0.0, {"error": f"{type(err).__name__}: {err}"}
+    clock.add("env", t0)
+    return episodes, dict(clock.t)
+
+
+def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config: RolloutConfig, clock: _Clock):
+    """Record one assistant step and the environment's answer; returns (delta tokens, None) or (None, reason)."""
+    t0 = time.perf_counter()
+    e.add_sampled(sample.tokens, sample.logprobs)
+    e.steps += 1
+    body = sample.tokens[:-1] if sample.stopped else sample.tokens
+    # A step cut by its budget is closed with an end-of-turn token of ours (context, not sampled).
+    close = [] if sample.stopped else [eot[0]]
+    e.step_truncations += not sample.stopped
+    text = tokenizer.decode(body, skip_special_tokens=False)
+    parsed = parser.parse(text)
+    e.messages.append(_assistant_message(parsed))
+    e.parse_errors += len(parsed.errors)
+    t0 = clock.add("chat", t0)
+
+    new_messages = []
+    if parsed.calls or parsed.errors:
+        e.tool_calls += len(parsed.calls)
+        e.steps_in_turn += 1
+        results = env.step(parsed.calls) if parsed.calls else []
+        new_messages = [{"role": "tool", "name": c["name"], "content": str(r)} for c, r in zip(parsed.calls, results)]
+        new_messages += [{"role": "tool", "name": "error", "content": f"Error: {err}"} for err in parsed.errors]
+        if config.max_steps_per_turn is not None and e.steps_in_turn > config.max_steps_per_turn:
+            t0 = clock.add("env", t0)
+            return None, ep_mod.STEP_LIMIT
+    if not new_messages:
+        nxt = env.end_turn()
+        if nxt is None:
+            clock.add("env", t0)
+            return None, ep_mod.COMPLETED
+        user_messages, tools = nxt
+        e.turn += 1
+        e.steps_in_turn = 0
+        # e.tools stays the first turn's list: the template renders it once at the top, and the
+        # env's release message carries the docs of released functions (see bfcl.release_message).
+        new_messages = list(user_messages)
+    if getattr(env, "done", False):
+        e.env_reason = getattr(env, "done_reason", None)
+        clock.add("env", t0)
+        return None, ep_mod.ENV_DONE
+    t0 = clock.add("env", t0)
+
+    try:
+        delta = chat.render_delta(tokenizer, e.messages, new_messages, e.tools)
+    except Exception as err:  # noqa: BLE001 - e.g. a template that cannot append; end cleanly
+        e.env_reason = f"render_delta: {type(err).__name__}: {err}"[:500]
+        clock.add("chat", t0)
+        return None, "render_error"
+    if new_messages[0].get("role") != "tool":
+        e.turn_starts.append(len(e.tokens))
+    e.messages.extend(new_messages)
+    clock.add("chat", t0)
+    delta = close + delta
+    if len(e.tokens) + len(delta) + 1 > config.max_context:
+        return None, ep_mod.MAX_CONTEXT
+    e.add_context(delta)
+    return delta, None

@@ -1,0 +1,166 @@
+"""Policies the rollout engine drives: the model (sampler over a live KV cache) and scripted ones.
+
+The engine asks a policy for each assistant step's tokens and tells it what was appended after;
+the model policy keeps one `DecodeSession` row per live episode, so the KV cache survives across
+steps and turns and only deltas are prefilled. The scripted policy emits fixed assistant texts through
+the tokenizer (the oracle: ground-truth calls formatted by the family parser), which proves the token
+bookkeeping end to end without a trained model.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from rcgrpo_jax import sharding
+from rcgrpo_jax.models import ModelConfig
+from rcgrpo_jax.rollout.engine import StepSample
+from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling.sample_fns import SamplingParams
+from rcgrpo_jax.sampling.sampler import batch_multiple
+from rcgrpo_jax.sampling.session import DecodeSession
+
+SHRINK = "shrink"  # finished rows leave the batch (it is re-gathered into a smaller bucket)
+KEEP = "keep"  # finished rows stay in the batch, skipped by the sampler but still computed
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s[k] == first[k]:
+            k += 1
+        n = k
+    return n
+
+
+class ModelPolicy:
+    """Samples assistant steps from a model; one cache row per episode.
+
+    Prefix sharing: the episodes of one group (same task) share the longest common prefix of their
+    prompts (system + tools + first user text up to the reward goal); it is prefilled once per group
+    and its cache row broadcast, then each episode's own suffix is appended.
+    """
+
+    def __init__(
+        self, config: ModelConfig, params, *, stop_ids: Sequence[int], max_step_tokens: int, max_context: int,
+        sampling: SamplingParams = SamplingParams(), prefill_chunk: int = 256, mesh: Mesh | None = None,
+        rules: sharding.Rules = sharding.DECODE_RULES, rng: jax.Array | None = None, slot_mode: str = SHRINK,
+        share_prefix: bool = True,
+    ):
+        if slot_mode not in (SHRINK, KEEP):
+            raise ValueError(f"slot_mode must be {SHRINK!r} or {KEEP!r}, got {slot_mode!r}")
+        self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
+        self.stop_ids = tuple(stop_ids)
+        self.max_step_tokens, self.max_context = max_step_tokens, max_context
+        self.sampling, self.chunk, self.rng = sampling, prefill_chunk, rng
+        self.slot_mode, self.share_prefix = slot_mode, share_prefix
+        # Longest row + room for one more block (compaction keeps a row's real tokens <= max_context).
+        self.capacity = max_context + max(prefill_chunk, buckets.length_bucket(max_step_tokens))
+        self.session: DecodeSession | None = None
+        self.row_of: dict[int, int] = {}  # episode -> session row
+        self.stats = {"rows_computed": 0, "rows_live": 0, "shrinks": 0}
+
+    def _new_session(self, rows: int) -> DecodeSession:
+        return DecodeSession(
+            self.config, self.params, rows, self.capacity, sampling=self.sampling,
+            max_new_tokens=buckets.length_bucket(self.max_step_tokens), prefill_chunk=self.chunk, mesh=self.mesh,
+            rules=self.rules, rng=self.rng)
+
+    def _rows(self, n: int) -> int:
+        return buckets.batch_bucket(n, batch_multiple(self.mesh))
+
+    def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
+        n = len(prompts)
+        order = list(dict.fromkeys(groups)) if self.share_prefix else list(range(n))
+        key = (lambda i: groups[i]) if self.share_prefix else (lambda i: i)
+        members = {g: [i for i in range(n) if key(i) == g] for g in order}
+        cut = {g: _common_prefix([prompts[i] for i in members[g]]) for g in order}
+        # One row per group holding its shared prefix, then broadcast to one row per episode.
+        self.session = self._new_session(self._rows(len(order)))
+        self.session.append([prompts[members[g][0]][: cut[g]] for g in order])
+        group_row = {g: r for r, g in enumerate(order)}
+        src = [group_row[key(i)] for i in range(n)]
+        src += [src[0]] * (self._rows(n) - n)  # padding rows: copies, never decoded
+        self.session.select(src)
+        self.session.append([prompts[i][cut[key(i)]:] for i in range(n)])
+        self.row_of = {i: i for i in range(n)}
+
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]:
+        sess = self.session
+        full = np.zeros((sess.rows,), np.int32)
+        for i, b in zip(rows, budgets):
+            full[self.row_of[i]] = max(int(b), 0)
+        self.stats["rows_computed"] += sess.rows
+        self.stats["rows_live"] += len(rows)
+        out = sess.decode(full, self.stop_ids)
+        return [StepSample(*out[self.row_of[i]]) for i in rows]
+
+    def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
+        full: list[Sequence[int]] = [()] * self.session.rows
+        for i, d in zip(rows, deltas):
+            full[self.row_of[i]] = d
+        self.session.append(full)
+
+    def finish(self, rows: Sequence[int]) -> None:
+        for i in rows:
+            self.row_of.pop(i, None)
+        if self.slot_mode != SHRINK or not self.row_of:
+            return
+        want = self._rows(len(self.row_of))
+        if want < self.session.rows:
+            live = sorted(self.row_of)
+            src = [self.row_of[i] for i in live]
+            self.session.select(src + [src[0]] * (want - len(src)))
+            self.row_of = {i: r for r, i in enumerate(live)}
+            self.stats["shrinks"] += 1
+
+
+class ScriptedPolicy:
+    """Emits fixed assistant texts, in order, per episode: tokens = encode(text) + [end of turn].
+
+    Its "sampled" tokens carry log-prob 0; they go through the same engine, tokenizer and parser
+    as a model's.
+    """
+
+    def __init__(self, tokenizer, scripts: Sequence[Sequence[str]], eot_id: int):
+        self.tokenizer, self.eot_id = tokenizer, eot_id
+        self.scripts = [list(s) for s in scripts]
+        self.cursor = [0] * len(scripts)
+
+    def start(self, prompts, groups) -> None:
+        self.cursor = [0] * len(self.scripts)
+
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]:
+        out = []
+        for i, budget in zip(rows, budgets):
+            script = self.scripts[i]
+            text = script[self.cursor[i]] if self.cursor[i] < len(script) else ""
+            self.cursor[i] += 1
+            toks = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [self.eot_id]
+            stopped = len(toks) <= budget
+            toks = toks[: max(budget, 0)]
+            out.append(StepSample(toks, np.zeros((len(toks),), np.float32), stopped))
+        return out
+
+    def extend(self, rows, deltas) -> None:
+        pass
+
+    def finish(self, rows) -> None:
+        pass
+
+
+FINAL_ANSWER = "Done."
+
+
+def oracle_texts(script: Sequence[Sequence[Sequence[dict]]], parser) -> list[str]:
+    """Assistant texts that play a turn -> steps -> calls script: each step's calls formatted by the
+    family parser, then a plain answer that ends the turn."""
+    texts = []
+    for steps in script:
+        texts.extend(parser.format(calls) for calls in steps)
+        texts.append(FINAL_ANSWER)
+    return texts

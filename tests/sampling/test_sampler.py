@@ -1,0 +1,133 @@
+"""The jitted sampler against HF transformers (PyTorch CPU) on tiny random Qwen2 and LLaMA checkpoints."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from rcgrpo_jax import models, sharding
+from rcgrpo_jax.sampling import SamplingParams, generate
+from rcgrpo_jax.sampling.sample_fns import filtered_logits
+from rcgrpo_jax.sampling.session import DecodeSession
+
+PROMPT_LENS = (3, 11, 7, 20)
+NEW = 12
+
+
+def _hf_model(arch: str, path: str):
+    common = dict(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3, tie_word_embeddings=False,
+    )
+    if arch == "qwen2":
+        cfg = transformers.Qwen2Config(**common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        cfg = transformers.LlamaConfig(
+            **common, rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                       "rope_theta": 500000.0})
+        cls = transformers.LlamaForCausalLM
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def checkpoint(request, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp(request.param))
+    hf = _hf_model(request.param, path)
+    config, params = models.load_hf(path, dtype="float32")
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(1, 96, n).tolist() for n in PROMPT_LENS]
+    return hf, config, params, prompts
+
+
+def _hf_greedy(hf, prompts, new):
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                      do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out[:, width:].tolist()
+
+
+def _hf_logprobs(hf, seq):
+    with torch.no_grad():
+        logits = hf(torch.tensor([seq])).logits[0].double()
+    return torch.log_softmax(logits, -1).numpy()
+
+
+def test_greedy_matches_hf_generate_and_full_forward_logprobs(checkpoint):
+    hf, config, params, prompts = checkpoint
+    want = _hf_greedy(hf, prompts, NEW)
+    res = generate(config, params, prompts, max_new_tokens=NEW)
+    assert res.tokens == want
+    assert res.lengths == [NEW] * len(prompts) and not any(res.stopped)
+    for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
+        full = _hf_logprobs(hf, p + toks)
+        ref = full[np.arange(len(p) - 1, len(p) + NEW - 1), toks]
+        np.testing.assert_allclose(lps, ref, atol=2e-4)
+
+
+def test_stop_tokens_per_row_and_chunked_prefill(checkpoint):
+    hf, config, params, prompts = checkpoint
+    full = generate(config, params, prompts, max_new_tokens=NEW).tokens
+    stops = [(row[4],) for row in full]  # each row stops at the first occurrence of its 5th token
+    res = generate(config, params, prompts, max_new_tokens=NEW, stop_token_ids=stops, prefill_chunk=16)
+    for row, stop, got, stopped in zip(full, stops, res.tokens, res.stopped):
+        cut = row.index(stop[0]) + 1
+        assert got == row[:cut] and stopped
+
+
+def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
+    _, config, params, prompts = checkpoint
+    sp = SamplingParams(temperature=1.3, top_k=20, top_p=0.9)
+    res = generate(config, params, prompts, max_new_tokens=NEW, temperature=sp.temperature, top_k=sp.top_k,
+                   top_p=sp.top_p, rng=jax.random.key(7))
+    again = generate(config, params, prompts, max_new_tokens=NEW, temperature=sp.temperature, top_k=sp.top_k,
+                     top_p=sp.top_p, rng=jax.random.key(7))
+    assert res.tokens == again.tokens  # same key, same draw
+    for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
+        logits = models.apply(config, params, jnp.asarray([p + toks]))[0, len(p) - 1: -1]
+        vals, ids = filtered_logits(logits, sp)
+        logp = np.asarray(jax.nn.log_softmax(vals, -1))
+        ids = np.asarray(ids)
+        for t, tok in enumerate(toks):
+            (j,) = np.nonzero(ids[t] == tok)[0]
+            np.testing.assert_allclose(lps[t], logp[t, j], atol=2e-4)
+
+
+def test_session_append_continues_like_a_fresh_prompt(checkpoint):
+    """Decode, append deltas of different lengths to the live cache, decode again; compaction included."""
+    _, config, params, prompts = checkpoint
+    sess = DecodeSession(config, params, len(prompts), capacity=64, sampling=SamplingParams(),
+                         max_new_tokens=8, prefill_chunk=16)
+    sess.append(prompts)
+    first = sess.decode([5, 8, 3, 6], ())
+    deltas = [[5, 6, 7], [9], list(range(10, 30)), [40, 41]]
+    sess.append(deltas)
+    second = sess.decode([8] * 4, ())
+    sess.append([[1, 2]] * 4)  # 64 slots are short by now: forces a compaction
+    third = sess.decode([4] * 4, ())
+    assert sess.stats["compactions"] >= 1
+    for i, p in enumerate(prompts):
+        ctx = p + first[i][0] + deltas[i]
+        assert second[i][0] == generate(config, params, [ctx], max_new_tokens=8).tokens[0]
+        ctx = ctx + second[i][0] + [1, 2]
+        ref = generate(config, params, [ctx], max_new_tokens=4)
+        assert third[i][0] == ref.tokens[0]
+        np.testing.assert_allclose(third[i][1], ref.logprobs[0], atol=2e-4)
+
+
+def test_generate_on_a_mesh_matches_single_device(checkpoint):
+    _, config, params, prompts = checkpoint
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
+    res = generate(config, placed, prompts, max_new_tokens=NEW, mesh=mesh)
+    assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
