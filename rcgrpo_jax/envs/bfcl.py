@@ -32,6 +32,17 @@ CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
 RELEASE_MESSAGE = "I have updated some more functions you can choose from. What about now?"
 
+
+
+def release_message(released_tools: Sequence[Tool]) -> str:
+    """The user message of a miss_func release turn, in BFCL's prompting form: the released docs,
+    then BFCL's text. The docs travel in the message because a chat template renders the tool list
+    once, at the top of the context, and an append-only context cannot rewrite it; the rollout
+    engine and the SFT data both keep the first turn's tool list and read releases from here."""
+    docs = json.dumps([t["function"] for t in released_tools])
+    return f"{docs}\n{RELEASE_MESSAGE}"
+
+
 # Class -> function-doc file (mirrors bfcl_eval's MULTI_TURN_FUNC_DOC_FILE_MAPPING).
 _DOC_FILES = {
     "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json",
@@ -401,9 +412,11 @@ class BFCLEnv:
         self._callable = (_all_specs(self.task) if self.config.held_out_callable
                                else {name: spec for name, spec, _ in visible})
         messages = copy.deepcopy(list(self.task.entry["question"][turn]))
+        tools = tools_for(self.task, turn)
         if not messages and turn in self.task.held_out:
-            messages = [{"role": "user", "content": RELEASE_MESSAGE}]
-        return messages, tools_for(self.task, turn)
+            released = [t for t in tools if t["function"]["name"] in self.task.held_out[turn]]
+            messages = [{"role": "user", "content": release_message(released)}]
+        return messages, tools
 
     def _finish_step(self, records: list[CallRecord], reason: str | None) -> None:
         self._turns[-1].append(records)
@@ -466,5 +479,5 @@ def run_script(env: BFCLEnv, script: Sequence[Sequence[Sequence[Any]]]) -> BFCLE
         turn += 1
 
 
-__all__ = ["BFCLEnv", "CATEGORIES", "EnvConfig", "Task", "get_task", "ground_truth_calls",
+__all__ = ["BFCLEnv", "CATEGORIES", "EnvConfig", "Task", "get_task", "ground_truth_calls", "release_message",
            "ground_truth_script", "load_tasks", "run_script", "tools_for", "CLASS_MODULES"]
