@@ -1,0 +1,33 @@
+"""RCTP-FT (stage 1): a reward-conditioned trajectory policy on expert + failure trajectories, 1:1.
+
+The first user message of each example ends with `[Reward Goal: <|high_reward|>]` or
+`[Reward Goal: <|low_reward|>]`; the two reward tokens are added to the tokenizer and the embeddings
+are resized before training (paper Table 11: lr 1e-5, batch 16, 5 epochs, AdamW).
+
+  python -m rcgrpo_jax.main --config=configs/rctp_ft.py:tiny --workdir=/tmp/rctp
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import common  # noqa: E402
+
+
+def get_config(arg: str | None = None):
+  preset = common.parse_preset(arg)
+  c = common.base("rctp_ft", preset, lr=1e-5)
+  c.data.kind = "rctp"  # expert (high) + failure (low) trajectories with the reward goal text
+  c.train.epochs = 5
+  c.add_reward_tokens = True
+  if preset == "tiny":
+    c.optim.lr = 3e-3
+    c.optim.warmup_ratio = 0.1
+    c.train.batch_size = 4
+    c.train.grad_accum = 4  # one 4-8k-token sequence at a time keeps CPU memory to a few GB
+    c.train.epochs = 100
+    c.train.max_steps = 6
+    c.checkpoint.every_steps = 2
+    c.train.logprob_chunk = 256
+  else:
+    c.train.grad_accum = 4  # see sft.py
+  return c
