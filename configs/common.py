@@ -67,11 +67,16 @@ def sharding() -> ml_collections.ConfigDict:
 
 def data(preset: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from the BFCL split
-  # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer.
-  c.buckets = (2048, 4096, 6144, 8192) if preset == "tiny" else (4096, 8192, 16384)
+  # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
+  # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
+  c.source = "world" if preset == "tiny" else "bfcl"
+  c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16})
+  c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source
+  # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
+  # carry 3-9 docs.
+  c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)
   c.truncate = True  # longer examples are cut to the largest bucket (else dropped); both are counted
-  c.max_examples = 16 if preset == "tiny" else -1  # -1 = all (tiny: the first 16 train tasks)
+  c.max_examples = -1  # > 0 keeps the first N train tasks (quick debugging); -1 = all
   return c
 
 

@@ -40,15 +40,15 @@ def add_reward_goal(messages: Sequence[dict], high: bool) -> list[dict]:
     raise ValueError("no user message to condition")
 
 
-def _tasks(ids: Iterable[str]) -> list[bfcl.Task]:
-    return [bfcl.get_task(i) for i in ids]
+def _tasks(ids: Iterable[str | bfcl.Task]) -> list[bfcl.Task]:
+    return [i if isinstance(i, bfcl.Task) else bfcl.get_task(i) for i in ids]
 
 
-def expert_records(ids: Iterable[str]) -> list[dict]:
+def expert_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
     return [trajectories.expert_trajectory(t) for t in _tasks(ids)]
 
 
-def failure_records(ids: Iterable[str], *, seed: int = 0) -> list[dict]:
+def failure_records(ids: Iterable[str | bfcl.Task], *, seed: int = 0) -> list[dict]:
     return [r for t in _tasks(ids) for r in trajectories.failure_trajectories(t, seed=seed)]
 
 
@@ -79,13 +79,13 @@ def rctp_records(experts: Sequence[dict], failures: Sequence[dict], *, seed: int
     return out
 
 
-def rl_records(ids: Iterable[str]) -> list[dict]:
-    return [{"id": i} for i in ids]
+def rl_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
+    return [{"id": t.id} for t in _tasks(ids)]
 
 
 def build_all(out_dir: str | Path, *, split: str = "train", seed: int = 0,
-              ids: Sequence[str] | None = None) -> dict[str, Path]:
-    """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit `ids`)."""
+              ids: Sequence[str | bfcl.Task] | None = None) -> dict[str, Path]:
+    """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks)."""
     out_dir = Path(out_dir)
     ids = list(ids) if ids is not None else splits.split(split)
     experts = expert_records(ids)

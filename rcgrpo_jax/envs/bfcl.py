@@ -26,7 +26,7 @@ from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import CallRecord, FunctionSpec, Limits
 from rcgrpo_jax.envs.isolation import (CLASS_MODULES, INSTALL_HINT, new_instance, package_lock,
                                        tool_class)
-from rcgrpo_jax.envs.schema import to_openai_tool
+from rcgrpo_jax.envs.schema import compact_tool, to_openai_tool
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
@@ -229,7 +229,9 @@ def tools_for(task: Task, turn: int) -> list[Tool]:
     string, much cheaper than deep-copying ~28 nested dicts per turn)."""
     released = max([t for t in task.held_out if t <= turn], default=-1)
     held_out = tuple(sorted(task.held_out.items()))
-    return json.loads(_tools_json(task.involved_classes, held_out, released, task.allowed_functions))
+    tools = json.loads(_tools_json(task.involved_classes, held_out, released, task.allowed_functions))
+    # Our extension for generated worlds: short docs, so a tiny model's prompt stays short.
+    return [compact_tool(t) for t in tools] if task.entry.get("compact_docs") else tools
 
 
 def _all_specs(task: Task) -> dict[str, FunctionSpec]:

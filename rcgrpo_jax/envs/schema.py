@@ -75,6 +75,27 @@ def to_openai_tool(doc: Mapping[str, Any], *, hint: str = PYTHON_HINT) -> dict:
     }
 
 
+def compact_tool(tool: Mapping[str, Any]) -> dict:
+    """A short form of an OpenAI tool for small models: the description cut to its first sentence,
+    parameter descriptions dropped; names, types, enums, defaults and required lists kept (so
+    validation and the model's view of the signature are unchanged)."""
+    fn = tool["function"]
+    text = fn.get("description", "").replace(PYTHON_HINT, "")
+    # BFCL's descriptions open with the class's blurb and then "Tool description: <what it does>".
+    text = text.split("Tool description:", 1)[-1]
+    first = text.strip().split(". ")[0].strip().rstrip(".")
+
+    def strip(schema: Any) -> Any:
+        if isinstance(schema, dict):
+            return {k: strip(v) for k, v in schema.items() if k != "description"}
+        if isinstance(schema, list):
+            return [strip(v) for v in schema]
+        return schema
+
+    return {"type": "function", "function": {"name": fn["name"], "description": first + ".",
+                                             "parameters": strip(fn.get("parameters", {}))}}
+
+
 def _type_name(value: Any) -> str:
     return type(value).__name__
 

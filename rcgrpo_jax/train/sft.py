@@ -279,7 +279,8 @@ def model_dir(config, workdir: str) -> str:
   path = os.path.join(workdir, "tiny_model")
   if not os.path.exists(os.path.join(path, "config.json")):
     if jax.process_index() == 0:
-      build_tiny_checkpoint(path, arch=config.model.tiny_arch)
+      from rcgrpo_jax.data import sources
+      build_tiny_checkpoint(path, arch=config.model.tiny_arch, corpus=sources.tokenizer_corpus(config.data))
     _sync("tiny_model")
   return path
 
@@ -356,20 +357,17 @@ def total_steps(config, steps_per_epoch: int) -> int:
 
 
 def load_examples(config, workdir: str) -> list[dict]:
-  """`data.path`, else the stage's dataset built from the BFCL train split into workdir/data (SFT: expert
+  """`data.path`, else the stage's dataset built from the train tasks of `data.source` into workdir/data (SFT: expert
   trajectories; RCTP-FT: expert + failure 1:1 with reward goals), over the first `data.max_examples`
   tasks when that is set."""
   if config.data.path:
     return read_jsonl(config.data.path)
-  from rcgrpo_jax.data import datasets, splits
+  from rcgrpo_jax.data import datasets, sources
   out = os.path.join(workdir, "data")
   name = {"expert": "sft.jsonl", "rctp": "rctp_ft.jsonl"}[config.data.kind]
   if not os.path.exists(os.path.join(out, name)):
     if jax.process_index() == 0:
-      ids = splits.split("train")
-      if int(config.data.max_examples) > 0:
-        ids = ids[: int(config.data.max_examples)]
-      datasets.build_all(out, split="train", seed=int(config.seed), ids=ids)
+      datasets.build_all(out, split="train", seed=int(config.seed), ids=sources.tasks(config.data, "train"))
     _sync("sft_data")
   return read_jsonl(os.path.join(out, name))
 

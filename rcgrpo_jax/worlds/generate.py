@@ -35,6 +35,7 @@ def to_entry(s: Session, task_id: str) -> dict:
         "involved_classes": s.involved_classes,
         "ground_truth": s.ground_truth,
         "allowed_functions": [t for c in s.involved_classes for t in CLASS_TOOLS[c]],
+        "compact_docs": True,  # the env shows short tool docs (rcgrpo_jax.envs.schema.compact_tool)
     }
 
 

@@ -89,3 +89,20 @@ json_values = st.recursive(
 def test_check_arguments_never_raises(arguments):
     result = schema.check_arguments(arguments, PARAMS)
     assert result is None or isinstance(result, str)
+
+
+def test_compact_tool_keeps_the_signature_and_drops_prose():
+    from rcgrpo_jax.envs.bfcl import function_docs
+    from rcgrpo_jax.envs.schema import compact_tool, to_openai_tool
+    doc = next(d for d in function_docs("GorillaFileSystem") if d["name"] == "mv")
+    full = to_openai_tool(doc)
+    short = compact_tool(full)
+    fn = short["function"]
+    assert fn["name"] == "mv" and "belongs to" not in fn["description"] and "Python 3" not in fn["description"]
+    assert fn["description"].endswith(".") and len(fn["description"]) < len(full["function"]["description"])
+    params = fn["parameters"]
+    assert params["required"] == full["function"]["parameters"]["required"]
+    assert set(params["properties"]) == set(full["function"]["parameters"]["properties"])
+    assert all("description" not in p for p in params["properties"].values())
+    assert all(p["type"] == full["function"]["parameters"]["properties"][k]["type"]
+               for k, p in params["properties"].items())

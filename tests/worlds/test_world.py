@@ -69,7 +69,7 @@ def test_sizes_categories_and_unique_ids(world):
 def test_bfcl_entry_format(world):
     for task in world[0] + world[1]:
         assert set(task) == {"id", "question", "initial_config", "involved_classes", "ground_truth",
-                             "allowed_functions"}
+                             "allowed_functions", "compact_docs"}
         assert 2 <= len(task["question"]) == len(task["ground_truth"]) <= 3
         for turn, calls in zip(task["question"], task["ground_truth"]):
             assert len(turn) == 1 and turn[0]["role"] == "user" and turn[0]["content"]
