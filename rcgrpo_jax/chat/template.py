@@ -16,6 +16,11 @@ past reasoning, or the tool list changed) and `NotAppendOnlyError` is raised. On
 the boundary is tokenised, with ``add_special_tokens=False``. The suffix starts right after a
 special token, so its tokens are the ones a full rendering would produce whenever the template
 separates turns with special tokens (both of our families do).
+
+Cost. Only an anchor of the history is rendered: its head (through the first user message, where
+templates put the system prompt and the tool block) and its tail (from the last assistant message).
+A BFCL step then costs two short renderings instead of two of the whole, growing history; a template
+whose anchor renderings are not prefix-consistent falls back to the whole history.
 """
 from __future__ import annotations
 
@@ -85,18 +90,49 @@ def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def render_delta(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
-                 tools: Sequence[Tool] | None = None) -> list[int]:
-    """Tokens to append after the assistant turn that ends `history`, so that the context becomes
-    ``history + new_messages`` followed by the generation prompt. See the module docstring."""
-    if not history or history[-1].get("role") != "assistant":
-        raise ValueError("render_delta needs a history that ends with an assistant message")
+def _anchor(history: Sequence[Message]) -> list[Message] | None:
+    """A short stand-in for `history` with the same rendered tail: the head (messages up to and
+    including the first user message: system prompt, tool block, anything a template renders once
+    per conversation) plus the trailing messages back to the last assistant message. None when
+    that is the whole history anyway."""
+    first_user = next((i for i, m in enumerate(history) if m.get("role") == "user"), None)
+    last_assistant = max(i for i, m in enumerate(history) if m.get("role") == "assistant")
+    if first_user is None or last_assistant <= first_user + 1:
+        return None
+    return list(history[:first_user + 1]) + list(history[last_assistant:])
+
+
+def _render_pair(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
+                 tools: Sequence[Tool] | None) -> tuple[str, str, int]:
+    """(history text, history + new text with the generation prompt, end of the last end-of-turn)."""
     short = render_text(tokenizer, history, tools, add_generation_prompt=False)
     full = render_text(tokenizer, list(history) + list(new_messages), tools, add_generation_prompt=True)
     ends = [tokenizer.convert_ids_to_tokens(i) for i in end_of_turn_ids(tokenizer)]
     boundary = max((short.rfind(e) + len(e) for e in ends if e in short), default=-1)
     if boundary < 0:
         raise ValueError(f"no end-of-turn token {ends} in the rendered history")
+    return short, full, boundary
+
+
+def render_delta(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
+                 tools: Sequence[Tool] | None = None) -> list[int]:
+    """Tokens to append after the assistant turn that ends `history`, so that the context becomes
+    ``history + new_messages`` followed by the generation prompt. See the module docstring.
+
+    Cost: the template renders only an anchor (the conversation's head plus its trailing messages
+    from the last assistant message, see `_anchor`) instead of the whole history, twice: in an
+    append-only template the text after the seam depends only on those. If the anchor's two
+    renderings are not prefix-consistent, the whole history is rendered instead (which raises
+    `NotAppendOnlyError` if the template really rewrites earlier turns).
+    """
+    if not history or history[-1].get("role") != "assistant":
+        raise ValueError("render_delta needs a history that ends with an assistant message")
+    anchor = _anchor(history)
+    if anchor is not None:
+        short, full, boundary = _render_pair(tokenizer, anchor, new_messages, tools)
+        if full[:boundary] == short[:boundary]:
+            return _encode(tokenizer, full[boundary:])
+    short, full, boundary = _render_pair(tokenizer, history, new_messages, tools)
     if full[:boundary] != short[:boundary]:
         at = next(i for i, (a, b) in enumerate(zip(short, full)) if a != b)
         raise NotAppendOnlyError(

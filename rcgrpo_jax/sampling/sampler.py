@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.models import KVCache, ModelConfig
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling import buckets, decode_step
 from rcgrpo_jax.sampling.sample_fns import SamplingParams, sample
 from rcgrpo_jax.sampling.state import DecodeOutput, DecodeState
 
@@ -49,9 +49,15 @@ class Sampler:
         """Append a left-padded block [B, T] to the cache; returns last-column logits [B, V] f32."""
         return _prefill(self, params, tokens, positions, token_mask, cache)
 
-    def decode(self, params, logits, positions, cache: KVCache, stop_ids, budgets, rng) -> DecodeOutput:
-        """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward."""
-        return _decode(self, params, logits, positions, cache, stop_ids, budgets, rng)
+    def decode(self, params, logits, positions, cache: KVCache, stop_ids, budgets, rng,
+               span: int | None = None) -> DecodeOutput:
+        """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward.
+
+        span: static number of leading cache slots the loop works on (attends over); the caller
+        guarantees index + max_new_tokens <= span. None = the whole cache.
+        """
+        span = cache.max_len if span is None else min(int(span), cache.max_len)
+        return _decode(self, span, params, logits, positions, cache, stop_ids, budgets, rng)
 
 
 def _logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Array:
@@ -83,10 +89,12 @@ def _prefill_impl(s: Sampler, params, tokens, positions, token_mask, cache):
 _prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(5,))
 
 
-def _decode_impl(s: Sampler, params, logits, positions, cache, stop_ids, budgets, rng) -> DecodeOutput:
+def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_ids, budgets, rng) -> DecodeOutput:
     config, n = s.config, s.max_new_tokens
     batch = logits.shape[0]
     budgets = jnp.minimum(budgets.astype(jnp.int32), n)
+    # Re-lay out weights and cache once per call, outside the loop (see decode_step's docstring).
+    weights = decode_step.prepare_weights(params)
     init = DecodeState(
         step=jnp.zeros((), jnp.int32),
         done=budgets <= 0,
@@ -98,8 +106,9 @@ def _decode_impl(s: Sampler, params, logits, positions, cache, stop_ids, budgets
         lengths=jnp.zeros((batch,), jnp.int32),
         budgets=budgets,
         stop_ids=stop_ids.astype(jnp.int32),
-        cache=cache,
+        cache=decode_step.prepare_kv(cache, span),
         rng=rng,
+        index=cache.index,
     )
 
     def cond(st: DecodeState):
@@ -114,30 +123,30 @@ def _decode_impl(s: Sampler, params, logits, positions, cache, stop_ids, budgets
         lengths = st.lengths + live
         hit_stop = live & jnp.any(tok[:, None] == st.stop_ids, axis=-1)
         # The sampled token goes into the cache even when it ends the row: the engine appends after it.
-        hidden, cache = models.forward(
-            config, params, tok[:, None], st.positions[:, None], live[:, None], st.cache, return_hidden=True
-        )
+        hidden, kv = decode_step.step(
+            config, weights, st.cache, tok[:, None], st.positions[:, None], live[:, None], st.index)
         return st.replace(
             step=st.step + 1,
             done=st.done | hit_stop | (lengths >= st.budgets),
             stopped=st.stopped | hit_stop,
             positions=st.positions + live,
-            logits=jnp.where(live[:, None], _logits_last(config, params, hidden[:, -1]), st.logits),
+            logits=jnp.where(live[:, None], _logits_last(config, params, hidden), st.logits),
             tokens=jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.step)),
             logprobs=jax.lax.dynamic_update_slice(st.logprobs, lp[:, None], (0, st.step)),
             lengths=lengths,
-            cache=cache,
+            cache=kv,
             rng=rng,
+            index=st.index + 1,
         )
 
     st = jax.lax.while_loop(cond, body, init)
     return DecodeOutput(
         tokens=st.tokens, logprobs=st.logprobs, lengths=st.lengths, stopped=st.stopped,
-        positions=st.positions, logits=st.logits, cache=st.cache,
+        positions=st.positions, logits=st.logits, cache=decode_step.restore(cache, st.cache, st.index),
     )
 
 
-_decode = jax.jit(_decode_impl, static_argnums=0, donate_argnums=(4,))
+_decode = jax.jit(_decode_impl, static_argnums=(0, 1), donate_argnums=(5,))
 
 
 # ----------------------------------------------------------------------------- host-side helpers

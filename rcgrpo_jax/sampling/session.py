@@ -127,9 +127,12 @@ class DecodeSession:
             return [([], np.zeros((0,), np.float32), False)] * self.rows
         self._room(int(budgets.max()))
         self.rng, key = jax.random.split(self.rng)
+        # The loop attends over (and re-lays out) only the slots it can reach: a power-of-two span,
+        # so a long rollout compiles the decode loop a handful of times, not once per length.
+        span = min(self.capacity, buckets.batch_bucket(max(self.index + int(budgets.max()), 256)))
         out = self.sampler.decode(
             self.params, self.logits, put_batch(self.positions, self.mesh), self.cache,
-            put_batch(stop_table(stop_ids, self.rows), self.mesh), put_batch(budgets, self.mesh), key)
+            put_batch(stop_table(stop_ids, self.rows), self.mesh), put_batch(budgets, self.mesh), key, span=span)
         self.cache, self.logits = out.cache, out.logits
         toks, lps, lens, stopped, index = jax.device_get(
             (out.tokens, out.logprobs, out.lengths, out.stopped, out.cache.index))

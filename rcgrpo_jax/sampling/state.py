@@ -5,6 +5,7 @@ import flax.struct
 import jax
 
 from rcgrpo_jax.models import KVCache
+from rcgrpo_jax.sampling.decode_step import LayerKV
 
 
 @flax.struct.dataclass
@@ -21,8 +22,9 @@ class DecodeState:
     lengths: jax.Array  # int32 [B]: tokens sampled per row
     budgets: jax.Array  # int32 [B]: per-row cap on tokens this call
     stop_ids: jax.Array  # int32 [B, K]: per-row stop tokens, -1 = unused
-    cache: KVCache
+    cache: LayerKV  # the first `span` cache slots, per layer, in the decode loop's layout
     rng: jax.Array
+    index: jax.Array  # int32 []: next cache slot to write
 
 
 @flax.struct.dataclass

@@ -1,10 +1,12 @@
 """Append-only rendering through the checkpoint's own chat template, for both families."""
 import copy
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rcgrpo_jax.chat import template
 from rcgrpo_jax.chat import (NotAppendOnlyError, end_of_turn_ids, family_for, get_parser, render_delta,
                              render_prompt, render_text)
 
@@ -133,3 +135,65 @@ def test_template_renders_tool_calls_exactly_as_the_parser_formats_them(tiny_tok
                        add_generation_prompt=False)
     eot = tok.convert_ids_to_tokens(end_of_turn_ids(tok)[0])
     assert full.startswith(prompt + get_parser(family_for(arch)).format(calls) + eot)
+
+
+def _whole_history_delta(tok, history, new, tools):
+    """The reference: the seam found on renderings of the whole history (what render_delta avoids)."""
+    short, full, boundary = template._render_pair(tok, history, new, tools)
+    assert full[:boundary] == short[:boundary]
+    return tok(full[boundary:], add_special_tokens=False)["input_ids"]
+
+
+def _with_release_turn(arch):
+    """conversation() plus a miss_func-style release: a user turn whose content carries JSON docs."""
+    docs = json.dumps([TOOLS[3]["function"], {"name": "touch", "description": "Create a file.",
+                                              "parameters": {"type": "dict", "properties": {"f": {"type": "string"}}}}])
+    conv = conversation(arch)
+    return conv[:-1] + [{"role": "assistant", "content": "", "tool_calls": [
+        {"name": "ls", "arguments": {"a": False}}]}, {"role": "tool", "content": '["x", "y"]'},
+        {"role": "assistant", "content": "I cannot count words without a tool."},
+        {"role": "user", "content": "Functions now available:\n" + docs + "\nPlease continue."}]
+
+
+def test_anchor_delta_equals_the_whole_history_delta_at_every_step(tiny_tokenizer, monkeypatch):
+    """At every assistant turn of a multi-step tool conversation with a release turn, the anchor's delta is
+    token-for-token the whole history's, and only the anchor (head + tail) reaches the template."""
+    arch, tok = tiny_tokenizer
+    conv = _with_release_turn(arch)
+    turns = [i for i, m in enumerate(conv) if m["role"] == "assistant"]
+    expected = {}
+    for k, i in enumerate(turns):
+        nxt = turns[k + 1] if k + 1 < len(turns) else len(conv)
+        expected[i] = (nxt, _whole_history_delta(tok, conv[:i + 1], conv[i + 1:nxt], TOOLS))
+    rendered = []
+    real = template.render_text
+    monkeypatch.setattr(template, "render_text", lambda t, m, *a, **kw: rendered.append(len(m)) or real(t, m, *a, **kw))
+    for i, (nxt, want) in expected.items():
+        rendered.clear()
+        assert render_delta(tok, conv[:i + 1], conv[i + 1:nxt], TOOLS) == want
+        # head = system + first user (2 messages), tail = the last assistant message.
+        assert rendered == [min(i + 1, 3), min(i + 1, 3) + nxt - i - 1]
+    assert len(turns) >= 5 and "Functions now available" in tok.decode(expected[turns[-1]][1])
+
+
+# An assistant message right after the first user message renders a marker while it ends the chat: the
+# anchor (head + that message) puts every last assistant there, so its renderings disagree; the whole
+# history does not (the message follows a tool result), so render_delta must fall back to it.
+_MARK = ("{%- for m in messages %}{%- if m.role == 'assistant' and loop.last and loop.index0 == 2 %}"
+         "{{- '[first-answer]' }}{%- endif %}{%- endfor %}")
+
+
+def test_render_delta_falls_back_to_the_whole_history_when_the_anchor_is_inconsistent(tiny_tokenizer, monkeypatch):
+    arch, tok = tiny_tokenizer
+    odd = copy.deepcopy(tok)
+    odd.chat_template = _MARK + tok.chat_template
+    conv = conversation(arch)
+    hist, new = conv[:6], conv[6:7]  # ends with the second assistant turn, after two tool results
+    end_of_turn_ids(odd)  # its probe rendering is cached, so it is not counted below
+    rendered = []
+    real = template.render_text
+    monkeypatch.setattr(template, "render_text", lambda t, m, *a, **kw: rendered.append(len(m)) or real(t, m, *a, **kw))
+    delta = render_delta(odd, hist, new, TOOLS)
+    assert rendered == [3, 4, 6, 7]  # the anchor's pair, then the whole history's
+    assert delta == _whole_history_delta(odd, hist, new, TOOLS)
+    assert delta == render_delta(tok, hist, new, TOOLS)  # the marker is not in the delta

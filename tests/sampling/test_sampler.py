@@ -8,6 +8,7 @@ import transformers
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, generate
+from rcgrpo_jax.sampling.sampler import Sampler, left_pad, new_cache, stop_table
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
 from rcgrpo_jax.sampling.session import DecodeSession
 
@@ -131,3 +132,26 @@ def test_generate_on_a_mesh_matches_single_device(checkpoint):
     placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
     res = generate(config, placed, prompts, max_new_tokens=NEW, mesh=mesh)
     assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
+
+
+def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
+    """The loop works on the first `span` slots only; tokens, log-probs and the returned cache agree."""
+    _, config, params, prompts = checkpoint
+    sampler = Sampler(config, 8, SamplingParams(temperature=1.0, top_k=20))
+    tokens, positions, mask = left_pad(prompts, 32)
+    outs = []
+    for span in (None, 48):
+        cache = new_cache(config, len(prompts), 96)
+        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache)
+        out = sampler.decode(params, logits, jnp.asarray([len(p) for p in prompts]), cache,
+                             jnp.asarray(stop_table((), len(prompts))), jnp.full((len(prompts),), 8), jax.random.key(3),
+                             span=span)
+        outs.append(jax.device_get(out))
+    full, part = outs
+    np.testing.assert_array_equal(part.tokens, full.tokens)
+    np.testing.assert_allclose(part.logprobs, full.logprobs, atol=1e-5)
+    assert int(part.cache.index) == int(full.cache.index) == 40
+    np.testing.assert_array_equal(part.cache.mask, full.cache.mask)
+    assert part.cache.mask[:, 32:40].all() and not part.cache.mask[:, 40:].any()
+    np.testing.assert_allclose(part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5)  # attention over 48 vs 96 slots: summation order
+    np.testing.assert_allclose(part.cache.v, full.cache.v, rtol=1e-5, atol=1e-5)
