@@ -1,0 +1,135 @@
+"""Exploration rollouts as trajectory records: the paper's source of failures for RCTP-FT.
+
+A trained (SFT) policy plays the train tasks at temperature > 0; each finished episode is labelled by
+the environment's reward and written in the data module's record format
+(`data.trajectories.rollout_record`), so failures (reward 0) drop into `datasets.rctp_records` next to
+the generated ones.
+
+    python -m rcgrpo_jax.train.exploration --model DIR --out failures.jsonl [--source world] \
+        [--group 4] [--tasks 64] [--temperature 1.0] [--keep failures|all]
+
+Record conversion: the engine's assistant messages carry tool calls without ids; here call i of step s
+in turn t gets id `call_{t}_{s}_{i}` and its tool message the matching `tool_call_id`. A step whose
+text did not parse keeps its text as the assistant message; the engine's error feedback (a tool message
+answering no call) is dropped, since the record format pairs every tool message with a call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Sequence
+
+from rcgrpo_jax.data import trajectories
+from rcgrpo_jax.envs import bfcl
+
+EXPLORATION_FAILURE = "exploration"  # the `failure` field of a failed exploration rollout
+
+
+def episode_record(episode, task: bfcl.Task) -> dict:
+  """The trajectory record of a finished `rollout.Episode` (kind 'failure' when its reward is 0,
+  else 'rollout')."""
+  messages: list[dict] = []
+  pending: list[str] = []
+  turn = step = 0
+  for m in episode.messages:
+    role = m.get("role")
+    if role == "assistant":
+      calls = m.get("tool_calls") or []
+      ids = [f"call_{turn}_{step}_{i}" for i in range(len(calls))]
+      out = {"role": "assistant", "content": m.get("content") or ""}
+      if calls:
+        out["tool_calls"] = [{"id": cid, "type": "function",
+                              "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
+                             for cid, c in zip(ids, calls)]
+        step += 1
+      messages.append(out)
+      pending = ids
+    elif role == "tool":
+      if pending:  # results answer the calls in order; error feedback (no call) is dropped
+        messages.append({"role": "tool", "tool_call_id": pending.pop(0), "name": m.get("name"),
+                         "content": str(m.get("content"))})
+    elif role == "user":
+      if messages and any(x.get("role") == "assistant" for x in messages):
+        turn, step = turn + 1, 0
+      pending = []
+      messages.append({"role": "user", "content": str(m.get("content") or "")})
+  released = {}
+  first = {t["function"]["name"] for t in episode.tools}
+  known = set(first)
+  for t in range(1, len(episode.turn_starts)):
+    added = [x for x in bfcl.tools_for(task, t) if x["function"]["name"] not in known]
+    if added:
+      released[str(t)] = added
+      known.update(x["function"]["name"] for x in added)
+  failed = float(episode.reward) == 0.0
+  return trajectories.rollout_record(
+      task.id, messages, list(episode.tools), float(episode.reward), released_tools=released,
+      official_valid=episode.verdict.get("valid"), kind="failure" if failed else "rollout",
+      failure=EXPLORATION_FAILURE if failed else None)
+
+
+def collect(model_path: str, tasks: Sequence[bfcl.Task], *, group_size: int = 4, temperature: float = 1.0,
+            max_step_tokens: int = 256, max_context: int = 8192, seed: int = 0, keep: str = "failures",
+            batch_tasks: int = 8, reward_token: str | None = None, mesh=None) -> list[dict]:
+  """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order.
+
+  keep: 'failures' (reward 0 only, the RCTP-FT input) or 'all'. reward_token: condition every rollout
+  on it (an RCTP checkpoint), None for an unconditioned policy."""
+  import jax
+  from transformers import AutoTokenizer
+
+  from rcgrpo_jax import chat, models
+  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+  from rcgrpo_jax.sampling import SamplingParams
+
+  if keep not in ("failures", "all"):
+    raise ValueError(f"keep must be 'failures' or 'all', got {keep!r}")
+  config, params = models.load_hf(model_path, dtype="float32")
+  tok = AutoTokenizer.from_pretrained(model_path)
+  parser = chat.get_parser(chat.family_for(config.model_type))
+  rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
+  records: list[dict] = []
+  for b in range(0, len(tasks), batch_tasks):
+    chunk = tasks[b:b + batch_tasks]
+    specs = []
+    for k, t in enumerate(chunk):
+      for j in range(group_size):
+        specs.append(EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=k, rollout_index=j, reward_token=reward_token))
+    policy = ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=max_step_tokens,
+                         max_context=max_context, sampling=SamplingParams(temperature=temperature),
+                         rng=jax.random.fold_in(jax.random.key(seed), b), mesh=mesh)
+    episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+    for e, spec in zip(episodes, specs):
+      if keep == "all" or e.reward == 0.0:
+        records.append(episode_record(e, chunk[spec.group]))
+  return records
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--model", required=True, help="HF checkpoint directory of the policy")
+  ap.add_argument("--out", required=True, help="JSONL file to write")
+  ap.add_argument("--source", default="bfcl", choices=["bfcl", "world"])
+  ap.add_argument("--tasks", type=int, default=-1, help="first N train tasks (-1 = all)")
+  ap.add_argument("--group", type=int, default=4)
+  ap.add_argument("--temperature", type=float, default=1.0)
+  ap.add_argument("--max-step-tokens", type=int, default=256)
+  ap.add_argument("--max-context", type=int, default=8192)
+  ap.add_argument("--keep", default="failures", choices=["failures", "all"])
+  ap.add_argument("--seed", type=int, default=0)
+  args = ap.parse_args(argv)
+  import ml_collections
+
+  from rcgrpo_jax.data import sources
+  data = ml_collections.ConfigDict({"source": args.source, "max_examples": args.tasks,
+                                    "world": {"seed": 0, "train_per_type": 64, "test_per_type": 16}})
+  records = collect(args.model, sources.tasks(data, "train"), group_size=args.group, temperature=args.temperature,
+                    max_step_tokens=args.max_step_tokens, max_context=args.max_context, seed=args.seed,
+                    keep=args.keep)
+  trajectories.write_jsonl(args.out, records)
+  print(json.dumps({"out": args.out, "records": len(records),
+                    "failures": sum(r["kind"] == "failure" for r in records)}))
+
+
+if __name__ == "__main__":
+  main()
