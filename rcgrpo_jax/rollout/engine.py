@@ -17,10 +17,10 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from rcgrpo_jax import chat
+from rcgrpo_jax.data import datasets
 from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.rollout.episode import Episode
 
-REWARD_GOAL = "[Reward Goal: {token}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,15 +61,13 @@ class EpisodeSpec:
 
 
 def with_reward_goal(messages: Sequence[dict], token: str | None) -> list[dict]:
-    """Append `[Reward Goal: <token>]` to the first user message (the RCTP-FT data format)."""
-    out = [dict(m) for m in messages]
+    """The first user message conditioned on `token`, exactly as in the RCTP-FT data
+    (`datasets.add_reward_goal`); a copy of `messages` when `token` is None."""
     if token is None:
-        return out
-    for m in out:
-        if m.get("role") == "user":
-            m["content"] = f"{m.get('content') or ''}\n{REWARD_GOAL.format(token=token)}".lstrip("\n")
-            return out
-    raise ValueError("a reward token needs a user message to attach to")
+        return [dict(m) for m in messages]
+    if token not in (datasets.HIGH_REWARD_TOKEN, datasets.LOW_REWARD_TOKEN):
+        raise ValueError(f"unknown reward token {token!r}")
+    return datasets.add_reward_goal(messages, high=token == datasets.HIGH_REWARD_TOKEN)
 
 
 def _assistant_message(parsed: chat.ParsedTurn) -> dict:

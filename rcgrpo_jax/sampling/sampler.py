@@ -193,12 +193,18 @@ def cache_sharding(config: ModelConfig, mesh: Mesh) -> KVCache:
     return KVCache(k=kv, v=kv, mask=NamedSharding(mesh, P(BATCH_AXES, None)), index=NamedSharding(mesh, P()))
 
 
-def new_cache(config: ModelConfig, batch: int, length: int, mesh: Mesh | None = None) -> KVCache:
-    """An empty cache, created directly on its sharding when a mesh is given."""
+@functools.lru_cache(maxsize=64)
+def _cache_maker(config: ModelConfig, batch: int, length: int, mesh: Mesh | None):
     make = functools.partial(models.init_cache, config, batch, length)
     if mesh is None:
-        return make()
-    return jax.jit(make, out_shardings=cache_sharding(config, mesh))()
+        return jax.jit(make)
+    return jax.jit(make, out_shardings=cache_sharding(config, mesh))
+
+
+def new_cache(config: ModelConfig, batch: int, length: int, mesh: Mesh | None = None) -> KVCache:
+    """An empty cache, created directly on its sharding when a mesh is given (one compilation per
+    shape: the jitted maker is cached)."""
+    return _cache_maker(config, batch, length, mesh)()
 
 
 def put_batch(x, mesh: Mesh | None):
