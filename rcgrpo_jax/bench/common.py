@@ -1,0 +1,144 @@
+"""Shared benchmark helpers: JSON-line output, warm-up-excluded medians, the machine's measured peaks,
+and the FLOP/byte counts the utilisation figures divide by.
+
+Every benchmark prints one JSON object per line (a "row"); a row that failed carries an "error" field
+instead of figures, so one broken measurement never hides the others.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Callable, Iterator, Mapping
+
+
+def emit(row: Mapping[str, Any], stream=None) -> dict[str, Any]:
+    """Print `row` as one JSON line (floats to 4 significant digits, non-finite ones as null); return it."""
+    out = {k: _round(v) for k, v in row.items()}
+    print(json.dumps(out), file=stream or sys.stdout, flush=True)
+    return out
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.4g}") if math.isfinite(v) else None  # NaN/inf are not JSON
+    return v
+
+
+@contextlib.contextmanager
+def guarded(row: dict[str, Any], stream=None) -> Iterator[dict[str, Any]]:
+    """Fill `row` inside the block; it is emitted on exit, with `error` set if the block raised.
+    The exception is swallowed so the next measurement still runs (its traceback goes to stderr)."""
+    t0 = time.perf_counter()
+    try:
+        yield row
+    except Exception as e:  # noqa: BLE001 - a benchmark row must report, not abort the run
+        traceback.print_exc(file=sys.stderr)
+        row["error"] = f"{type(e).__name__}: {e}"[:500]
+    row.setdefault("phase_s", time.perf_counter() - t0)
+    emit(row, stream)
+
+
+def time_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
+    """(median seconds, all timings) of `fn()` over `repeats` calls after `warmup` untimed calls.
+    `fn` must block until its work is done (e.g. end in `jax.block_until_ready`)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(repeats, 1)):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times
+
+
+def load_average() -> float | None:
+    """1-minute load average (the machine may be shared; figures are only as quiet as this)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Backend, device kind and host facts to stamp on every run."""
+    import jax
+
+    dev = jax.devices()[0]
+    return {"jax_backend": jax.default_backend(), "device_kind": dev.device_kind, "devices": jax.device_count(),
+            "cpus": os.cpu_count(), "load_avg_1m": load_average(), "jax_version": jax.__version__}
+
+
+def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 5, device=None) -> float:
+    """Measured FLOP/s of one large square jnp matmul (2 n^3 flops), median of `repeats` after warm-up.
+    The practical peak our kernels compete with on this machine (XLA's own dot, default precision)."""
+    import jax
+    import jax.numpy as jnp
+
+    device = device or jax.devices()[0]
+    a = jax.device_put(jax.random.normal(jax.random.key(0), (n, n), dtype), device)
+    b = jax.device_put(jax.random.normal(jax.random.key(1), (n, n), dtype), device)
+    mm = jax.jit(jnp.matmul)
+    t, _ = time_call(lambda: mm(a, b).block_until_ready(), repeats=repeats)
+    return 2.0 * n**3 / t
+
+
+def param_count(params) -> int:
+    import jax
+
+    return sum(int(x.size) for x in jax.tree.leaves(params))
+
+
+def train_flops(n_params: int, config, batch: int, seq: int) -> float:
+    """Model FLOPs of one training step (forward + backward), PaLM's MFU convention:
+    6 * params * tokens for the matmuls, plus 12 * layers * heads * head_dim * seq per token for the
+    attention scores and values (causal masking not discounted; rematerialisation not counted)."""
+    tokens = batch * seq
+    attn = 12 * config.num_layers * config.num_heads * config.head_dim * seq * tokens
+    return 6.0 * n_params * tokens + attn
+
+
+def decode_step_bytes(param_bytes: int, config, batch: int, context: int, kv_bytes: int = 2) -> float:
+    """HBM bytes one decode step must read: every weight once plus the live KV cache
+    (2 (k, v) * layers * kv_heads * head_dim * context tokens per row * batch rows)."""
+    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * context * batch * kv_bytes
+    return float(param_bytes + kv)
+
+
+def op_time_breakdown(fn: Callable[[], Any], top: int = 8) -> dict[str, float]:
+    """Milliseconds per XLA op family (fusion names with their numeric suffix dropped; YNNPACK dots
+    grouped as "ynn(dot)", layout copies as "copy/transpose") over one profiled call of `fn`, summed
+    over the compute threads, largest first. Where the time goes, for the benchmark to report."""
+    import collections
+    import glob
+    import re
+    import tempfile
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as d:
+        jax.profiler.start_trace(d)
+        try:
+            fn()
+        finally:
+            jax.profiler.stop_trace()
+        path = sorted(glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True))[-1]
+        data = jax.profiler.ProfileData.from_file(path)
+        totals: collections.Counter = collections.Counter()
+        for plane in data.planes:
+            for line in plane.lines:
+                if "XLAEigen" not in line.name and "Stream" not in line.name:
+                    continue  # host threads that only wait
+                for ev in line.events:
+                    if ev.name.startswith("ThunkExecutor") or "Await" in ev.name:
+                        continue
+                    name = re.sub(r"\.\d+$", "", ev.name)
+                    name = ("ynn(dot)" if name.startswith("ynn") else
+                            "copy/transpose" if name.startswith(("copy", "transpose")) else name)
+                    totals[name] += ev.duration_ns / 1e6
+    return {k: round(v, 1) for k, v in totals.most_common(top)}

@@ -1,0 +1,289 @@
+"""The accelerator check: decode throughput and RL-update MFU of a Qwen2.5-1.5B-shaped model, random init.
+
+    PYTHONPATH=$PWD python3 -m rcgrpo_jax.bench.gpu            # one H200 (launch/gpu_check.sh)
+    python -m rcgrpo_jax.bench.gpu --tiny                      # tiny shapes on CPU (tests/bench)
+
+Everything runs through the package's own code paths: the model is `rcgrpo_jax.models`, decoding is
+`rcgrpo_jax.sampling.Sampler` (jitted prefill, then the while_loop decode), the update is the RL
+loss of `rcgrpo_jax.rl.losses` ("ppo_clip" with the RC-GRPO KL penalty) over
+`rcgrpo_jax.rl.logprobs.chunked_logprobs_and_entropy`, AdamW from `rcgrpo_jax.train.optim` and the
+guarded update of `rcgrpo_jax.train.state`, with per-layer remat.
+
+One JSON line per measurement, each guarded so a failure prints an "error" row and the rest still run:
+  machine   backend, device, and the peaks the fractions divide by
+  decode    per batch size: prefill and decode times (compilation reported apart), decode tokens/s and
+            the fraction of the HBM bound. Bytes per decode step = every weight once + the KV cache
+            of the live context (prompt + half the new tokens on average), bf16.
+  rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
+            (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+import types
+from typing import Any
+
+from rcgrpo_jax.bench import common
+
+H200_HBM_BYTES_S = 4.8e12
+H200_BF16_FLOPS = 989e12
+
+# Qwen2.5-1.5B's published shape (tied embeddings, q/k/v biases, rope theta 1e6).
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
+                         num_kv_heads=2, head_dim=128),
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                 head_dim=16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What to measure; `--tiny` swaps in shapes a CPU finishes in seconds."""
+
+    shape: str = "qwen2.5-1.5b"
+    decode_batches: tuple[int, ...] = (1, 16, 64)
+    prompt: int = 128
+    new_tokens: int = 128
+    rl_batch: int = 8
+    rl_seq: int = 4096
+    logprob_chunk: int = 8192
+    repeats: int = 3
+    deadline_s: float = 420.0  # measurements not started by then are reported as skipped
+
+
+TINY = Plan(shape="tiny", prompt=16, new_tokens=8, rl_batch=2, rl_seq=64, logprob_chunk=128, repeats=1)
+
+
+def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
+    from rcgrpo_jax.models import ModelConfig
+
+    return ModelConfig(model_type="qwen2", rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       attention_bias=True, max_position_embeddings=32768, param_dtype=param_dtype, dtype=dtype,
+                       remat=remat, **SHAPES[shape])
+
+
+def tree_bytes(tree) -> int:
+    import jax
+
+    return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def peak_memory_gb() -> float | None:
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 - CPU devices do not report
+        return None
+    peak = stats.get("peak_bytes_in_use")
+    return peak / 1e9 if peak else None
+
+
+# ------------------------------------------------------------------------------------------- decode
+
+
+def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[str, Any]:
+    """Prefill `plan.prompt` random tokens per row, then decode `plan.new_tokens` at temperature 1
+    (no stop tokens, so every row runs the full budget); both phases timed apart, medians of repeats."""
+    import jax
+    import numpy as np
+
+    from rcgrpo_jax.sampling import Sampler, SamplingParams, new_cache, stop_table
+
+    sampler = Sampler(config, plan.new_tokens, SamplingParams(temperature=1.0))
+    rng = np.random.default_rng(batch)
+    tokens = jax.numpy.asarray(rng.integers(1, config.vocab_size, (batch, plan.prompt)), jax.numpy.int32)
+    positions = jax.numpy.broadcast_to(jax.numpy.arange(plan.prompt, dtype=jax.numpy.int32), tokens.shape)
+    token_mask = jax.numpy.ones(tokens.shape, bool)
+    next_pos = jax.numpy.full((batch,), plan.prompt, jax.numpy.int32)
+    stops = jax.numpy.asarray(stop_table((), batch))
+    budgets = jax.numpy.full((batch,), plan.new_tokens, jax.numpy.int32)
+
+    def once(seed: int) -> tuple[float, float]:
+        cache = jax.block_until_ready(new_cache(config, batch, plan.prompt + plan.new_tokens))
+        t0 = time.perf_counter()
+        logits, cache = jax.block_until_ready(sampler.prefill(params, tokens, positions, token_mask, cache))
+        t1 = time.perf_counter()
+        out = sampler.decode(params, logits, next_pos, cache, stops, budgets, jax.random.key(seed))
+        jax.block_until_ready(out.tokens)
+        t2 = time.perf_counter()
+        assert int(out.lengths.min()) == plan.new_tokens, "a row stopped early"
+        return t1 - t0, t2 - t1
+
+    t = time.perf_counter()
+    once(0)  # compiles prefill and decode
+    compile_s = time.perf_counter() - t
+    runs = [once(i + 1) for i in range(plan.repeats)]
+    prefill_s = sorted(r[0] for r in runs)[len(runs) // 2]
+    decode_s = sorted(r[1] for r in runs)[len(runs) // 2]
+    weights = tree_bytes(params)
+    kv_itemsize = jax.numpy.dtype(config.dtype).itemsize
+    step_bytes = common.decode_step_bytes(weights, config, batch, plan.prompt + plan.new_tokens // 2, kv_itemsize)
+    step_s = decode_s / plan.new_tokens
+    return {"batch": batch, "prompt": plan.prompt, "new_tokens": plan.new_tokens, "first_call_s": compile_s,
+            "prefill_s": prefill_s, "prefill_tok_s": batch * plan.prompt / prefill_s, "decode_s": decode_s,
+            "decode_step_ms": step_s * 1e3, "decode_tok_s": batch * plan.new_tokens / decode_s,
+            "weight_bytes": weights, "bytes_per_step": step_bytes, "achieved_bytes_s": step_bytes / step_s,
+            "hbm_bound_fraction": step_bytes / step_s / hbm_bw}
+
+
+# ------------------------------------------------------------------------------------------ RL step
+
+
+def make_rl_step(config, tx, chunk: int, loss_config: dict[str, Any]):
+    """`step(state, batch) -> (state, metrics)`: clipped surrogate + KL to the reference (ppo_clip),
+    token log-probs by vocabulary chunks, AdamW through the guarded update."""
+    import jax
+
+    from rcgrpo_jax import models
+    from rcgrpo_jax.rl import logprobs, losses
+    from rcgrpo_jax.train import state as state_lib
+
+    policy_loss = losses.get("ppo_clip")
+
+    def loss_fn(params, batch):
+        hidden, _ = models.forward(config, params, batch["tokens"], batch["positions"], batch["token_mask"],
+                                   return_hidden=True)
+        logp, entropy = logprobs.chunked_logprobs_and_entropy(
+            hidden[:, :-1], models.output_embedding(config, params), batch["tokens"][:, 1:], chunk)
+        mask = batch["loss_mask"][:, 1:]
+        s, d, metrics = policy_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], mask,
+                                    config=loss_config)
+        return losses.finalize(s, d), {**metrics, "entropy": losses.masked_mean(entropy, mask)}
+
+    def step(state, batch):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        new_state, finite = state_lib.apply_gradients(state, grads, tx, loss)
+        return new_state, {**metrics, "loss": loss, "finite": finite}
+
+    return step
+
+
+def rl_batch(config, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
+    """Random tokens; the first quarter of each row is prompt (no loss), the rest sampled tokens."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    loss_mask = np.zeros((batch, seq), np.int32)
+    loss_mask[:, seq // 4:] = 1
+    return {
+        "tokens": jnp.asarray(rng.integers(1, config.vocab_size, (batch, seq)), jnp.int32),
+        "positions": jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), (batch, seq)),
+        "token_mask": jnp.ones((batch, seq), bool),
+        "loss_mask": jnp.asarray(loss_mask),
+        "old_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
+        "ref_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
+        "advantages": jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
+    }
+
+
+def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
+    """One RC-GRPO update (float32 master weights, bf16 compute, remat per layer) on rl_batch x rl_seq."""
+    import jax
+
+    from rcgrpo_jax import models
+    from rcgrpo_jax.train import optim as optim_lib
+    from rcgrpo_jax.train import state as state_lib
+
+    config = model_config(plan.shape, param_dtype="float32", dtype="bfloat16", remat=True)
+    ocfg = types.SimpleNamespace(lr=1e-6, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9,
+                                 b2=0.999, eps=1e-8, clip_norm=1.0)
+    tx = optim_lib.make_optimizer(ocfg, 1000)
+    t = time.perf_counter()
+    state = jax.jit(lambda k: state_lib.create(models.init_params(config, k), tx, jax.random.PRNGKey(0)))(
+        jax.random.key(0))
+    n_params = common.param_count(state.params)
+    state = jax.block_until_ready(state)
+    init_s = time.perf_counter() - t
+    batch = rl_batch(config, plan.rl_batch, plan.rl_seq)
+    step = jax.jit(make_rl_step(config, tx, min(plan.logprob_chunk, config.vocab_size), {"kl_beta": 0.1}),
+                   donate_argnums=(0,))
+    t = time.perf_counter()
+    compiled = step.lower(state, batch).compile()
+    compile_s = time.perf_counter() - t
+    holder = {"state": state}
+
+    def run():
+        holder["state"], metrics = compiled(holder["state"], batch)
+        jax.block_until_ready(metrics["loss"])
+        return metrics
+
+    step_s, _ = common.time_call(run, repeats=plan.repeats)
+    metrics = jax.device_get(run())
+    flops = common.train_flops(n_params, config, plan.rl_batch, plan.rl_seq)
+    return {"batch": plan.rl_batch, "seq": plan.rl_seq, "params": n_params, "remat": True,
+            "logprob_chunk": min(plan.logprob_chunk, config.vocab_size), "init_s": init_s, "compile_s": compile_s,
+            "step_s": step_s, "tok_s": plan.rl_batch * plan.rl_seq / step_s, "tflop_per_step": flops / 1e12,
+            "achieved_tflop_s": flops / step_s / 1e12, "mfu": flops / step_s / peak_flops,
+            "loss": float(metrics["loss"]), "finite": bool(metrics["finite"]), "peak_memory_gb": peak_memory_gb()}
+
+
+# ------------------------------------------------------------------------------------------- driver
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU check of this script)")
+    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,rl_step")
+    ap.add_argument("--decode-batches", default=None, help="e.g. 1,16,64")
+    ap.add_argument("--rl-batch", type=int, default=None)
+    ap.add_argument("--rl-seq", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--deadline-s", type=float, default=None)
+    ap.add_argument("--hbm-bytes-s", type=float, default=H200_HBM_BYTES_S)
+    ap.add_argument("--peak-flops", type=float, default=H200_BF16_FLOPS)
+    args = ap.parse_args(argv)
+    plan = TINY if args.tiny else Plan()
+    overrides = {"decode_batches": tuple(int(b) for b in args.decode_batches.split(",")) if args.decode_batches
+                 else None, "rl_batch": args.rl_batch, "rl_seq": args.rl_seq, "repeats": args.repeats,
+                 "deadline_s": args.deadline_s}
+    plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+    skip = set(filter(None, args.skip.split(",")))
+    start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+
+    def measure(row: dict[str, Any], fn) -> None:
+        with common.guarded(row):
+            if time.perf_counter() - start > plan.deadline_s:
+                row["skipped"] = f"deadline of {plan.deadline_s:.0f}s passed"
+            else:
+                row.update(fn())
+        rows.append(row)
+
+    info: dict[str, Any] = {"bench": "machine", "shape": plan.shape}
+    measure(info, lambda: {**common.machine_info(), "hbm_bytes_s": args.hbm_bytes_s,
+                           "peak_flops": args.peak_flops, "peaks_from": "H200 spec sheet (override with flags)"})
+
+    if "decode" not in skip:
+        holder: dict[str, Any] = {}
+
+        def setup():
+            import jax
+
+            from rcgrpo_jax import models
+
+            config = model_config(plan.shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
+            t = time.perf_counter()
+            holder["config"] = config
+            holder["params"] = jax.block_until_ready(models.init_params(config, jax.random.key(0)))
+            return {"params": common.param_count(holder["params"]), "weight_bytes": tree_bytes(holder["params"]),
+                    "init_s": time.perf_counter() - t}
+
+        measure({"bench": "decode_setup", "shape": plan.shape}, setup)
+        for b in plan.decode_batches:
+            measure({"bench": "decode", "shape": plan.shape, "batch": b},
+                    lambda b=b: bench_decode(holder["config"], holder["params"], b, plan, args.hbm_bytes_s))
+        holder.clear()
+    if "rl_step" not in skip:
+        measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
+    common.emit({"bench": "done", "total_s": time.perf_counter() - start,
+                 "errors": sum(1 for r in rows if "error" in r)})
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Smoke tests of the benchmark entry points on minimal sizes: every row is printed as JSON, carries its
+fields, and the derived figures agree with the raw ones. No timing assertions (speed lives in the
+benchmarks themselves)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rcgrpo_jax.bench import common, gpu
+from rcgrpo_jax.bench import train as train_bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _close(a: float, b: float, rel: float = 2e-3) -> bool:  # printed floats carry 4 significant digits
+    return math.isclose(a, b, rel_tol=rel)
+
+
+# ---------------------------------------------------------------------------------- train benchmark
+
+
+def _run(main, argv):
+    """(returned rows, printed rows) of one entry point; module fixtures cannot use capsys."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rows = main(argv)
+    return rows, _json_lines(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def train_run():
+    return _run(train_bench.main, ["--models", "tiny", "--batch", "1", "--seq", "16", "--repeats", "1",
+                                   "--peak-n", "64"])
+
+
+def test_train_rows_printed_and_complete(train_run):
+    rows, printed = train_run
+    assert [r["bench"] for r in printed] == ["machine", "train_step"]
+    assert all("error" not in r for r in printed), printed
+    machine, step = printed
+    assert machine["matmul_peak_gflop_s"] > 0 and machine["devices"] >= 1
+    for key in ("ours_tok_s", "torch_tok_s", "ratio", "ours_frac_peak", "torch_frac_peak", "ours_step_s",
+                "torch_step_s", "load_avg_1m"):
+        assert key in step and step[key] is not None, key
+    assert step["model"] == "tiny" and step["batch"] == 1 and step["seq"] == 16
+    assert rows[1]["ours_tok_s"] == pytest.approx(step["ours_tok_s"], rel=1e-3)
+
+
+def test_train_flops_and_ratios_consistent(train_run):
+    _, (machine, step) = train_run
+    # Tiny Qwen2 (V 1024, D 256, F 704, L 4, H 4, Hkv 2, Dh 64, untied), counted by hand:
+    per_layer = (256 * 256 + 256) + 2 * (256 * 128 + 128) + 256 * 256 + 3 * 256 * 704 + 2 * 256
+    assert step["params"] == 2 * 1024 * 256 + 256 + 4 * per_layer == 3_477_760
+    flops = 6 * 3_477_760 * 16 + 12 * 4 * 4 * 64 * 16 * 16
+    assert _close(step["gflop_per_step"], flops / 1e9)
+    assert _close(step["ratio"], step["torch_step_s"] / step["ours_step_s"], 2e-2)
+    assert _close(step["ours_tok_s"], 16 / step["ours_step_s"], 2e-2)
+    assert _close(step["ours_frac_peak"], flops / step["ours_step_s"] / (machine["matmul_peak_gflop_s"] * 1e9), 2e-2)
+
+
+# ------------------------------------------------------------------------------------ gpu check (tiny)
+
+
+@pytest.fixture(scope="module")
+def gpu_run():
+    return _run(gpu.main, ["--tiny"])
+
+
+def test_gpu_tiny_rows(gpu_run):
+    rows, printed = gpu_run
+    assert [r["bench"] for r in printed] == ["machine", "decode_setup", "decode", "decode", "decode", "rl_step", "done"]
+    assert all("error" not in r and "skipped" not in r for r in printed), printed
+    assert printed[-1]["errors"] == 0
+    assert [r["batch"] for r in printed if r["bench"] == "decode"] == [1, 16, 64]
+    assert len(rows) == 6
+
+
+def test_gpu_decode_bytes_and_fraction(gpu_run):
+    _, printed = gpu_run
+    setup = printed[1]
+    # tiny: V 512, D 64, F 128, L 2, H 4, Hkv 2, Dh 16, tied, q/k/v biases; bf16 = 2 bytes.
+    per_layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
+    assert setup["params"] == 512 * 64 + 64 + 2 * per_layer
+    assert setup["weight_bytes"] == 2 * setup["params"]
+    for row in (r for r in printed if r["bench"] == "decode"):
+        b = row["batch"]
+        kv = 2 * 2 * 2 * 16 * (16 + 8 // 2) * b * 2  # (k, v) x L x Hkv x Dh x live context x rows x bytes
+        assert _close(row["bytes_per_step"], setup["weight_bytes"] + kv)
+        assert _close(row["decode_tok_s"], b * 8 / row["decode_s"], 2e-2)
+        assert _close(row["hbm_bound_fraction"], row["bytes_per_step"] / (row["decode_s"] / 8) / 4.8e12, 2e-2)
+
+
+def test_gpu_rl_step_row(gpu_run):
+    _, printed = gpu_run
+    rl = printed[5]
+    assert rl["finite"] is True and math.isfinite(rl["loss"])
+    assert rl["batch"] == 2 and rl["seq"] == 64 and rl["remat"] is True
+    flops = common.train_flops(rl["params"], gpu.model_config("tiny", param_dtype="float32", dtype="bfloat16",
+                                                               remat=True), 2, 64)
+    assert _close(rl["tflop_per_step"], flops / 1e12)
+    assert _close(rl["mfu"], flops / rl["step_s"] / 989e12, 2e-2)
+
+
+def test_gpu_deadline_skips_rather_than_runs(capsys):
+    rows = gpu.main(["--tiny", "--deadline-s", "0", "--skip", "rl_step"])
+    printed = _json_lines(capsys.readouterr().out)
+    assert [r["bench"] for r in printed] == ["machine", "decode_setup", "decode", "decode", "decode", "done"]
+    assert all("skipped" in r for r in rows) and len(rows) == 5
+
+
+def test_gpu_check_script_preflight():
+    """The launcher itself: preflight line, then the module's machine and done lines (nothing measured)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run(["bash", os.path.join(ROOT, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
+                         capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+    printed = _json_lines(out)
+    assert printed[0]["bench"] == "preflight" and printed[0]["missing_modules"] == []
+    assert [r["bench"] for r in printed if r["bench"] in ("machine", "done")] == ["machine", "done"]
+    assert printed[-1]["errors"] == 0
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def test_guarded_reports_error_and_continues(capsys):
+    row = {"bench": "x"}
+    with common.guarded(row):
+        row["a"] = 1.0
+        raise ValueError("boom")
+    printed = _json_lines(capsys.readouterr().out)
+    assert len(printed) == 1 and row["error"] == "ValueError: boom"
+    assert {k: printed[0][k] for k in ("bench", "a", "error")} == {"bench": "x", "a": 1.0, "error": "ValueError: boom"}
+
+
+def test_time_call_excludes_warmup():
+    calls = []
+    median, times = common.time_call(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5 and len(times) == 3 and median == sorted(times)[1]
+
+
+def test_flop_and_byte_counts_by_hand():
+    cfg = gpu.model_config("qwen2.5-1.5b", param_dtype="bfloat16", dtype="bfloat16", remat=False)
+    # 6 N T + 12 L (H Dh) S T with N = 1e9, T = 2 x 4096 tokens, S = 4096.
+    assert common.train_flops(10**9, cfg, 2, 4096) == 6e9 * 8192 + 12 * 28 * 1536 * 4096 * 8192
+    # KV cache of one row at 1000 tokens in bf16: 2 x 28 layers x 2 kv heads x 128 x 1000 x 2 bytes.
+    assert common.decode_step_bytes(3_000_000_000, cfg, 1, 1000) == 3e9 + 2 * 28 * 2 * 128 * 1000 * 2
+
+
+def test_emit_rounds_to_four_digits(capsys):
+    common.emit({"a": 1.234567, "b": 3, "c": None, "d": float("nan")})
+    text = capsys.readouterr().out
+    assert json.loads(text) == {"a": 1.235, "b": 3, "c": None, "d": None}  # non-finite -> null: valid JSON
