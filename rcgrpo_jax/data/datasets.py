@@ -20,9 +20,8 @@ from typing import Iterable, Sequence
 
 from rcgrpo_jax.data import splits, trajectories
 from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.models.reward_tokens import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN  # noqa: F401 (re-exported)
 
-HIGH_REWARD_TOKEN = "<|high_reward|>"
-LOW_REWARD_TOKEN = "<|low_reward|>"
 REWARD_GOAL_SEPARATOR = "\n\n"
 
 
