@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from rcgrpo_jax import models, sharding
+from rcgrpo_jax import models, multihost, sharding
 from rcgrpo_jax.models import KVCache, ModelConfig
 from rcgrpo_jax.sampling import buckets, decode_step
 from rcgrpo_jax.sampling.sample_fns import SamplingParams, sample
@@ -275,7 +275,7 @@ def generate(
             params, logits, put_batch(next_pos, mesh), cache, put_batch(stop_table(stop_token_ids, rows), mesh),
             put_batch(budgets, mesh), rng,
         )
-        toks, lps, lens, stopped = jax.device_get((out.tokens, out.logprobs, out.lengths, out.stopped))
+        toks, lps, lens, stopped = multihost.gather((out.tokens, out.logprobs, out.lengths, out.stopped))
     n = len(prompts)
     return GenerateResult(
         tokens=[toks[i, : lens[i]].tolist() for i in range(n)],

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from rcgrpo_jax import sharding
+from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import KVCache, ModelConfig
 from rcgrpo_jax.sampling import buckets
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
@@ -134,7 +134,8 @@ class DecodeSession:
             self.params, self.logits, put_batch(self.positions, self.mesh), self.cache,
             put_batch(stop_table(stop_ids, self.rows), self.mesh), put_batch(budgets, self.mesh), key, span=span)
         self.cache, self.logits = out.cache, out.logits
-        toks, lps, lens, stopped, index = jax.device_get(
+        # gather, not device_get: with several processes the rows live on other processes' devices too
+        toks, lps, lens, stopped, index = multihost.gather(
             (out.tokens, out.logprobs, out.lengths, out.stopped, out.cache.index))
         self.index = int(index)
         self.positions = self.positions + lens.astype(np.int32)

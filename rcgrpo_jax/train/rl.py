@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import config_checks
+from rcgrpo_jax import config_checks, multihost
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_checks import ConfigError
 from rcgrpo_jax.data import datasets
@@ -324,7 +324,7 @@ class Trainer:
     out = np.zeros_like(batch["old_logp"])
     for rows in micros:
       mb = rl_step.put(rl_step.take(batch, rows, buckets, rl_step.TOKEN_KEYS), self.mesh)
-      lp = np.asarray(jax.device_get(fn(params, mb["tokens"], mb["token_mask"])))
+      lp = np.asarray(multihost.gather(fn(params, mb["tokens"], mb["token_mask"])))  # rows may span processes
       out[rows, : lp.shape[1]] = lp
     return out
 
@@ -406,7 +406,7 @@ class Trainer:
           updates.append(um)
           if epoch == 0:
             row_stats += rows_out
-      updates, row_stats = jax.device_get((updates, row_stats))
+      updates, row_stats = multihost.gather((updates, row_stats))  # row stats may span processes
       t_update = time.perf_counter() - t0
 
     # Diagnostics.

@@ -1,0 +1,143 @@
+"""The work the multi-process tests compare: run in the test process (1 process x 8 devices, the
+reference) and, unchanged, as each of 2 processes x 4 devices joined by `jax.distributed` on localhost.
+
+  python tests/multihost/mh_worker.py update --coordinator localhost:PORT --num_processes 2 --process_id I \
+      --ckpt DIR --inputs in.npz --out out_I.npz
+
+Each process feeds only its own rows (`multihost.global_rows`) and reads results back with
+`multihost.gather`, so the outputs of every process are the global values.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+MESH = {"data": 2, "fsdp": 2, "tensor": 2}
+BUCKETS = (16, 32)
+CHUNK = 256
+
+
+def _config():
+  from configs import rc_grpo
+  return rc_grpo.get_config("tiny")
+
+
+def loss_config():
+  from rcgrpo_jax.rl import losses
+  cfg = losses.default_config("ppo_clip")
+  cfg.kl_beta = 0.1
+  return cfg
+
+
+def update(ckpt: str, batch: dict, micro_rows: list) -> dict:
+  """One PPO update (micro-batches accumulated) on the (2, 2, 2) mesh over all devices of all processes.
+  Returns host arrays: loss metrics, the per-row entropy sums, and the updated params (flat by path)."""
+  import jax
+  import numpy as np
+
+  from rcgrpo_jax import multihost, sharding
+  from rcgrpo_jax.models.hf_io import load_hf
+  from rcgrpo_jax.train import optim, rl_step, sft
+  from rcgrpo_jax.train import state as state_lib
+
+  keys = tuple(batch)
+  config = _config()
+  mesh = sharding.make_mesh(MESH)
+  model_cfg = sft.model_config(config, ckpt)
+  params = load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.TRAIN_RULES)[1]
+  abstract_params = jax.eval_shape(lambda: params)
+  tx = optim.make_optimizer(config.optim, 10)
+  abstract = state_lib.abstract_state(abstract_params, tx)
+  state_sh = state_lib.state_shardings(abstract, mesh, sft.param_shardings(abstract_params, mesh, "train"), tx)
+  updater = rl_step.Updater(model_cfg, tx, "ppo_clip", loss_config(), CHUNK, state_sh, mesh, keys)
+  row_sh = rl_step.row_shardings(mesh, keys)
+  with jax.set_mesh(mesh), sharding.axis_rules(sharding.TRAIN_RULES.logical):
+    state = jax.jit(lambda p: state_lib.create(p, tx, jax.random.PRNGKey(0)), out_shardings=state_sh)(params)
+    micros = []
+    for rows in micro_rows:
+      micro = rl_step.take(batch, np.asarray(rows), BUCKETS, keys)
+      micros.append(multihost.global_rows(multihost.take_local(micro, row_sh), row_sh, len(rows)))
+    state, metrics, row_stats = updater(state, micros)
+    host = multihost.gather({"metrics": metrics, "rows": row_stats, "params": state.params})
+  flat = {f"metrics/{k}": np.asarray(v) for k, v in host["metrics"].items()}
+  flat["row_entropy"] = np.concatenate([np.asarray(e) for e, _ in host["rows"]])
+  flat["row_count"] = np.concatenate([np.asarray(c) for _, c in host["rows"]])
+  for path, leaf in jax.tree_util.tree_flatten_with_path(host["params"])[0]:
+    flat["params/" + sharding.path_str(path)] = np.asarray(leaf)
+  return flat
+
+
+QUESTIONS = ("What is 2 plus 3?", "And 4 plus 5?", "Then 1 plus 1?")
+TURNS = (3, 3, 2, 2, 1, 1, 1, 1)  # episodes of the second half end first, so that process drains
+
+
+def rollout(ckpt: str, lockstep: bool = True) -> tuple[list[dict], dict]:
+  """Greedy batched rollouts of 8 adder episodes (1-3 user turns) on the (2, 2, 2) mesh. Each process
+  builds and steps only the environments of its own share of the episodes; the model runs over all of
+  them at once. Returns every episode's record (tokens, log-probs, loss mask, end reason), in order, and
+  the model policy's counters. lockstep=False: the plain single-process engine (the reference)."""
+  import jax
+
+  from rcgrpo_jax import chat, models, multihost, sharding
+  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+  from transformers import AutoTokenizer
+
+  sys.path.insert(0, os.path.join(REPO, "tests", "rollout"))
+  from fake_env import AdderEnv
+
+  mesh = sharding.make_mesh(MESH)
+  config, params = models.load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.DECODE_RULES)
+  tok = AutoTokenizer.from_pretrained(ckpt)
+  parser = chat.get_parser(chat.family_for(config.model_type))
+  share = multihost.process_slice(len(TURNS))
+  specs = [EpisodeSpec(AdderEnv(QUESTIONS[:n], (5, 9, 2)[:n]), f"adder_{k}", group=k // 2, rollout_index=k % 2)
+           for k, n in enumerate(TURNS)][share]
+  policy = ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=12, max_context=512,
+                       prefill_chunk=64, mesh=mesh, rules=sharding.DECODE_RULES, rng=jax.random.key(0))
+  driver = multihost.LockstepPolicy(policy) if lockstep else policy
+  episodes, _ = run_episodes(specs, driver, tok, parser, RolloutConfig(max_context=512, max_step_tokens=12))
+  if lockstep:
+    driver.drain()
+  mine = [{"task_id": e.task_id, "tokens": [int(t) for t in e.tokens], "loss_mask": [int(m) for m in e.loss_mask],
+           "logprobs": [float(x) for x in e.logprobs], "done_reason": e.done_reason, "turn": e.turn,
+           "steps": e.steps, "reward": e.reward} for e in episodes]
+  return (multihost.allgather_json(mine) if lockstep else mine), dict(policy.stats)
+
+
+def main(argv=None) -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("task", choices=("update", "rollout"))
+  ap.add_argument("--coordinator", required=True)
+  ap.add_argument("--num_processes", type=int, required=True)
+  ap.add_argument("--process_id", type=int, required=True)
+  ap.add_argument("--ckpt", required=True)
+  ap.add_argument("--inputs", default="")
+  ap.add_argument("--out", required=True)
+  args = ap.parse_args(argv)
+
+  import jax
+  import numpy as np
+
+  jax.config.update("jax_default_matmul_precision", "highest")  # as tests/conftest.py
+  jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+                             initialization_timeout=60)
+  assert jax.process_count() == args.num_processes and jax.device_count() == 8, jax.devices()
+  if args.task == "update":
+    inputs = dict(np.load(args.inputs))
+    micro_rows = [inputs.pop(k) for k in sorted(k for k in inputs if k.startswith("micro/"))]
+    np.savez(args.out, **update(args.ckpt, inputs, micro_rows))
+  else:
+    import json
+    episodes, stats = rollout(args.ckpt)
+    with open(args.out, "w") as f:
+      json.dump({"episodes": episodes, "stats": stats}, f)
+  jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+  main()
