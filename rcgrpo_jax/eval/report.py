@@ -90,17 +90,19 @@ def _cell(stat: Mapping[str, float] | None, scale: float, digits: int) -> str:
 
 
 def markdown_table(rows: Mapping[str, Summary | Sequence[Summary]],
-                   categories: Sequence[str] | None = None) -> str:
+                   categories: Sequence[str] | None = None, after: Sequence[str] = ()) -> str:
     """A Markdown table, one row per name: accuracy (%) per category, overall (%), reward mean.
-    A row given as a list of summaries (several seeds) shows mean ± sample std."""
+    A row given as a list of summaries (several seeds) shows mean ± sample std. `after` names
+    categories shown after the reward column (e.g. held-out ones that `overall` leaves out)."""
     agg = {name: aggregate(v if isinstance(v, (list, tuple)) else [v]) for name, v in rows.items()}
     if categories is None:
         categories = sorted({c for a in agg.values() for c in a["categories"]})
-    header = ["Row", *categories, "Overall", "Reward"]
+    header = ["Row", *categories, "Overall", "Reward", *after]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for name, a in agg.items():
         cells = [name, *(_cell(a["categories"].get(c), 100.0, 2) for c in categories),
-                 _cell(a["overall"], 100.0, 2), _cell(a["reward_mean"], 1.0, 3)]
+                 _cell(a["overall"], 100.0, 2), _cell(a["reward_mean"], 1.0, 3),
+                 *(_cell(a["categories"].get(c), 100.0, 2) for c in after)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

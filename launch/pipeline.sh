@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The paper's pipeline on GPUs, stage by stage through rcgrpo_jax.main (one 8-GPU host per stage):
+#   SFT -> RCTP-FT -> RC-GRPO from RCTP-FT and the GRPO baselines (SFT+GRPO, SFT+RC-GRPO, RCTP-FT+GRPO)
+#   -> evaluation of the base model and of every RL row on the BFCL test split.
+#
+#   bash launch/pipeline.sh PRESET MODEL_DIR OUT_DIR [--dry-run]
+#     PRESET     qwen2_5_7b | llama3_1_8b (configs/<stage>.py presets)
+#     MODEL_DIR  the local HF checkpoint of the base model (e.g. Qwen2.5-7B-Instruct)
+#     OUT_DIR    one sub-directory per stage; each stage's final policy is OUT_DIR/<stage>/hf
+#     --dry-run  print the commands without running them
+#
+# Every stage resumes from its own checkpoints, so rerunning the script after an interruption continues.
+# Extra overrides for every stage can be passed in EXTRA (e.g. EXTRA="--config.train.max_steps=10").
+# For several hosts, launch/slurm.sbatch runs one stage per job with jax.distributed.
+set -euo pipefail
+if [ $# -lt 3 ]; then sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 2; fi
+PRESET="$1"; MODEL="$2"; OUT="$3"; DRY="${4:-}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+EXTRA="${EXTRA:-}"
+run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
+  local name="$1" cfg="$2"; shift 2
+  local cmd=(python -m rcgrpo_jax.main "--config=$ROOT/configs/$cfg.py:$PRESET" "--workdir=$OUT/$name" "$@")
+  # shellcheck disable=SC2206
+  [ -n "$EXTRA" ] && cmd+=($EXTRA)
+  echo "+ ${cmd[*]}"
+  if [ "$DRY" != "--dry-run" ]; then "${cmd[@]}"; fi
+}
+if [ "$DRY" != "--dry-run" ]; then
+  source "$ROOT/launch/setup_env.sh"
+  cd "$ROOT"
+fi
+run sft sft "--config.model.path=$MODEL"
+run rctp_ft rctp_ft "--config.model.path=$MODEL"
+for INIT in sft rctp_ft; do
+  for ALGO in grpo rc_grpo; do
+    run "${INIT}_${ALGO}" "$ALGO" "--config.model.path=$OUT/$INIT/hf" "--config.reference.path=$OUT/$INIT/hf"
+  done
+done
+run eval_base eval "--config.model.path=$MODEL"
+for INIT in sft rctp_ft; do
+  for ALGO in grpo rc_grpo; do
+    run "eval_${INIT}_${ALGO}" eval "--config.model.path=$OUT/${INIT}_${ALGO}/hf"
+  done
+done

@@ -1,0 +1,1 @@
+"""Orchestration of whole experiments in one process: the paper's ablation in miniature (ablation.py)."""
