@@ -40,6 +40,7 @@ from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_checks import ConfigError
 from rcgrpo_jax.data import datasets
 from rcgrpo_jax.train import checkpoint as ckpt_lib
+from rcgrpo_jax.train import loop as loop_lib
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import rl_step
@@ -488,30 +489,15 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any
   progress = log_lib.Progress(n_steps, start, enabled=is_main and config.log.progress, desc=config.stage)
   meta = lambda s: {"step": int(s), "data_position": int(s), "data_fingerprint": trainer.fingerprint(),
                     "total_steps": n_steps, "stage": config.stage}
-  last: dict[str, Any] = {}
-  reason = "done"
-  step = start
+  def one_step(state, step):
+    state, metrics, _ = trainer.step(state, step)
+    return state, metrics
+
   try:
-    with ckpt_lib.StopSignal() as stop:
-      while step < n_steps:
-        state, metrics, _ = trainer.step(state, step)
-        step += 1
-        if step % config.log.every_steps == 0 or not metrics["finite"]:
-          last = logger.write(step, metrics)
-        progress.update(metrics, keys=("reward_mean", "kl", "grad_norm"))
-        if not metrics["finite"]:
-          absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
-        log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
-        ckpt.save(step, state, meta(step))
-        if stop.requested:
-          ckpt.save(step, state, meta(step), force=True)
-          reason = "sigterm"
-          break
-        if stop_after is not None and step - start >= stop_after:
-          reason = "stop_after"
-          break
-      if reason == "done":
-        ckpt.save(step, state, meta(step), force=True)
+    state, step, reason, last = loop_lib.run_steps(one_step, state, start=start, n_steps=n_steps, config=config,
+                                                   ckpt=ckpt, logger=logger, progress=progress, meta=meta,
+                                                   stop_after=stop_after,
+                                                   progress_keys=("reward_mean", "kl", "grad_norm"))
   finally:
     ckpt.close()
     logger.close()

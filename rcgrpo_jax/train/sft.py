@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.train import checkpoint as ckpt_lib
+from rcgrpo_jax.train import loop as loop_lib
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import state as state_lib
@@ -444,39 +445,24 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any
   b_sh = batch_sharding(mesh)
   meta = lambda s: {"step": int(s), "data_position": int(s), "data_fingerprint": data.fingerprint(),
                     "total_steps": n_steps, "stage": config.stage}
-  last: dict[str, Any] = {}
-  reason = "done"
-  step = start
+  def one_step(state, step):
+    batch_np = data.batch(step)
+    length = batch_np["tokens"].shape[-1]
+    if length not in compiled:
+      compiled[length] = compile_step(step_fn, abstract, state_sh, batch_np["tokens"].shape, mesh, logical)
+    t0 = time.perf_counter()
+    state, metrics = compiled[length](state, put_batch(batch_np, b_sh))
+    metrics = jax.device_get(metrics)
+    dt = time.perf_counter() - t0
+    metrics.update({"seq_len": length, "time/step_s": dt,
+                    "time/tokens_per_s": float(batch_np["token_mask"].sum()) / max(dt, 1e-9)})
+    return state, metrics
+
   try:
-    with ckpt_lib.StopSignal() as stop, jax.set_mesh(mesh):
-      while step < n_steps:
-        batch_np = data.batch(step)
-        length = batch_np["tokens"].shape[-1]
-        if length not in compiled:
-          compiled[length] = compile_step(step_fn, abstract, state_sh, batch_np["tokens"].shape, mesh, logical)
-        t0 = time.perf_counter()
-        state, metrics = compiled[length](state, put_batch(batch_np, b_sh))
-        metrics = jax.device_get(metrics)
-        dt = time.perf_counter() - t0
-        step += 1
-        metrics.update({"seq_len": length, "time/step_s": dt,
-                        "time/tokens_per_s": float(batch_np["token_mask"].sum()) / max(dt, 1e-9)})
-        if step % config.log.every_steps == 0 or not metrics["finite"]:
-          last = logger.write(step, metrics)
-        progress.update(metrics)
-        if not metrics["finite"]:
-          absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
-        log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
-        ckpt.save(step, state, meta(step))
-        if stop.requested:
-          ckpt.save(step, state, meta(step), force=True)
-          reason = "sigterm"
-          break
-        if stop_after is not None and step - start >= stop_after:
-          reason = "stop_after"
-          break
-      if reason == "done":
-        ckpt.save(step, state, meta(step), force=True)
+    with jax.set_mesh(mesh):
+      state, step, reason, last = loop_lib.run_steps(one_step, state, start=start, n_steps=n_steps, config=config,
+                                                     ckpt=ckpt, logger=logger, progress=progress, meta=meta,
+                                                     stop_after=stop_after)
   finally:
     ckpt.close()
     logger.close()
