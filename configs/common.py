@@ -132,6 +132,23 @@ def memory() -> ml_collections.ConfigDict:
   return c
 
 
+def supervised_budget(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """SFT and RCTP-FT share their step budgets: the tiny preset's capped CPU run, and micro-batching that
+  keeps one 16k-token sequence per batch shard (data x fsdp = 4) per micro-batch for the 7B/8B presets."""
+  if c.preset == "tiny":  # a random tiny model learns quickly at a large step size; the run is capped
+    c.optim.lr = 3e-3
+    c.optim.warmup_ratio = 0.1
+    c.train.batch_size = 4
+    c.train.grad_accum = 4
+    c.train.epochs = 100
+    c.train.max_steps = 6
+    c.checkpoint.every_steps = 2
+    c.train.logprob_chunk = 256
+  else:
+    c.train.grad_accum = 4  # 16 = 4 x 4
+  return c
+
+
 def base(stage: str, preset: str, *, lr: float) -> ml_collections.ConfigDict:
   """Every section a stage needs, with the preset's defaults; the stage file overrides the rest."""
   c = ml_collections.ConfigDict()

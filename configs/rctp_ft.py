@@ -19,15 +19,4 @@ def get_config(arg: str | None = None):
   c.data.kind = "rctp"  # expert (high) + failure (low) trajectories with the reward goal text
   c.train.epochs = 5
   c.add_reward_tokens = True
-  if preset == "tiny":
-    c.optim.lr = 3e-3
-    c.optim.warmup_ratio = 0.1
-    c.train.batch_size = 4
-    c.train.grad_accum = 4  # one 4-8k-token sequence at a time keeps CPU memory to a few GB
-    c.train.epochs = 100
-    c.train.max_steps = 6
-    c.checkpoint.every_steps = 2
-    c.train.logprob_chunk = 256
-  else:
-    c.train.grad_accum = 4  # see sft.py
-  return c
+  return common.supervised_budget(c)

@@ -15,15 +15,4 @@ def get_config(arg: str | None = None):
   preset = common.parse_preset(arg)
   c = common.base("sft", preset, lr=1e-5)
   c.data.kind = "expert"
-  if preset == "tiny":  # a random tiny model learns quickly at a large step size; the run is capped
-    c.optim.lr = 3e-3
-    c.optim.warmup_ratio = 0.1
-    c.train.batch_size = 4
-    c.train.grad_accum = 4  # one 4-8k-token sequence at a time keeps CPU memory to a few GB
-    c.train.epochs = 100
-    c.train.max_steps = 6
-    c.checkpoint.every_steps = 2
-    c.train.logprob_chunk = 256
-  else:
-    c.train.grad_accum = 4  # 16 = 4 x 4: one 16k-token sequence per batch shard (data x fsdp = 4) per micro-batch
-  return c
+  return common.supervised_budget(c)
