@@ -6,10 +6,16 @@ reference) and, unchanged, as each of 2 processes x 4 devices joined by `jax.dis
 
 Each process feeds only its own rows (`multihost.global_rows`) and reads results back with
 `multihost.gather`, so the outputs of every process are the global values.
+
+  python tests/multihost/mh_worker.py rl_run ... --ckpt MODEL --workdir DIR --out out_I.npz
+
+runs one full `rl.run` step (rollouts on the world's tasks, advantages, reference, PPO update, a checkpoint)
+in a workdir the processes share, then restores that checkpoint.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -109,14 +115,109 @@ def rollout(ckpt: str, lockstep: bool = True) -> tuple[list[dict], dict]:
   return (multihost.allgather_json(mine) if lockstep else mine), dict(policy.stats)
 
 
+def rl_config(ckpt: str):
+  """rc_grpo:tiny cut down: 4 world tasks x group 2 on the (2, 2, 2) mesh, one step, two rollout chunks
+  (each split between the processes), a checkpoint at step 1."""
+  from configs import rc_grpo
+  c = rc_grpo.get_config("tiny")
+  c.model.path = ckpt
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = MESH["data"], MESH["fsdp"], MESH["tensor"]
+  c.rl.group_size = 2
+  c.train.batch_size, c.train.grad_accum, c.rl.num_minibatches = 8, 2, 2  # micro-batch 4 = data x fsdp
+  c.train.max_steps = 1
+  c.rl.rollout_chunk = 4
+  c.rl.max_step_tokens, c.rl.max_context = 12, 768
+  c.data.buckets = (640, 768)
+  c.checkpoint.every_steps = 1
+  c.checkpoint.export_hf = False
+  c.log.progress = c.log.tensorboard = False
+  return c
+
+
+def rl_run(ckpt: str, workdir: str) -> dict:
+  """One RL step by `rl.run`, then the step-1 checkpoint restored. Returns the logged metrics, every
+  episode's (task, reward, tokens, log-probs), the task ids of the environments this process built and
+  stepped, and the restored params (flat by path; gathered, so global values)."""
+  import jax
+  import numpy as np
+
+  from rcgrpo_jax import multihost, sharding
+  from rcgrpo_jax.envs import bfcl
+  from rcgrpo_jax.train import checkpoint as ckpt_lib
+  from rcgrpo_jax.train import rl
+
+  built, stepped, seen = [], [], []
+
+  class CountingEnv(bfcl.BFCLEnv):
+    """Records what this process's environments did. Its reward is a stand-in: a random model scores 0
+    on every task, which would leave no advantage and no gradient. This one adds a quarter per environment
+    call to a half for every second member of a group (members are built in order, all in one process
+    with this config: the test checks it), so groups have spread."""
+
+    def __init__(self, task, *a, **k):
+      super().__init__(task, *a, **k)
+      self.member = built.count(task.id)
+      built.append(task.id)
+      self.calls = 0
+
+    def step(self, calls):
+      stepped.append(self.task.id)
+      self.calls += 1
+      return super().step(calls)
+
+    def end_turn(self):
+      stepped.append(self.task.id)
+      self.calls += 1
+      return super().end_turn()
+
+    def reward(self, name=None):
+      return 0.5 * (self.member % 2) + min(0.5, 0.25 * self.calls)
+
+  real_env, real_step = bfcl.BFCLEnv, rl.Trainer.step
+
+  def step(self, state, i):
+    state, metrics, episodes = real_step(self, state, i)
+    seen.extend({"task_id": e.task_id, "group": e.group, "rollout_index": e.rollout_index, "reward": e.reward,
+                 "reward_token": e.reward_token, "tokens": list(e.tokens), "logprobs": list(e.logprobs),
+                 "done_reason": e.done_reason} for e in episodes)
+    return state, metrics, episodes
+
+  bfcl.BFCLEnv, rl.Trainer.step = CountingEnv, step
+  try:
+    out = rl.run(rl_config(ckpt), workdir)
+  finally:
+    bfcl.BFCLEnv, rl.Trainer.step = real_env, real_step
+
+  # Restore the checkpoint the run left (every process reads its own shards) and read the params back.
+  config = rl.resolve_config(rl_config(ckpt))
+  trainer = rl.Trainer(config, workdir)
+  ckpt = ckpt_lib.Checkpointer(f"{workdir}/checkpoints", every_steps=1, max_to_keep=2)
+  try:
+    steps = ckpt.all_steps()
+    state, meta = ckpt.restore(1, trainer.restore_target())
+  finally:
+    ckpt.close()
+  params = multihost.gather(state.params)
+  record = {"summary": {k: out[k] for k in ("step", "reason", "total_steps")}, "metrics": out["metrics"],
+            "episodes": seen, "built": built, "stepped": stepped, "ckpt_steps": steps,
+            "ckpt_meta_ok": meta.get("data_fingerprint") == trainer.fingerprint(),
+            "ckpt_step": int(multihost.local_value(state.step)),
+            "process": jax.process_index()}
+  flat = {"record": np.asarray(json.dumps(record))}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    flat["params/" + sharding.path_str(path)] = np.asarray(leaf)
+  return flat
+
+
 def main(argv=None) -> None:
   ap = argparse.ArgumentParser()
-  ap.add_argument("task", choices=("update", "rollout"))
+  ap.add_argument("task", choices=("update", "rollout", "rl_run"))
   ap.add_argument("--coordinator", required=True)
   ap.add_argument("--num_processes", type=int, required=True)
   ap.add_argument("--process_id", type=int, required=True)
   ap.add_argument("--ckpt", required=True)
   ap.add_argument("--inputs", default="")
+  ap.add_argument("--workdir", default="")
   ap.add_argument("--out", required=True)
   args = ap.parse_args(argv)
 
@@ -131,8 +232,9 @@ def main(argv=None) -> None:
     inputs = dict(np.load(args.inputs))
     micro_rows = [inputs.pop(k) for k in sorted(k for k in inputs if k.startswith("micro/"))]
     np.savez(args.out, **update(args.ckpt, inputs, micro_rows))
+  elif args.task == "rl_run":
+    np.savez(args.out, **rl_run(args.ckpt, args.workdir))
   else:
-    import json
     episodes, stats = rollout(args.ckpt)
     with open(args.out, "w") as f:
       json.dump({"episodes": episodes, "stats": stats}, f)

@@ -1,6 +1,7 @@
-"""Multi-process correctness: the helpers of rcgrpo_jax.multihost, and one RL update run by 2 processes x 4
-CPU devices (jax.distributed on localhost, each process feeding only its own rows) equal to the same update
-by 1 process x 8 devices."""
+"""Multi-process correctness: the helpers of rcgrpo_jax.multihost; one RL update, one batched rollout and one
+full `rl.run` step (with its checkpoint) run by 2 processes x 4 CPU devices (jax.distributed on localhost,
+each process feeding only its own rows and stepping only its own environments) equal to the same work by
+1 process x 8 devices."""
 from __future__ import annotations
 
 import jax
@@ -148,3 +149,125 @@ def test_two_process_rollout_equals_single_process(rollout_runs):
       assert (a["done_reason"], a["steps"], a["turn"]) == (b["done_reason"], b["steps"], b["turn"])
       np.testing.assert_allclose(a["logprobs"], b["logprobs"], rtol=1e-5, atol=1e-5)
     assert sum(sum(e["loss_mask"]) for e in eps) > 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# The episode record the processes exchange after their rollouts.
+
+
+def test_episode_record_round_trips_through_json():
+  import json
+
+  from rcgrpo_jax.rollout.episode import Episode
+  from rcgrpo_jax.train import rl
+  e = Episode("t1", group=3, rollout_index=1, reward_token="<|low_reward|>")
+  e.add_context([5, 6, 7])
+  e.add_sampled([8, 9], np.asarray([-0.1, -2.5], np.float32))
+  call = {"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+  e.messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": [call]}]
+  e.tools = [{"type": "function", "function": {"name": "f"}}]
+  e.steps, e.parse_errors, e.reward = 1, 2, 0.75
+  e.finish("max_context")
+  e.verdict = {"valid": False, "error_type": "x", "odd": {1, 2}}  # a set is not JSON: sent as its str
+  back = rl.episode_from_record(json.loads(json.dumps(rl.episode_record(e))))
+  assert (back.task_id, back.group, back.rollout_index, back.reward_token) == ("t1", 3, 1, "<|low_reward|>")
+  assert back.tokens == e.tokens and back.loss_mask == [0, 0, 0, 1, 1] and back.step_spans == [(0, 3, 5)]
+  np.testing.assert_array_equal(back.arrays()["logprobs"], e.arrays()["logprobs"])  # float32 exact
+  assert (back.steps, back.parse_errors, back.reward) == (1, 2, 0.75)
+  assert (back.done_reason, back.truncated) == ("max_context", True)
+  assert back.verdict == {"valid": False, "error_type": "x", "odd": "{1, 2}"}
+  assert back.messages == [] and back.tools == []  # the conversation only travels when the judge needs it
+  with_msgs = rl.episode_from_record(json.loads(json.dumps(rl.episode_record(e, messages=True))))
+  assert with_msgs.messages == e.messages and rl.rollout_metrics([with_msgs]) == rl.rollout_metrics([e])
+
+
+# ----------------------------------------------------------------------------------------------------
+# One full RL step by `rl.run` (rollouts on the world's tasks, rewards, advantages, reference, PPO update,
+# checkpoint at step 1): 2 processes x 4 devices, each stepping only its own environments, equal to
+# 1 process x 8 devices; the 2-process checkpoint restores to the 1-process run's params.
+
+
+def _record(out: dict) -> dict:
+  import json
+  return json.loads(str(out["record"]))
+
+
+@pytest.fixture(scope="module")
+def rl_runs(world_ckpt, tmp_path_factory):
+  d = tmp_path_factory.mktemp("rl_run")
+  single = mh_worker.rl_run(world_ckpt, str(d / "single"))
+  outs = mh_launch.run_workers(["rl_run", "--ckpt", world_ckpt, "--workdir", str(d / "multi")], timeout=500,
+                               log_dir=str(d))
+  return single, [dict(np.load(o)) for o in outs], str(d / "multi")
+
+
+def test_two_process_rl_step_equals_single_process(rl_runs):
+  from rcgrpo_jax.train import logging as log_lib
+  single, multi, _ = rl_runs
+  one = _record(single)
+  assert one["summary"] == {"step": 1, "reason": "done", "total_steps": 1}
+  eps1 = one["episodes"]
+  assert [(e["group"], e["rollout_index"]) for e in eps1] == [(k, j) for k in range(4) for j in range(2)]
+  assert one["metrics"]["grad_norm"] > 0 and one["metrics"]["loss_tokens"] > 0  # the step trained on something
+  assert one["metrics"]["adv_abs_mean"] > 0 and one["metrics"]["kl"] > 0
+  want = log_lib.deterministic(one["metrics"])
+  for out in multi:
+    rec = _record(out)
+    assert rec["summary"] == one["summary"]
+    eps = rec["episodes"]  # every process holds every episode, group-major, as the single process
+    assert [(e["task_id"], e["group"], e["rollout_index"], e["reward_token"]) for e in eps] == [
+        (e["task_id"], e["group"], e["rollout_index"], e["reward_token"]) for e in eps1]
+    for a, b in zip(eps, eps1):
+      assert a["tokens"] == b["tokens"] and a["done_reason"] == b["done_reason"], a["task_id"]
+      assert a["reward"] == b["reward"], a["task_id"]
+      np.testing.assert_allclose(a["logprobs"], b["logprobs"], rtol=1e-5, atol=1e-5)
+    got = log_lib.deterministic(rec["metrics"])
+    assert set(got) == set(want)
+    for k, v in want.items():
+      np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_each_process_runs_only_its_own_environments(rl_runs):
+  from collections import Counter
+  single, multi, _ = rl_runs
+  one = _record(single)
+  tasks = [e["task_id"] for e in one["episodes"]]
+  assert one["built"] == tasks  # one process builds all 8
+  recs = sorted((_record(o) for o in multi), key=lambda r: r["process"])
+  for p, rec in enumerate(recs):
+    # rollout_chunk 4: chunks [0, 4) and [4, 8), each split in half between the processes, in order
+    rows = [c + r for c in (0, 4) for r in range(4)[multihost.process_slice(4, p, 2)]]
+    assert rec["built"] == [tasks[r] for r in rows]
+    assert set(rec["stepped"]) <= set(rec["built"])
+  assert not set(recs[0]["built"]) & set(recs[1]["built"])  # groups (tasks) of a chunk do not straddle here
+  # together the two processes made exactly the environment calls of the single-process run
+  assert Counter(recs[0]["stepped"]) + Counter(recs[1]["stepped"]) == Counter(one["stepped"])
+  assert len(one["stepped"]) >= len(tasks)
+
+
+def test_two_process_checkpoint_restores_to_the_single_process_params(rl_runs, world_ckpt):
+  import json
+  import os
+
+  from rcgrpo_jax.models.hf_io import load_hf
+  from rcgrpo_jax.train import logging as log_lib
+  single, multi, workdir = rl_runs
+  one = _record(single)
+  assert one["ckpt_steps"] == [1] and one["ckpt_meta_ok"]
+  keys = [k for k in single if k.startswith("params/")]
+  assert keys
+  for out in multi:
+    rec = _record(out)
+    assert rec["ckpt_steps"] == [1] and rec["ckpt_meta_ok"] and rec["ckpt_step"] == one["ckpt_step"]
+    assert sorted(k for k in out if k.startswith("params/")) == sorted(keys)
+    for k in keys:
+      np.testing.assert_allclose(out[k], single[k], atol=1e-6, err_msg=k)
+  # the checkpoint holds the trained params, not the initial ones
+  _, initial = load_hf(world_ckpt)
+  flat = {"params/" + sharding.path_str(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(initial)[0]}
+  same_shape = [k for k in keys if k in flat and flat[k].shape == single[k].shape]
+  assert same_shape and max(float(np.abs(single[k] - flat[k]).max()) for k in same_shape) > 1e-6
+  # only process 0 wrote metrics: one row, its own
+  rows = log_lib.read_metrics(os.path.join(workdir, log_lib.METRICS_FILE))
+  p0 = next(_record(o) for o in multi if _record(o)["process"] == 0)
+  assert [json.dumps(r, sort_keys=True) for r in rows] == [json.dumps(p0["metrics"], sort_keys=True)]
