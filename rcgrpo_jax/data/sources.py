@@ -10,7 +10,6 @@ same code on either.
 from __future__ import annotations
 
 import functools
-import json
 
 from rcgrpo_jax.data import splits
 from rcgrpo_jax.envs import bfcl
@@ -49,7 +48,15 @@ def tokenizer_corpus(data_config) -> list[str] | None:
     if data_config.get("source", "bfcl") != "world":
         return None
     from rcgrpo_jax.worlds import corpus
-    train = tasks(data_config, "train")
-    # The tool list opens every prompt, as JSON: give the BPE its exact text so it merges into few tokens.
-    tool_text = [json.dumps(t) for task in train for t in bfcl.tools_for(task, 0)]
-    return corpus([t.entry for t in train]) + tool_text
+    return corpus([t.entry for t in tasks(data_config, "train")])
+
+
+def tokenizer_chats(data_config) -> list[dict] | None:
+    """The world's train expert conversations ({"messages", "tools"}), for a tiny checkpoint's builder to
+    render through its own chat template into the tokenizer corpus (the prompt the model really reads
+    then merges into few tokens); None for `bfcl`."""
+    if data_config.get("source", "bfcl") != "world":
+        return None
+    from rcgrpo_jax.data import datasets
+    return [{"messages": r["messages"], "tools": r["tools"]}
+            for r in datasets.expert_records(tasks(data_config, "train"))]

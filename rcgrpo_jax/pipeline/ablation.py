@@ -111,12 +111,10 @@ def _fmt(seconds: float) -> str:
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
   """The tiny Qwen2 checkpoint, tokenizer trained on the world's train corpus (test names reach the
   model as pieces of trained tokens)."""
-  from rcgrpo_jax.data import sources
-  from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+  from rcgrpo_jax.train import sft
   path = os.path.join(workdir, "base_model")
   if not os.path.exists(os.path.join(path, "config.json")):
-    data = stage_config("sft", budget, {}).data
-    build_tiny_checkpoint(path, arch="qwen2", corpus=sources.tokenizer_corpus(data), seed=0, **budget.model)
+    sft.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
   return path
 
 

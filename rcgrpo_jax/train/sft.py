@@ -276,14 +276,22 @@ def model_dir(config, workdir: str) -> str:
   """The HF checkpoint to start from: `model.path`, or a tiny one built once under the workdir."""
   if config.model.path:
     return config.model.path
-  from rcgrpo_jax.models.tiny import build_tiny_checkpoint
   path = os.path.join(workdir, "tiny_model")
   if not os.path.exists(os.path.join(path, "config.json")):
     if jax.process_index() == 0:
-      from rcgrpo_jax.data import sources
-      build_tiny_checkpoint(path, arch=config.model.tiny_arch, corpus=sources.tokenizer_corpus(config.data))
+      build_tiny(config, path)
     _sync("tiny_model")
   return path
+
+
+def build_tiny(config, path: str, **sizes) -> str:
+  """A random tiny checkpoint of `model.tiny_arch` whose tokenizer is trained on the configured task
+  source's text, rendered through the checkpoint's own chat template (`model.tiny_tools_format`)."""
+  from rcgrpo_jax.data import sources
+  from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+  return build_tiny_checkpoint(path, arch=config.model.tiny_arch, tools_format=config.model.tiny_tools_format,
+                               corpus=sources.tokenizer_corpus(config.data),
+                               chats=sources.tokenizer_chats(config.data), **sizes)
 
 
 def _sync(name: str) -> None:
@@ -295,7 +303,7 @@ def _sync(name: str) -> None:
 def model_config(config, path_or_dict) -> Any:
   from rcgrpo_jax.models.config import ModelConfig
   return ModelConfig.from_hf(path_or_dict, dtype=config.model.dtype, param_dtype=config.model.param_dtype,
-                             remat=bool(config.model.remat))
+                             remat=bool(config.model.remat), scan_unroll=int(config.model.scan_unroll))
 
 
 def rules(name: str):

@@ -56,7 +56,8 @@ def test_loads_with_transformers_with_the_requested_shape(ckpts, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_special_tokens_are_single_ids_after_the_bpe_vocab(ckpts, arch):
     tok = ckpts[arch]["auto"]
-    names = {"qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
+    names = {"qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+                       "<tool_response>", "</tool_response>"],
              "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                        "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"]}[arch]
     ids = [tok(n, add_special_tokens=False)["input_ids"] for n in names]
@@ -132,3 +133,40 @@ def test_padded_vocab_rope_scaling_and_custom_corpus(tmp_path):
         build_tiny_checkpoint(tmp_path / "q", arch="qwen2", vocab_size=10)
     with pytest.raises(ValueError, match="arch"):
         build_tiny_checkpoint(tmp_path / "r", arch="gpt2")
+
+
+CHAT = {"messages": [{"role": "user", "content": 'Move "bako.txt" to "ri".'},
+                     {"role": "assistant", "content": "", "tool_calls": [
+                         {"type": "function", "function": {"name": "mv", "arguments": {"source": "bako.txt",
+                                                                                        "destination": "ri"}}}]},
+                     {"role": "tool", "content": "None"}],
+        "tools": [{"type": "function", "function": {"name": "mv", "description": "Move a file.", "parameters": {
+            "type": "object", "properties": {"source": {"type": "string"}, "destination": {"type": "string"}},
+            "required": ["source", "destination"]}}},
+                  {"type": "function", "function": {"name": "ls", "description": "List.",
+                                                    "parameters": {"type": "object", "properties": {}}}}]}
+
+
+def test_signature_tool_list_and_chats_in_the_tokenizer_corpus(tmp_path):
+    from rcgrpo_jax.chat import get_parser
+    from rcgrpo_jax.models.tiny import chat_template, render_chats
+
+    small = dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                 tokenizer_vocab_size=400)
+    plain = build_tiny_checkpoint(tmp_path / "plain", tools_format="signatures", **small)
+    trained = build_tiny_checkpoint(tmp_path / "chats", tools_format="signatures", chats=[CHAT] * 20, **small)
+    tok = transformers.AutoTokenizer.from_pretrained(trained)
+    text = tok.apply_chat_template(CHAT["messages"], tools=CHAT["tools"], tokenize=False)
+    # transformers renders exactly what render_chats (the corpus builder) renders
+    assert render_chats(chat_template("qwen2", "signatures"), [CHAT]) == [text]
+    assert text.startswith("<|im_start|>system\nTools: mv(source, destination) ls()<|im_end|>\n")
+    # the assistant's call is the Hermes parser's own format, and parses back
+    call = get_parser("hermes").format([{"name": "mv", "arguments": {"source": "bako.txt", "destination": "ri"}}])
+    assert "<|im_start|>assistant\n" + call + "<|im_end|>" in text
+    # the rendered chats in the corpus make the conversation shorter in tokens (here 76 vs 112)
+    n_plain = len(transformers.AutoTokenizer.from_pretrained(plain)(text)["input_ids"])
+    assert len(tok(text)["input_ids"]) < 0.8 * n_plain
+    with pytest.raises(ValueError, match="tools_format"):
+        build_tiny_checkpoint(tmp_path / "x", tools_format="yaml", **small)
+    with pytest.raises(ValueError, match="only available"):
+        build_tiny_checkpoint(tmp_path / "y", arch="llama", tools_format="signatures", **small)
