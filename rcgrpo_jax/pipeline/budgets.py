@@ -25,14 +25,14 @@ class Budget:
 
 
 _COMMON_TRAIN = {"train.grad_accum": 1, "optim.warmup_ratio": 0.05, "checkpoint.every_steps": 50,
-                 "log.tensorboard": False, "data.buckets": (256, 512, 768, 1024, 1536)}
+                 "log.tensorboard": False, "data.buckets": (256, 320, 384, 512, 768)}
 
 QUICKSTART = Budget(
     name="quickstart",
     world={"seed": 0, "train_per_type": 64, "test_per_type": 16},
     # The prototype's size: d=128, 3 layers, RoPE (about 0.7M parameters with the world's ~900 tokens).
     model={"hidden_size": 128, "num_layers": 3, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256,
-           "tokenizer_vocab_size": 1024},
+           "tokenizer_vocab_size": 512},
     # Episodes are ~800 tokens (the tool list is ~500): 48 steps of 16 reached loss 1.0 and 0% greedy success
     # on the train split, so stage 1 takes more, smaller steps (about 1.3M tokens each).
     sft={**_COMMON_TRAIN, "train.batch_size": 8, "train.max_steps": 200, "optim.lr": 3e-3},

@@ -52,33 +52,40 @@ def only_match(listing: list[str], ext: str) -> str:
     return hits[0]
 
 
+def q(name: str) -> str:
+    """A name as the user writes it: in double quotes, as it appears in JSON arguments and tool results.
+    A byte-level BPE then gives the name the same tokens in the request, the listing and the call (a
+    space-prefixed word would be different tokens), so a small model can learn to copy it."""
+    return f'"{name}"'
+
+
 # --- turn skills --------------------------------------------------------------------------------
 
 def go_make_folder(s: Session, folder: str, new: str) -> None:
-    s.turn(f"Go to {folder} and make a folder {new}.")
+    s.turn(f"Go to {q(folder)} and make a folder {q(new)}.")
     s.call("cd", folder=folder)
     s.call("mkdir", dir_name=new)
 
 
 def move_named(s: Session, name: str, dest: str) -> None:
-    s.turn(f"Move {name} to {dest}.")
+    s.turn(f"Move {q(name)} to {q(dest)}.")
     s.call("mv", source=name, destination=dest)
 
 
 def list_folder(s: Session, folder: str) -> list[str]:
-    s.turn(f"List the files in {folder}.")
+    s.turn(f"List the files in {q(folder)}.")
     s.call("cd", folder=folder)
     return list(s.call("ls")["current_directory_content"])
 
 
 def act_on_ext(s: Session, verb: str, ext: str, listing: list[str], dest: str) -> None:
     """'Move/Copy the .txt file to docs.': the source name is only in the earlier ls() output."""
-    s.turn(f"{verb.capitalize()} the {ext} file to {dest}.")
+    s.turn(f"{verb.capitalize()} the {ext} file to {q(dest)}.")
     s.call({"move": "mv", "copy": "cp"}[verb], source=only_match(listing, ext), destination=dest)
 
 
 def count_lines(s: Session, folder: str, name: str) -> int:
-    s.turn(f"Go to {folder} and count the lines of {name}.")
+    s.turn(f"Go to {q(folder)} and count the lines of {q(name)}.")
     s.call("cd", folder=folder)
     return int(s.call("wc", file_name=name)["count"])
 

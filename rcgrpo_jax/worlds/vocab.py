@@ -1,9 +1,15 @@
 """Names and numbers of the miniature world, split into disjoint train and test vocabularies.
 
 Test tasks are fresh instances of the trained task types: every file stem, folder name, root name and
-user-given operand in a test task comes from the test side, which no training task uses. Words are
-short, common and lower-case so a small BPE tokenizer keeps them to one or two tokens. Extensions and
-line counts are shared: they are what the skills are about, not scenario names.
+user-given operand in a test task comes from the test side, which no training task uses.
+
+File stems and folder names are made of two or three syllables from one small syllable set
+("ba", "ko", ...), split between train and test by combination. A byte-level BPE trained on the world
+learns the syllables as tokens, so train and test names alike are short multi-token spans of the same
+pieces, and the skill "copy this name" learned on train names carries over to unseen ones. (With whole
+English words, train names became single tokens and test names pieces of them: a model trained to copy
+one token did not copy four.) Extensions and line counts are shared: they are what the skills are about,
+not scenario names.
 """
 from __future__ import annotations
 
@@ -29,14 +35,27 @@ class Vocab:
 
 _OPERANDS = range(2, 40)
 _FACTORS = range(2, 10)
+_SYLLABLES = ("ba", "ko", "ri", "mu", "te", "lo", "si", "na", "du", "pe", "ga", "vi")
+
+
+def _names(n_syllables: int, split: str) -> tuple[str, ...]:
+    """Every word of `n_syllables` syllables on its side of the split: one in five combinations (by its
+    syllable indices) is test-only."""
+    import itertools
+    out = []
+    for combo in itertools.product(range(len(_SYLLABLES)), repeat=n_syllables):
+        if len(set(combo)) < n_syllables:  # no repeated syllable: "baba" would be easy to misread
+            continue
+        is_test = (sum(combo) * 7 + combo[0]) % 5 == 0
+        if is_test == (split == "test"):
+            out.append("".join(_SYLLABLES[i] for i in combo))
+    return tuple(out)
+
 
 TRAIN = Vocab(
     split="train",
-    stems=("apple", "river", "stone", "cloud", "tiger", "lemon", "paper", "candle", "garden", "rocket",
-           "silver", "window", "pencil", "forest", "butter", "castle", "button", "planet", "summer",
-           "mirror", "ocean", "violet", "hammer", "jacket"),
-    folders=("docs", "notes", "music", "photos", "reports", "drafts", "games", "recipes", "backup",
-             "archive", "projects", "letters"),
+    stems=_names(3, "train"),
+    folders=_names(2, "train"),
     roots=("home", "work"),
     numbers=tuple(n for n in _OPERANDS if n % 4 != 3),
     factors=tuple(n for n in _FACTORS if n not in (3, 7)),
@@ -44,9 +63,8 @@ TRAIN = Vocab(
 
 TEST = Vocab(
     split="test",
-    stems=("maple", "comet", "harbor", "falcon", "velvet", "copper", "meadow", "lantern", "pepper",
-           "canyon", "willow", "marble"),
-    folders=("travel", "budget", "school", "videos", "papers", "invoices"),
+    stems=_names(3, "test"),
+    folders=_names(2, "test"),
     roots=("desk", "lab"),
     numbers=tuple(n for n in _OPERANDS if n % 4 == 3),
     factors=(3, 7),
