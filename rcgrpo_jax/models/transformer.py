@@ -68,6 +68,7 @@ class Decoder(nn.Module):
             split_rngs={"params": True},
             in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
             length=c.num_layers,
+            unroll=c.num_layers if c.scan_unroll < 1 else min(c.scan_unroll, c.num_layers),
         )(c, name="layers")
         x, new_kv = layers(x, positions, mask, kv, index)
         x = RMSNorm(c.rms_norm_eps, c.jnp_dtype, c.jnp_param_dtype, name="final_norm")(x)
