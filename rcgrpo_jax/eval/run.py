@@ -69,6 +69,7 @@ def episode_result(episode, category: str) -> dict[str, Any]:
       "reward": float(episode.reward), "error_kind": error_kind(episode), "done_reason": episode.done_reason,
       "error_message": (episode.verdict.get("error_message") or episode.verdict.get("error") or "")[:300] or None,
       "reward_token": episode.reward_token, **episode.counts(), "tokens": len(episode.tokens),
+      "messages": episode.messages,  # the conversation, to read what the model did
   }
 
 
