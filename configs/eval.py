@@ -30,6 +30,7 @@ def get_config(arg: str | None = None):
 
 def eval_section(preset: str):
   import ml_collections
+  from ml_collections.config_dict import placeholder
   c = ml_collections.ConfigDict()
   c.policy = "model"  # model (greedy decoding) | oracle (scripted ground truth: checks the scoring path)
   c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
@@ -39,6 +40,7 @@ def eval_section(preset: str):
   c.max_context = 2048 if preset == "tiny" else 32768  # tokens per episode; past it: truncated
   c.max_step_tokens = 128 if preset == "tiny" else 1024  # decode budget of one assistant step
   c.prefill_chunk = 256 if preset == "tiny" else 2048
+  c.max_steps_per_turn = placeholder(int)  # None = the environment's cap (BFCL: 20); past it the turn ends
   # Categories reported apart and left out of `overall` (the world's held-out compositions).
   c.heldout_categories = ("compose_heldout",)
   return c

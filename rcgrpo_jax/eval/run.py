@@ -99,7 +99,8 @@ def evaluate(model_cfg, params, tokenizer, tasks: Sequence, eval_cfg, *, policy:
   parser = chat.get_parser(chat.family_for(model_cfg.model_type))
   stop_ids = chat.end_of_turn_ids(tokenizer)
   token = reward_token_for(eval_cfg.reward_token, tokenizer)
-  rollout_cfg = RolloutConfig(max_context=int(eval_cfg.max_context), max_step_tokens=int(eval_cfg.max_step_tokens))
+  rollout_cfg = RolloutConfig(max_context=int(eval_cfg.max_context), max_step_tokens=int(eval_cfg.max_step_tokens),
+                              max_steps_per_turn=eval_cfg.get("max_steps_per_turn"))
   results: list[dict] = []
   batch = max(int(eval_cfg.batch_size), 1)
   t0 = time.perf_counter()
