@@ -70,40 +70,40 @@ TOOLS_FORMATS = tuple(_QWEN2_TOOLS)
 
 
 def qwen2_chat_template(tools_format: str = "json") -> str:
-  """The Qwen2-style (Hermes tool calls) template with the given tool list format."""
-  if tools_format not in _QWEN2_TOOLS:
-    raise ValueError(f"tools_format must be one of {TOOLS_FORMATS}, got {tools_format!r}")
-  default_system, tools_block = _QWEN2_TOOLS[tools_format]
-  return (
-    "{%- if messages and messages[0].role == 'system' %}"
-    "{%- set system = messages[0].content %}{%- set rest = messages[1:] %}"
-    "{%- else %}{%- set system = '" + default_system + "' %}{%- set rest = messages %}{%- endif %}"
-    "{{- '<|im_start|>system\\n' + system }}"
-    "{%- if tools %}" + tools_block + "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- for m in rest %}"
-    "{%- if m.role == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if m.content %}{{- m.content }}{%- endif %}"
-    "{%- if m.tool_calls %}"
-    "{%- for call in m.tool_calls %}"
-    "{%- if m.content or not loop.first %}{{- '\\n' }}{%- endif %}"
-    "{{- '<tool_call>\\n' }}" + _CALL_JSON.replace("ARGKEY", "arguments") + "{{- '\\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif m.role == 'tool' %}"
-    "{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' }}"
-    "{%- if m.content is string %}{{- m.content }}{%- else %}{{- m.content | tojson }}{%- endif %}"
-    "{{- '\\n</tool_response>' }}"
-    "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-  )
+    """The Qwen2-style (Hermes tool calls) template with the given tool list format."""
+    if tools_format not in _QWEN2_TOOLS:
+        raise ValueError(f"tools_format must be one of {TOOLS_FORMATS}, got {tools_format!r}")
+    default_system, tools_block = _QWEN2_TOOLS[tools_format]
+    return (
+        "{%- if messages and messages[0].role == 'system' %}"
+        "{%- set system = messages[0].content %}{%- set rest = messages[1:] %}"
+        "{%- else %}{%- set system = '" + default_system + "' %}{%- set rest = messages %}{%- endif %}"
+        "{{- '<|im_start|>system\\n' + system }}"
+        "{%- if tools %}" + tools_block + "{%- endif %}"
+        "{{- '<|im_end|>\\n' }}"
+        "{%- for m in rest %}"
+        "{%- if m.role == 'assistant' %}"
+        "{{- '<|im_start|>assistant\\n' }}"
+        "{%- if m.content %}{{- m.content }}{%- endif %}"
+        "{%- if m.tool_calls %}"
+        "{%- for call in m.tool_calls %}"
+        "{%- if m.content or not loop.first %}{{- '\\n' }}{%- endif %}"
+        "{{- '<tool_call>\\n' }}" + _CALL_JSON.replace("ARGKEY", "arguments") + "{{- '\\n</tool_call>' }}"
+        "{%- endfor %}"
+        "{%- endif %}"
+        "{{- '<|im_end|>\\n' }}"
+        "{%- elif m.role == 'tool' %}"
+        "{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+        "{{- '\\n<tool_response>\\n' }}"
+        "{%- if m.content is string %}{{- m.content }}{%- else %}{{- m.content | tojson }}{%- endif %}"
+        "{{- '\\n</tool_response>' }}"
+        "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+        "{%- else %}"
+        "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
 
 
 QWEN2_CHAT_TEMPLATE = qwen2_chat_template("json")
