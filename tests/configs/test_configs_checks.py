@@ -61,6 +61,16 @@ def test_checkpoint_path_without_config_json(tmp_path):
   assert "has no config.json" in str(_err(c)) and _err(c).field == "model.path"
 
 
+def test_signature_tool_list_needs_the_qwen2_tiny_checkpoint():
+  c = sft.get_config("tiny")
+  assert c.model.tiny_tools_format == "signatures"
+  c.model.tiny_arch = "llama"
+  e = _err(c)
+  assert e.field == "model.tiny_tools_format" and "'json'" in str(e)
+  c.model.tiny_tools_format = "json"
+  config_checks.check(c, num_devices=8)
+
+
 def test_batch_not_divisible_by_data_axis():
   c = sft.get_config("tiny")
   c.mesh.data, c.train.grad_accum = -1, 1
