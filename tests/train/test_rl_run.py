@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import train_helpers
 
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import rl
@@ -24,11 +25,9 @@ DIAGNOSTICS = (
 def world_ckpt(tmp_path_factory):
   """A tiny random checkpoint whose tokenizer was trained on the world's text (short prompts)."""
   from configs import rc_grpo
-  from rcgrpo_jax.data import sources
-  from rcgrpo_jax.models.tiny import build_tiny_checkpoint
-  c = rc_grpo.get_config("tiny")
-  return build_tiny_checkpoint(str(tmp_path_factory.mktemp("world") / "model"), arch="qwen2", hidden_size=32,
-                               intermediate_size=64, corpus=sources.tokenizer_corpus(c.data))
+  from rcgrpo_jax.train import sft
+  path = str(tmp_path_factory.mktemp("world") / "model")
+  return sft.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64)
 
 
 def _config(ckpt, **over):
@@ -41,13 +40,7 @@ def _config(ckpt, **over):
   c.data.buckets = (640, 768, 1024)
   c.checkpoint.every_steps = 2
   c.log.progress = False
-  for k, v in over.items():
-    node = c
-    *head, last = k.split("__")
-    for h in head:
-      node = node[h]
-    node[last] = v
-  return c
+  return train_helpers.set_overrides(c, over)
 
 
 @pytest.fixture(scope="module")

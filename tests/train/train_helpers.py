@@ -46,6 +46,11 @@ def make_config(ckpt: str, data: str, **overrides):
   c.log.progress = False
   c.log.tensorboard = False
   c.checkpoint.export_hf = False
+  return set_overrides(c, overrides)
+
+
+def set_overrides(c, overrides):
+  """c.a.b = value for each keyword `a__b=value` (keywords can not hold dots)."""
   for dotted, value in overrides.items():
     node = c
     *head, last = dotted.split("__")
