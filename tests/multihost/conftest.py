@@ -15,8 +15,6 @@ def world_ckpt(tmp_path_factory) -> str:
   """A 1-layer, hidden-32 checkpoint whose tokenizer was trained on the miniature world's text (short
   prompts), for the RL step."""
   from configs import rc_grpo
-  from rcgrpo_jax.data import sources
-  from rcgrpo_jax.models.tiny import build_tiny_checkpoint
-  corpus = sources.tokenizer_corpus(rc_grpo.get_config("tiny").data)
-  return build_tiny_checkpoint(str(tmp_path_factory.mktemp("world") / "model"), arch="qwen2", hidden_size=32,
-                               num_layers=1, intermediate_size=64, corpus=corpus)
+  from rcgrpo_jax.train import sft
+  path = str(tmp_path_factory.mktemp("world") / "model")
+  return sft.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, num_layers=1, intermediate_size=64)
