@@ -4,17 +4,23 @@
 
 Prints one JSON line per model: batch 8, prompt 128, 128 new tokens, temperature 1.0 (no top-k/top-p
 on either side, no early stop). Figures are medians over repeats after a warm-up (compilation is not
-counted). The medium line adds the decode-only rate and its fraction of the memory-bandwidth bound
-(weight bytes read per decode step / measured copy bandwidth).
+counted). Each line also places the decode step against the memory-bandwidth bound: the bytes one
+step must read (every weight but the embedding table, plus the KV-cache span the loop attends over),
+the read bandwidth of all cores measured at that working-set size, the fraction of that bound the
+step reaches,
+and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach (our measured
+prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach on this machine.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
+import threading
 import time
+
+from rcgrpo_jax.bench import common
 
 MODELS = {
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -25,28 +31,49 @@ MODELS = {
 BATCH, PROMPT, NEW = 8, 128, 128
 
 
-def _copy_bandwidth() -> float:
-    """Bytes/s of a large memory copy (read + write counted), median of 5."""
+def read_bandwidth(nbytes: int) -> float:
+    """Bytes/s the host reads with all its cores (one numpy reduction per core, each over its share of
+    an `nbytes` buffer of at least 4 MiB), median of 3. Sized like the decode step's working set, so a
+    set that fits the last-level cache is measured against that cache, not DRAM."""
     import numpy as np
 
-    src = np.ones(64 * 2**20 // 4 * 4, np.float32)  # 256 MiB
-    dst = np.empty_like(src)
-    times = []
-    for _ in range(5):
+    buf = np.ones(max(int(nbytes), 4 * 2**20) // 4, np.float32)
+    parts = np.array_split(buf, os.cpu_count() or 1)
+    reps = max(3, min(100, 2**30 // buf.nbytes))
+
+    def read(part):
+        for _ in range(reps):
+            part.sum()  # numpy releases the GIL, so the threads read concurrently
+
+    rates = []
+    for _ in range(3):
+        threads = [threading.Thread(target=read, args=(p,)) for p in parts]
         t = time.perf_counter()
-        np.copyto(dst, src)
-        times.append(time.perf_counter() - t)
-    return 2 * src.nbytes / statistics.median(times)
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        rates.append(buf.nbytes * reps / (time.perf_counter() - t))
+    return statistics.median(rates)
 
 
-def bench_model(name: str, repeats: int) -> dict:
+def read_weight_bytes(config, params) -> int:
+    """Weight bytes one decode step reads: all but the embedding table, of which only the fed rows are
+    gathered (tied, it is read whole as the output layer)."""
+    import jax
+
+    total = sum(x.nbytes for x in jax.tree.leaves(params))
+    return int(total if config.tie_word_embeddings else total - params["embed"]["embedding"].nbytes)
+
+
+def bench_model(name: str, repeats: int, batch: int = BATCH, prompt: int = PROMPT, new: int = NEW) -> dict:
     import jax
     import numpy as np
     import torch
     import transformers
 
     from rcgrpo_jax import models
-    from rcgrpo_jax.sampling import generate
+    from rcgrpo_jax.sampling import buckets, generate
 
     cfg = transformers.Qwen2Config(max_position_embeddings=4096, tie_word_embeddings=False, **MODELS[name])
     torch.manual_seed(0)
@@ -55,7 +82,7 @@ def bench_model(name: str, repeats: int) -> dict:
         hf.save_pretrained(d)
         config, params = models.load_hf(d, dtype="float32")
     rng = np.random.default_rng(0)
-    prompts = rng.integers(1, cfg.vocab_size, (BATCH, PROMPT))
+    prompts = rng.integers(1, cfg.vocab_size, (batch, prompt))
 
     def ours(new: int) -> float:
         t = time.perf_counter()
@@ -69,40 +96,54 @@ def bench_model(name: str, repeats: int) -> dict:
         t = time.perf_counter()
         with torch.no_grad():
             out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                              top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0,
+                              top_k=0, top_p=1.0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
                               eos_token_id=None)
-        assert out.shape[1] == PROMPT + NEW
+        assert out.shape[1] == prompt + new
         return time.perf_counter() - t
 
-    ours(NEW), ours(1)  # compile
-    t_ours = statistics.median(ours(NEW) for _ in range(repeats))
+    ours(new), ours(1)  # compile
+    t_ours = statistics.median(ours(new) for _ in range(repeats))
+    t_prefill = statistics.median(ours(1) for _ in range(repeats))
     theirs()
     t_hf = statistics.median(theirs() for _ in range(repeats))
-    row = {"model": name, "ours_tok_s": round(BATCH * NEW / t_ours, 1), "hf_tok_s": round(BATCH * NEW / t_hf, 1),
-           "ratio": round(t_hf / t_ours, 2), "batch": BATCH, "prompt": PROMPT, "new_tokens": NEW,
-           "jax_backend": jax.default_backend(), "jax_devices": jax.device_count(), "torch_threads": torch.get_num_threads()}
-    if name == "medium":
-        t_prefill = statistics.median(ours(1) for _ in range(repeats))
-        per_step = max(t_ours - t_prefill, 1e-9) / (NEW - 1)
-        weight_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
-        bw = _copy_bandwidth()
-        row.update(decode_tok_s=round(BATCH / per_step, 1), weight_bytes=weight_bytes,
-                   copy_bandwidth_gb_s=round(bw / 1e9, 2),
-                   bandwidth_bound_fraction=round((weight_bytes / bw) / per_step, 3))
-    return row
+    # The decode loop attends over the whole cache: the prompt's length bucket plus the budget's.
+    span = buckets.length_bucket(prompt) + buckets.length_bucket(new)
+    step_bytes = int(common.decode_step_bytes(read_weight_bytes(config, params), config, batch, span,
+                                              kv_bytes=config.jnp_dtype.itemsize))
+    per_step = max(t_ours - t_prefill, 1e-9) / max(new - 1, 1)
+    bw = read_bandwidth(step_bytes)
+    bound_s = t_prefill + (new - 1) * step_bytes / bw
+    return {"model": name, "ours_tok_s": round(batch * new / t_ours, 1), "hf_tok_s": round(batch * new / t_hf, 1),
+            "ratio": round(t_hf / t_ours, 2), "batch": batch, "prompt": prompt, "new_tokens": new,
+            "prefill_ms": round(t_prefill * 1e3, 2), "decode_step_ms": round(per_step * 1e3, 3),
+            "decode_tok_s": round(batch / per_step, 1), "step_bytes": step_bytes,
+            "read_bandwidth_gb_s": round(bw / 1e9, 2),
+            "bandwidth_bound_fraction": round((step_bytes / bw) / per_step, 3),
+            "bound_ratio": round(t_hf / bound_s, 2), "load_avg_1m": common.load_average(),
+            "jax_backend": jax.default_backend(), "jax_devices": jax.device_count(),
+            "torch_threads": torch.get_num_threads()}
 
 
-def main() -> None:
+def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,medium")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--prompt", type=int, default=PROMPT)
+    ap.add_argument("--new", type=int, default=NEW, help="new tokens per prompt (at least 2)")
+    args = ap.parse_args(argv)
+    if args.new < 2:
+        ap.error("--new must be at least 2 (the decode step is timed as (t(new) - t(1)) / (new - 1))")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # One real CPU device: the test suite's 8 fake devices would split the host's cores between them.
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
     os.environ["XLA_FLAGS"] = " ".join(flags)
+    rows = []
     for name in args.models.split(","):
-        print(json.dumps(bench_model(name, args.repeats)), flush=True)
+        with common.guarded({"bench": "sampler", "model": name}) as row:
+            row.update(bench_model(name, args.repeats, args.batch, args.prompt, args.new))
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from rcgrpo_jax.bench import common, gpu
+from rcgrpo_jax.bench import sampler as sampler_bench
 from rcgrpo_jax.bench import train as train_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -161,3 +162,22 @@ def test_emit_rounds_to_four_digits(capsys):
     common.emit({"a": 1.234567, "b": 3, "c": None, "d": float("nan")})
     text = capsys.readouterr().out
     assert json.loads(text) == {"a": 1.235, "b": 3, "c": None, "d": None}  # non-finite -> null: valid JSON
+
+
+# ------------------------------------------------------------------------------- sampler benchmark
+
+
+def test_sampler_row_fields_and_bound():
+    (row,) = sampler_bench.main(["--models", "tiny", "--batch", "2", "--prompt", "8", "--new", "4", "--repeats", "1"])
+    assert "error" not in row, row
+    assert (row["model"], row["batch"], row["prompt"], row["new_tokens"]) == ("tiny", 2, 8, 4)
+    assert _close(row["ratio"], row["ours_tok_s"] / row["hf_tok_s"], 2e-2)
+    # Tiny Qwen2 (V 1024, D 256, F 704, L 4, Hkv 2, Dh 64, untied): all weights but the embedding
+    # table, plus K and V over the 32-slot span (16-token length buckets for the prompt and the budget), f32.
+    per_layer = (256 * 256 + 256) + 2 * (256 * 128 + 128) + 256 * 256 + 3 * 256 * 704 + 2 * 256
+    weights = 4 * (1024 * 256 + 256 + 4 * per_layer)
+    assert row["step_bytes"] == weights + 2 * 4 * 2 * 2 * 64 * 32 * 4
+    step_s = row["decode_step_ms"] / 1e3
+    assert _close(row["decode_tok_s"], 2 / step_s, 2e-2)
+    assert _close(row["bandwidth_bound_fraction"], row["step_bytes"] / (row["read_bandwidth_gb_s"] * 1e9) / step_s, 2e-2)
+    assert row["bound_ratio"] > 0
