@@ -5,9 +5,8 @@
 
 Everything runs through the package's own code paths: the model is `rcgrpo_jax.models`, decoding is
 `rcgrpo_jax.sampling.Sampler` (jitted prefill, then the while_loop decode), the update is the RL
-loss of `rcgrpo_jax.rl.losses` ("ppo_clip" with the RC-GRPO KL penalty) over
-`rcgrpo_jax.rl.logprobs.chunked_logprobs_and_entropy`, AdamW from `rcgrpo_jax.train.optim` and the
-guarded update of `rcgrpo_jax.train.state`, with per-layer remat.
+trainer's own micro-batch gradient and guarded apply (`rcgrpo_jax.train.rl_step`: "ppo_clip" with the
+RC-GRPO KL penalty over chunked token log-probs), AdamW from `rcgrpo_jax.train.optim`, per-layer remat.
 
 One JSON line per measurement, each guarded so a failure prints an "error" row and the rest still run:
   machine   backend, device, and the peaks the fractions divide by
@@ -134,30 +133,17 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
 
 
 def make_rl_step(config, tx, chunk: int, loss_config: dict[str, Any]):
-    """`step(state, batch) -> (state, metrics)`: clipped surrogate + KL to the reference (ppo_clip),
-    token log-probs by vocabulary chunks, AdamW through the guarded update."""
-    import jax
+    """`step(state, batch) -> (state, metrics)`: the RL trainer's own update on one micro-batch
+    (`train.rl_step`: ppo_clip with the KL to the reference, token log-probs by vocabulary chunks,
+    then the guarded AdamW step), composed into one function so the whole update is one compilation."""
+    from rcgrpo_jax.train import rl_step
 
-    from rcgrpo_jax import models
-    from rcgrpo_jax.rl import logprobs, losses
-    from rcgrpo_jax.train import state as state_lib
-
-    policy_loss = losses.get("ppo_clip")
-
-    def loss_fn(params, batch):
-        hidden, _ = models.forward(config, params, batch["tokens"], batch["positions"], batch["token_mask"],
-                                   return_hidden=True)
-        logp, entropy = logprobs.chunked_logprobs_and_entropy(
-            hidden[:, :-1], models.output_embedding(config, params), batch["tokens"][:, 1:], chunk)
-        mask = batch["loss_mask"][:, 1:]
-        s, d, metrics = policy_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], mask,
-                                    config=loss_config)
-        return losses.finalize(s, d), {**metrics, "entropy": losses.masked_mean(entropy, mask)}
+    grads_fn = rl_step.make_micro_grads(config, "ppo_clip", loss_config, chunk)
+    apply_fn = rl_step.make_apply(tx)
 
     def step(state, batch):
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        new_state, finite = state_lib.apply_gradients(state, grads, tx, loss)
-        return new_state, {**metrics, "loss": loss, "finite": finite}
+        grads, sums = grads_fn(state.params, batch)
+        return apply_fn(state, grads, {k: sums[k] for k in rl_step.SCALAR_SUMS})
 
     return step
 
@@ -168,16 +154,16 @@ def rl_batch(config, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    loss_mask = np.zeros((batch, seq), np.int32)
-    loss_mask[:, seq // 4:] = 1
+    loss_mask = np.zeros((batch, seq - 1), np.float32)  # targets: column t is token t + 1
+    loss_mask[:, seq // 4 - 1:] = 1
     return {
         "tokens": jnp.asarray(rng.integers(1, config.vocab_size, (batch, seq)), jnp.int32),
-        "positions": jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), (batch, seq)),
         "token_mask": jnp.ones((batch, seq), bool),
         "loss_mask": jnp.asarray(loss_mask),
         "old_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         "ref_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         "advantages": jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
+        "clip_scale": jnp.ones((batch,), jnp.float32),
     }
 
 
