@@ -20,7 +20,6 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.envs import official
@@ -87,10 +86,12 @@ def summarize(results: Sequence[Mapping[str, Any]], heldout: Sequence[str] = ())
 def evaluate(model_cfg, params, tokenizer, tasks: Sequence, eval_cfg, *, policy: str = "model", mesh=None,
              progress: bool = False) -> tuple[list[dict], report.Summary]:
   """Greedy (or oracle) episodes of `tasks` in batches of `eval_cfg.batch_size`; returns per-episode
-  results and their summary. `params` may be None for the oracle."""
+  results and their summary, the same on every process (each process steps only its share of each
+  batch's environments: `rollout.distributed`). `params` may be None for the oracle."""
   from rcgrpo_jax import chat, sharding
   from rcgrpo_jax.envs import bfcl
-  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
+  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
+  from rcgrpo_jax.rollout.distributed import run_across_processes
   from rcgrpo_jax.sampling import SamplingParams
 
   if policy not in POLICIES:
@@ -106,14 +107,22 @@ def evaluate(model_cfg, params, tokenizer, tasks: Sequence, eval_cfg, *, policy:
   t0 = time.perf_counter()
   for start in range(0, len(tasks), batch):
     chunk = list(tasks[start:start + batch])
-    specs = [EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=i, reward_token=token) for i, t in enumerate(chunk)]
-    if policy == "oracle":
-      pol = ScriptedPolicy(tokenizer, [oracle_texts(bfcl.ground_truth_script(t), parser) for t in chunk], stop_ids[0])
-    else:
-      pol = ModelPolicy(model_cfg, params, stop_ids=stop_ids, max_step_tokens=rollout_cfg.max_step_tokens,
-                        max_context=rollout_cfg.max_context, sampling=SamplingParams(temperature=0.0),
-                        prefill_chunk=int(eval_cfg.prefill_chunk), mesh=mesh, rules=sharding.DECODE_RULES)
-    episodes, _ = run_episodes(specs, pol, tokenizer, parser, rollout_cfg)
+
+    def spec(i, chunk=chunk):
+      return EpisodeSpec(bfcl.BFCLEnv(chunk[i]), chunk[i].id, group=i, reward_token=token)
+
+    def make_policy(rows, chunk=chunk):
+      if policy == "oracle":  # scripts only for the rows this process plays
+        return ScriptedPolicy(tokenizer, [oracle_texts(bfcl.ground_truth_script(chunk[i]), parser) for i in rows],
+                              stop_ids[0])
+      return ModelPolicy(model_cfg, params, stop_ids=stop_ids, max_step_tokens=rollout_cfg.max_step_tokens,
+                         max_context=rollout_cfg.max_context, sampling=SamplingParams(temperature=0.0),
+                         prefill_chunk=int(eval_cfg.prefill_chunk), mesh=mesh, rules=sharding.DECODE_RULES)
+
+    # The oracle makes no device calls: each process plays its own rows without lockstep. Results keep
+    # the conversation, so it travels.
+    episodes, _ = run_across_processes(len(chunk), spec, make_policy, tokenizer, parser, rollout_cfg,
+                                       lockstep=policy == "model", with_messages=True)
     results += [episode_result(e, t.category) for e, t in zip(episodes, chunk)]
     if progress:
       done = len(results)

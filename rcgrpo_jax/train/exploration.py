@@ -71,37 +71,45 @@ def episode_record(episode, task: bfcl.Task) -> dict:
 def collect(model_path: str, tasks: Sequence[bfcl.Task], *, group_size: int = 4, temperature: float = 1.0,
             max_step_tokens: int = 256, max_context: int = 8192, seed: int = 0, keep: str = "failures",
             batch_tasks: int = 8, reward_token: str | None = None, mesh=None) -> list[dict]:
-  """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order.
+  """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order, the
+  same on every process (each process steps only its share of each batch's environments).
 
   keep: 'failures' (reward 0 only, the RCTP-FT input) or 'all'. reward_token: condition every rollout
   on it (an RCTP checkpoint), None for an unconditioned policy."""
   import jax
   from transformers import AutoTokenizer
 
-  from rcgrpo_jax import chat, models
-  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+  from rcgrpo_jax import chat, models, sharding
+  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+  from rcgrpo_jax.rollout.distributed import run_across_processes
   from rcgrpo_jax.sampling import SamplingParams
 
   if keep not in ("failures", "all"):
     raise ValueError(f"keep must be 'failures' or 'all', got {keep!r}")
-  config, params = models.load_hf(model_path, dtype="float32")
+  # On `mesh` when given (the policy decodes there; with several processes it must span them all).
+  placed = {} if mesh is None else {"mesh": mesh, "rules": sharding.DECODE_RULES}
+  config, params = models.load_hf(model_path, dtype="float32", **placed)
   tok = AutoTokenizer.from_pretrained(model_path)
   parser = chat.get_parser(chat.family_for(config.model_type))
   rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
   records: list[dict] = []
   for b in range(0, len(tasks), batch_tasks):
     chunk = tasks[b:b + batch_tasks]
-    specs = []
-    for k, t in enumerate(chunk):
-      for j in range(group_size):
-        specs.append(EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=k, rollout_index=j, reward_token=reward_token))
-    policy = ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=max_step_tokens,
+
+    def spec(i, chunk=chunk):  # row i = task k's rollout j
+      k, j = divmod(i, group_size)
+      return EpisodeSpec(bfcl.BFCLEnv(chunk[k]), chunk[k].id, group=k, rollout_index=j, reward_token=reward_token)
+
+    def policy(_rows, b=b):
+      return ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=max_step_tokens,
                          max_context=max_context, sampling=SamplingParams(temperature=temperature),
                          rng=jax.random.fold_in(jax.random.key(seed), b), mesh=mesh)
-    episodes, _ = run_episodes(specs, policy, tok, parser, rc)
-    for e, spec in zip(episodes, specs):
+
+    # Each process steps its own share of the batch; records need the conversation, so it travels.
+    episodes, _ = run_across_processes(len(chunk) * group_size, spec, policy, tok, parser, rc, with_messages=True)
+    for e in episodes:
       if keep == "all" or e.reward == 0.0:
-        records.append(episode_record(e, chunk[spec.group]))
+        records.append(episode_record(e, chunk[e.group]))
   return records
 
 

@@ -291,20 +291,20 @@ class Trainer:
   def rollouts(self, params, tasks, tokens: np.ndarray | None, key):
     """Episodes (group-major: row = task * G + member) and the rollout engine's time split.
 
-    With several processes each one builds and steps only the environments of its `process_slice` of
-    every rollout chunk, while the sampler runs over the chunk's episodes of all processes on the global
-    mesh (`multihost.LockstepPolicy`; its device calls are collectives). The finished episodes are then
-    exchanged as JSON (`episode_record`), so every process holds the same group-major list as a
-    single-process run. The time split is this process's own."""
+    Chunk by chunk through `rollout.distributed`: with several processes each one builds and steps only
+    the environments of its share of the chunk while the sampler runs over all of the chunk's episodes on
+    the global mesh, and every process ends with the same group-major list as a single-process run. The
+    time split is this process's own."""
     from rcgrpo_jax.envs import bfcl
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+    from rcgrpo_jax.rollout.distributed import run_across_processes
     from rcgrpo_jax.sampling import SamplingParams
 
     rl = self.config.rl
     env_cfg = bfcl.EnvConfig(reward=rl.reward)
     rows = [(k, j) for k in range(len(tasks)) for j in range(self.group)]
 
-    def spec(row: int) -> EpisodeSpec:  # the environment is built only by the process that runs it
+    def spec(row: int) -> EpisodeSpec:
       k, j = rows[row]
       token = None if tokens is None else (datasets.HIGH_REWARD_TOKEN if tokens[k, j] else datasets.LOW_REWARD_TOKEN)
       return EpisodeSpec(bfcl.BFCLEnv(tasks[k], env_cfg), tasks[k].id, group=k, rollout_index=j, reward_token=token)
@@ -313,25 +313,18 @@ class Trainer:
                               float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None)
     rc = RolloutConfig(max_context=int(rl.max_context), max_step_tokens=int(rl.max_step_tokens),
                        max_steps_per_turn=rl.max_steps_per_turn)
-    multi = jax.process_count() > 1
     chunk = int(rl.rollout_chunk) or len(rows)
     episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
     decode_params = jax.device_put(params, self.decode_sh)
     # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
     for c in range(0, len(rows), chunk):
-      block = range(c, min(c + chunk, len(rows)))
-      mine = block[multihost.process_slice(len(block))] if multi else block
-      policy = ModelPolicy(self.model_cfg, decode_params, stop_ids=self.stop_ids,
+      def policy(_rows, c=c):
+        return ModelPolicy(self.model_cfg, decode_params, stop_ids=self.stop_ids,
                            max_step_tokens=int(rl.max_step_tokens), max_context=int(rl.max_context),
                            sampling=sampling, prefill_chunk=int(rl.prefill_chunk), mesh=self.mesh,
                            rules=sharding_lib.DECODE_RULES, rng=jax.random.fold_in(key, c), slot_mode=rl.slot_mode)
-      driver = multihost.LockstepPolicy(policy) if multi else policy
-      eps, s = run_episodes([spec(r) for r in mine], driver, self.tokenizer, self.parser, rc)
-      if multi:
-        driver.drain()  # keep answering the exchanges until every process's episodes have ended
-        with_messages = self.judge is not None  # the judge reads the conversation; nothing else does
-        eps = [episode_from_record(d) for d in multihost.allgather_json(
-            [episode_record(e, messages=with_messages) for e in eps])]
+      eps, s = run_across_processes(min(chunk, len(rows) - c), lambda i, c=c: spec(c + i), policy, self.tokenizer,
+                                    self.parser, rc, with_messages=self.judge is not None)  # the judge reads them
       episodes += eps
       split = {k: split[k] + s.get(k, 0.0) for k in split}
     return episodes, split
@@ -458,38 +451,6 @@ class Trainer:
         "time/train_tokens_per_s": total_tokens * len(updates) / max(t_update, 1e-9) / max(int(rl.ppo_epochs), 1),
     })
     return state, metrics, episodes
-
-
-def _jsonable(x: Any) -> Any:
-  """`x` with anything JSON can not hold written as its str (a checker's odd value must not break the
-  exchange)."""
-  return json.loads(json.dumps(x, default=str))
-
-
-def episode_record(episode, *, messages: bool = False) -> dict[str, Any]:
-  """What the other processes need of a finished episode, as plain JSON (never pickle: it holds model
-  output): tokens, masks, log-probs, counts, end reason, reward and official verdict; the conversation
-  (`messages`) only when asked (the judge reads it). The tool list is left out (every process can rebuild
-  it from the task)."""
-  import dataclasses
-  rec = {f.name: getattr(episode, f.name) for f in dataclasses.fields(episode) if f.name not in ("messages", "tools")}
-  rec["tokens"] = [int(t) for t in episode.tokens]
-  rec["loss_mask"] = [int(m) for m in episode.loss_mask]
-  rec["logprobs"] = [float(x) for x in episode.logprobs]  # float32 -> float64: exact through JSON
-  rec["step_spans"] = [list(map(int, s)) for s in episode.step_spans]
-  rec["reward"] = float(episode.reward)
-  rec["verdict"] = _jsonable(episode.verdict)
-  if messages:
-    rec["messages"] = _jsonable(episode.messages)
-  return rec
-
-
-def episode_from_record(rec: dict[str, Any]):
-  """The `rollout.Episode` of an `episode_record`."""
-  from rcgrpo_jax.rollout.episode import Episode
-  rec = dict(rec)
-  rec["step_spans"] = [tuple(s) for s in rec["step_spans"]]
-  return Episode(**rec)
 
 
 def rollout_metrics(episodes) -> dict[str, float]:

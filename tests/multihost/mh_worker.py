@@ -11,6 +11,10 @@ Each process feeds only its own rows (`multihost.global_rows`) and reads results
 
 runs one full `rl.run` step (rollouts on the world's tasks, advantages, reference, PPO update, a checkpoint)
 in a workdir the processes share, then restores that checkpoint.
+
+  python tests/multihost/mh_worker.py eval_run ... --ckpt MODEL --out out_I.json
+
+runs the evaluation stage's `eval.run.evaluate` (greedy model policy) on a few of the world's test tasks.
 """
 from __future__ import annotations
 
@@ -209,9 +213,45 @@ def rl_run(ckpt: str, workdir: str) -> dict:
   return flat
 
 
+EVAL_TASKS = 5  # batches of 4 and 1: in the second, process 1 has no episode and only takes part
+
+
+def eval_run(ckpt: str) -> dict:
+  """Greedy `eval.run.evaluate` of EVAL_TASKS world test tasks (one per category, so episode lengths differ)
+  on the (2, 2, 2) mesh. Returns the per-episode results and the task ids of the environments this process
+  built."""
+  from transformers import AutoTokenizer
+
+  from configs import eval as eval_configs
+  from rcgrpo_jax import models, sharding
+  from rcgrpo_jax.data import sources
+  from rcgrpo_jax.envs import bfcl
+  from rcgrpo_jax.eval import run as eval_run_lib
+
+  cfg = eval_configs.get_config("tiny")
+  cfg.eval.batch_size, cfg.eval.max_step_tokens, cfg.eval.max_context = 4, 12, 512
+  tasks = sources.tasks(cfg.data, "test")[::16][:EVAL_TASKS]
+  mesh = sharding.make_mesh(MESH)
+  model_cfg, params = models.load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.DECODE_RULES)
+  built = []
+
+  class CountingEnv(bfcl.BFCLEnv):
+    def __init__(self, task, *a, **k):
+      super().__init__(task, *a, **k)
+      built.append(task.id)
+
+  real_env, bfcl.BFCLEnv = bfcl.BFCLEnv, CountingEnv
+  try:
+    results, _ = eval_run_lib.evaluate(model_cfg, params, AutoTokenizer.from_pretrained(ckpt), tasks, cfg.eval,
+                                       mesh=mesh)
+  finally:
+    bfcl.BFCLEnv = real_env
+  return {"results": results, "built": built, "tasks": [t.id for t in tasks]}
+
+
 def main(argv=None) -> None:
   ap = argparse.ArgumentParser()
-  ap.add_argument("task", choices=("update", "rollout", "rl_run"))
+  ap.add_argument("task", choices=("update", "rollout", "rl_run", "eval_run"))
   ap.add_argument("--coordinator", required=True)
   ap.add_argument("--num_processes", type=int, required=True)
   ap.add_argument("--process_id", type=int, required=True)
@@ -234,6 +274,9 @@ def main(argv=None) -> None:
     np.savez(args.out, **update(args.ckpt, inputs, micro_rows))
   elif args.task == "rl_run":
     np.savez(args.out, **rl_run(args.ckpt, args.workdir))
+  elif args.task == "eval_run":
+    with open(args.out, "w") as f:
+      json.dump({**eval_run(args.ckpt), "process": jax.process_index()}, f)
   else:
     episodes, stats = rollout(args.ckpt)
     with open(args.out, "w") as f:

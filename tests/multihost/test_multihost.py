@@ -1,7 +1,7 @@
-"""Multi-process correctness: the helpers of rcgrpo_jax.multihost; one RL update, one batched rollout and one
-full `rl.run` step (with its checkpoint) run by 2 processes x 4 CPU devices (jax.distributed on localhost,
-each process feeding only its own rows and stepping only its own environments) equal to the same work by
-1 process x 8 devices."""
+"""Multi-process correctness: the helpers of rcgrpo_jax.multihost; one RL update, one batched rollout, one
+evaluation and one full `rl.run` step (with its checkpoint) run by 2 processes x 4 CPU devices
+(jax.distributed on localhost, each process feeding only its own rows and stepping only its own
+environments) equal to the same work by 1 process x 8 devices."""
 from __future__ import annotations
 
 import jax
@@ -158,6 +158,7 @@ def test_two_process_rollout_equals_single_process(rollout_runs):
 def test_episode_record_round_trips_through_json():
   import json
 
+  from rcgrpo_jax.rollout import distributed
   from rcgrpo_jax.rollout.episode import Episode
   from rcgrpo_jax.train import rl
   e = Episode("t1", group=3, rollout_index=1, reward_token="<|low_reward|>")
@@ -169,16 +170,41 @@ def test_episode_record_round_trips_through_json():
   e.steps, e.parse_errors, e.reward = 1, 2, 0.75
   e.finish("max_context")
   e.verdict = {"valid": False, "error_type": "x", "odd": {1, 2}}  # a set is not JSON: sent as its str
-  back = rl.episode_from_record(json.loads(json.dumps(rl.episode_record(e))))
+  back = distributed.from_record(json.loads(json.dumps(distributed.to_record(e))))
   assert (back.task_id, back.group, back.rollout_index, back.reward_token) == ("t1", 3, 1, "<|low_reward|>")
   assert back.tokens == e.tokens and back.loss_mask == [0, 0, 0, 1, 1] and back.step_spans == [(0, 3, 5)]
   np.testing.assert_array_equal(back.arrays()["logprobs"], e.arrays()["logprobs"])  # float32 exact
   assert (back.steps, back.parse_errors, back.reward) == (1, 2, 0.75)
   assert (back.done_reason, back.truncated) == ("max_context", True)
   assert back.verdict == {"valid": False, "error_type": "x", "odd": "{1, 2}"}
-  assert back.messages == [] and back.tools == []  # the conversation only travels when the judge needs it
-  with_msgs = rl.episode_from_record(json.loads(json.dumps(rl.episode_record(e, messages=True))))
-  assert with_msgs.messages == e.messages and rl.rollout_metrics([with_msgs]) == rl.rollout_metrics([e])
+  assert back.messages == [] and back.tools == []  # the conversation only travels when a caller reads it
+  with_msgs = distributed.from_record(json.loads(json.dumps(distributed.to_record(e, messages=True))))
+  assert with_msgs.messages == e.messages and with_msgs.tools == e.tools
+  assert rl.rollout_metrics([with_msgs]) == rl.rollout_metrics([e])
+
+
+# ----------------------------------------------------------------------------------------------------
+# The evaluation stage's `evaluate` (greedy, two rollout batches): each process builds only its share of
+# each batch's environments (`rollout.distributed`), and both return the single process's results.
+
+
+def test_two_process_evaluate_equals_single_process(world_ckpt, tmp_path):
+  import json
+  single = json.loads(json.dumps(mh_worker.eval_run(world_ckpt)))  # as the workers' results travel: JSON
+  outs = mh_launch.run_workers(["eval_run", "--ckpt", world_ckpt], timeout=150, log_dir=str(tmp_path), suffix="json")
+  multi = []
+  for o in outs:
+    with open(o) as f:
+      multi.append(json.load(f))
+  ids = single["tasks"]
+  assert len(ids) == mh_worker.EVAL_TASKS and len({i.rsplit("_", 1)[0] for i in ids}) == len(ids)
+  assert single["built"] == ids and [r["id"] for r in single["results"]] == ids
+  assert all(r["steps"] >= 1 and r["messages"] for r in single["results"])
+  for p, out in enumerate(sorted(multi, key=lambda o: o["process"])):
+    assert out["results"] == single["results"]  # every process holds every episode's result
+    # batches [0, 4) and [4, 5), each split between the processes in order (process 1 gets none of the 2nd)
+    rows = [b + r for b, size in ((0, 4), (4, 1)) for r in range(size)[multihost.process_slice(size, p, 2)]]
+    assert out["built"] == [ids[r] for r in rows]
 
 
 # ----------------------------------------------------------------------------------------------------
