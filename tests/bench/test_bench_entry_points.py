@@ -9,7 +9,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import pytest
 

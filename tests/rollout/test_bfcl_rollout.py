@@ -1,7 +1,6 @@
 """BFCL end to end: the oracle policy passes all 800 tasks through the engine; a random model's
 garbage on real tasks ends every episode with a recorded reason."""
 import jax
-import pytest
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.envs import bfcl

@@ -1,8 +1,6 @@
 """Unit tests of the trainer's pieces: schedule, guarded update, shardings, logging, tokenisation, data order."""
 from __future__ import annotations
 
-import json
-import math
 
 import chex
 import jax
