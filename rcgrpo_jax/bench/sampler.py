@@ -134,10 +134,6 @@ def main(argv=None) -> list[dict]:
     args = ap.parse_args(argv)
     if args.new < 2:
         ap.error("--new must be at least 2 (the decode step is timed as (t(new) - t(1)) / (new - 1))")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # One real CPU device: the test suite's 8 fake devices would split the host's cores between them.
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join(flags)
     rows = []
     for name in args.models.split(","):
         with common.guarded({"bench": "sampler", "model": name}) as row:
@@ -147,4 +143,10 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    # Only as a command (jax not yet imported), never inside a caller's process, whose later
+    # subprocesses inherit os.environ. One real CPU device: the test suite's 8 fake devices would
+    # split the host's cores between them.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
     main()
