@@ -7,9 +7,8 @@ on either side, no early stop). Figures are medians over repeats after a warm-up
 counted). Each line also places the decode step against the memory-bandwidth bound: the bytes one
 step must read (every weight but the embedding table, plus the KV-cache span the loop attends over),
 the read bandwidth of all cores measured at that working-set size, the fraction of that bound the
-step reaches,
-and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach (our measured
-prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach on this machine.
+step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
+(our measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
 """
 from __future__ import annotations
 
