@@ -25,6 +25,6 @@ setup(
         "mpmath",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
     },
 )

@@ -6,6 +6,7 @@ CPU runs) or 'model' (an HF checkpoint at rl.judge.path scoring with a rubric pr
   python -m rcgrpo_jax.main --config=configs/awpo.py:qwen2_5_7b --config.model.path=... \
       --config.rl.judge.kind=model --config.rl.judge.path=/models/judge --workdir=...
 """
+
 import os
 import sys
 
@@ -14,4 +15,4 @@ from configs import common, grpo  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-  return grpo.rl_config("awpo", common.parse_preset(arg), estimator="awpo")
+    return grpo.rl_config("awpo", common.parse_preset(arg), estimator="awpo")

@@ -17,6 +17,7 @@ same section names and the launcher, checks, checkpointing and logging read them
 RL stages add an `rl` section (estimator, policy loss, group size, KL beta, ...) and a
 `reference` section; config_checks validates those when present.
 """
+
 from __future__ import annotations
 
 import ml_collections
@@ -29,173 +30,202 @@ H200_BYTES = 141 * 10**9
 
 
 def parse_preset(arg: str | None) -> str:
-  """`configs/x.py:preset` passes `preset` here; empty means 'tiny'."""
-  preset = (arg or "tiny").strip()
-  if preset not in PRESETS:
-    raise ValueError(f"unknown preset {preset!r}; choose one of {PRESETS}")
-  return preset
+    """`configs/x.py:preset` passes `preset` here; empty means 'tiny'."""
+    preset = (arg or "tiny").strip()
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {PRESETS}")
+    return preset
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
-  """Where the weights come from. `path=None` is allowed only for `tiny` (a checkpoint is built offline)."""
-  c = ml_collections.ConfigDict()
-  c.path = placeholder(str)  # local HF directory (config.json + safetensors + tokenizer); None by default
-  c.build_tiny = preset == "tiny"  # build a tiny random HF checkpoint under the workdir when path is None
-  c.tiny_arch = "qwen2"  # architecture of the built tiny checkpoint: qwen2 | llama
-  # How the built tiny checkpoint's chat template lists tools: json (as Qwen2.5) | signatures (one short
-  # line: CPU-sized models spend most of their time on the prompt otherwise). qwen2 only.
-  c.tiny_tools_format = "signatures" if preset == "tiny" else "json"
-  c.dtype = "float32" if preset == "tiny" else "bfloat16"  # compute dtype
-  c.param_dtype = "float32"  # master weights (AdamW moments follow)
-  c.remat = preset != "tiny"  # rematerialise each decoder layer in the backward pass
-  # Layers the layer loop unrolls (-1: all). Unrolled is ~20% faster for the CPU-sized tiny models; the
-  # rolled loop keeps 28-32-layer compiles short.
-  c.scan_unroll = -1 if preset == "tiny" else 1
-  return c
+    """Where the weights come from. `path=None` is allowed only for `tiny` (a checkpoint is built offline)."""
+    c = ml_collections.ConfigDict()
+    c.path = placeholder(str)  # local HF directory (config.json + safetensors + tokenizer); None by default
+    c.build_tiny = preset == "tiny"  # build a tiny random HF checkpoint under the workdir when path is None
+    c.tiny_arch = "qwen2"  # architecture of the built tiny checkpoint: qwen2 | llama
+    # How the built tiny checkpoint's chat template lists tools: json (as Qwen2.5) | signatures (one short
+    # line: CPU-sized models spend most of their time on the prompt otherwise). qwen2 only.
+    c.tiny_tools_format = "signatures" if preset == "tiny" else "json"
+    c.dtype = "float32" if preset == "tiny" else "bfloat16"  # compute dtype
+    c.param_dtype = "float32"  # master weights (AdamW moments follow)
+    c.remat = preset != "tiny"  # rematerialise each decoder layer in the backward pass
+    # Layers the layer loop unrolls (-1: all). Unrolled is ~20% faster for the CPU-sized tiny models; the
+    # rolled loop keeps 28-32-layer compiles short.
+    c.scan_unroll = -1 if preset == "tiny" else 1
+    return c
 
 
 def mesh(preset: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  if preset == "tiny":  # one device: BFCL sequences are 4-8k tokens and CPU attention is not chunked
-    c.data, c.fsdp, c.tensor = 1, 1, 1
-  else:  # one 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads
-    # halve the per-device attention activations at 16k tokens (dry run: 86 GB/device Qwen2.5-7B, 97 GB LLaMA-3.1-8B)
-    c.data, c.fsdp, c.tensor = 1, -1, 2
-  return c
+    c = ml_collections.ConfigDict()
+    if preset == "tiny":  # one device: BFCL sequences are 4-8k tokens and CPU attention is not chunked
+        c.data, c.fsdp, c.tensor = 1, 1, 1
+    else:  # one 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads
+        # halve the per-device attention activations at 16k tokens (dry run: 86 GB/device Qwen2.5-7B, 97 GB LLaMA-3.1-8B)
+        c.data, c.fsdp, c.tensor = 1, -1, 2
+    return c
 
 
 def sharding() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.train_rules = "train"  # rule set in rcgrpo_jax.sharding for the update (FSDP + tensor)
-  c.decode_rules = "decode"  # rule set name for the sampler (RL stages)
-  return c
+    c = ml_collections.ConfigDict()
+    c.train_rules = "train"  # rule set in rcgrpo_jax.sharding for the update (FSDP + tensor)
+    c.decode_rules = "decode"  # rule set name for the sampler (RL stages)
+    return c
 
 
 def data(preset: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
-  # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
-  c.source = "world" if preset == "tiny" else "bfcl"
-  c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16})
-  c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source
-  # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
-  # carry 3-9 docs.
-  c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)
-  c.truncate = True  # longer examples are cut to the largest bucket (else dropped); both are counted
-  c.max_examples = -1  # > 0 keeps the first N train tasks (quick debugging); -1 = all
-  return c
+    c = ml_collections.ConfigDict()
+    # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
+    # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
+    c.source = "world" if preset == "tiny" else "bfcl"
+    c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16})
+    c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source
+    # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
+    # carry 3-9 docs.
+    c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)
+    c.truncate = True  # longer examples are cut to the largest bucket (else dropped); both are counted
+    c.max_examples = -1  # > 0 keeps the first N train tasks (quick debugging); -1 = all
+    return c
 
 
 def train(preset: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.batch_size = 16  # examples per optimizer step (global)
-  c.grad_accum = 1  # micro-batches per step; the batch is split and gradients summed exactly
-  c.epochs = 2
-  c.max_steps = -1  # > 0 caps the run (tiny / debugging)
-  c.logprob_chunk = 8192  # vocabulary chunk for the token log-probs
-  c.max_nonfinite = 5  # abort after this many non-finite steps in a row (each is skipped)
-  return c
+    c = ml_collections.ConfigDict()
+    c.batch_size = 16  # examples per optimizer step (global)
+    c.grad_accum = 1  # micro-batches per step; the batch is split and gradients summed exactly
+    c.epochs = 2
+    c.max_steps = -1  # > 0 caps the run (tiny / debugging)
+    c.logprob_chunk = 8192  # vocabulary chunk for the token log-probs
+    c.max_nonfinite = 5  # abort after this many non-finite steps in a row (each is skipped)
+    return c
 
 
 def optim(lr: float) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.lr = lr
-  c.warmup_ratio = 0.03  # of the total steps, linear from 0
-  c.end_lr_ratio = 0.0  # cosine decays to lr * end_lr_ratio
-  c.weight_decay = 0.0
-  c.b1, c.b2, c.eps = 0.9, 0.999, 1e-8
-  c.clip_norm = 1.0  # global gradient norm; <= 0 disables
-  return c
+    c = ml_collections.ConfigDict()
+    c.lr = lr
+    c.warmup_ratio = 0.03  # of the total steps, linear from 0
+    c.end_lr_ratio = 0.0  # cosine decays to lr * end_lr_ratio
+    c.weight_decay = 0.0
+    c.b1, c.b2, c.eps = 0.9, 0.999, 1e-8
+    c.clip_norm = 1.0  # global gradient norm; <= 0 disables
+    return c
 
 
 def checkpoint(preset: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.every_steps = 10 if preset == "tiny" else 100
-  c.max_to_keep = 2
-  c.export_hf = True  # write the final policy as an HF safetensors directory (workdir/hf)
-  c.async_save = preset != "tiny"
-  return c
+    c = ml_collections.ConfigDict()
+    c.every_steps = 10 if preset == "tiny" else 100
+    c.max_to_keep = 2
+    c.export_hf = True  # write the final policy as an HF safetensors directory (workdir/hf)
+    c.async_save = preset != "tiny"
+    return c
 
 
 def log(preset: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.every_steps = 1
-  c.tensorboard = True
-  c.progress = True
-  return c
+    c = ml_collections.ConfigDict()
+    c.every_steps = 1
+    c.tensorboard = True
+    c.progress = True
+    return c
 
 
 def multihost() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.initialize = "auto"  # auto (when SLURM/JAX coordinator env vars say so) | always | never
-  return c
+    c = ml_collections.ConfigDict()
+    c.initialize = "auto"  # auto (when SLURM/JAX coordinator env vars say so) | always | never
+    return c
 
 
 def memory() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.device_bytes = H200_BYTES  # budget per device when the device does not report one (CPU, dry runs)
-  c.check_fit = True  # compile the update step first and refuse to start when it cannot fit
-  return c
+    c = ml_collections.ConfigDict()
+    c.device_bytes = H200_BYTES  # budget per device when the device does not report one (CPU, dry runs)
+    c.check_fit = True  # compile the update step first and refuse to start when it cannot fit
+    return c
 
 
 def supervised_budget(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """SFT and RCTP-FT share their step budgets: the tiny preset's capped CPU run, and micro-batching that
-  keeps one 16k-token sequence per batch shard (data x fsdp = 4) per micro-batch for the 7B/8B presets."""
-  if c.preset == "tiny":  # a random tiny model learns quickly at a large step size; the run is capped
-    c.optim.lr = 3e-3
-    c.optim.warmup_ratio = 0.1
-    c.train.batch_size = 4
-    c.train.grad_accum = 4
-    c.train.epochs = 100
-    c.train.max_steps = 6
-    c.checkpoint.every_steps = 2
-    c.train.logprob_chunk = 256
-  else:
-    c.train.grad_accum = 4  # 16 = 4 x 4
-  return c
+    """SFT and RCTP-FT share their step budgets: the tiny preset's capped CPU run, and micro-batching that
+    keeps one 16k-token sequence per batch shard (data x fsdp = 4) per micro-batch for the 7B/8B presets."""
+    if c.preset == "tiny":  # a random tiny model learns quickly at a large step size; the run is capped
+        c.optim.lr = 3e-3
+        c.optim.warmup_ratio = 0.1
+        c.train.batch_size = 4
+        c.train.grad_accum = 4
+        c.train.epochs = 100
+        c.train.max_steps = 6
+        c.checkpoint.every_steps = 2
+        c.train.logprob_chunk = 256
+    else:
+        c.train.grad_accum = 4  # 16 = 4 x 4
+    return c
 
 
 def base(stage: str, preset: str, *, lr: float) -> ml_collections.ConfigDict:
-  """Every section a stage needs, with the preset's defaults; the stage file overrides the rest."""
-  c = ml_collections.ConfigDict()
-  c.stage = stage
-  c.preset = preset
-  c.seed = 0
-  c.model = model(preset)
-  c.mesh = mesh(preset)
-  c.sharding = sharding()
-  c.data = data(preset)
-  c.train = train(preset)
-  c.optim = optim(lr)
-  c.checkpoint = checkpoint(preset)
-  c.log = log(preset)
-  c.multihost = multihost()
-  c.memory = memory()
-  return c
+    """Every section a stage needs, with the preset's defaults; the stage file overrides the rest."""
+    c = ml_collections.ConfigDict()
+    c.stage = stage
+    c.preset = preset
+    c.seed = 0
+    c.model = model(preset)
+    c.mesh = mesh(preset)
+    c.sharding = sharding()
+    c.data = data(preset)
+    c.train = train(preset)
+    c.optim = optim(lr)
+    c.checkpoint = checkpoint(preset)
+    c.log = log(preset)
+    c.multihost = multihost()
+    c.memory = memory()
+    return c
 
 
 # The published architectures (HF config.json fields), so a dry run can size a preset without weights.
 _HF_ARCHS = {
     "qwen2_5_7b": {  # Qwen2.5-7B-Instruct
-        "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "rope_theta": 1000000.0,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position_embeddings": 32768,
-        "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16", "hidden_act": "silu",
+        "model_type": "qwen2",
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 32768,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "torch_dtype": "bfloat16",
+        "hidden_act": "silu",
     },
     "llama3_1_8b": {  # Llama-3.1-8B-Instruct
-        "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
-        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-        "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 131072,
-        "attention_bias": False, "mlp_bias": False, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-        "torch_dtype": "bfloat16", "hidden_act": "silu",
+        "model_type": "llama",
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 131072,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": 128000,
+        "eos_token_id": [128001, 128008, 128009],
+        "torch_dtype": "bfloat16",
+        "hidden_act": "silu",
     },
 }
 
 
 def hf_architecture(preset: str) -> dict:
-  """config.json contents of the preset's published model (dry runs only; training reads model.path)."""
-  if preset not in _HF_ARCHS:
-    raise ValueError(f"no published architecture for preset {preset!r}")
-  return dict(_HF_ARCHS[preset])
+    """config.json contents of the preset's published model (dry runs only; training reads model.path)."""
+    if preset not in _HF_ARCHS:
+        raise ValueError(f"no published architecture for preset {preset!r}")
+    return dict(_HF_ARCHS[preset])

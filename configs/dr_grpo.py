@@ -1,5 +1,6 @@
 """Dr.GRPO: advantages r - mean_g (no std division) and the length-unbiased loss aggregation
 seq-mean-token-sum-norm, whose constant is the longest sampled response (rl.max_context here)."""
+
 import os
 import sys
 
@@ -8,7 +9,7 @@ from configs import common, grpo  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-  c = grpo.rl_config("dr_grpo", common.parse_preset(arg), estimator="dr_grpo")
-  c.rl.loss.agg_mode = "seq-mean-token-sum-norm"
-  c.rl.loss.norm_const = float(c.rl.max_context)
-  return c
+    c = grpo.rl_config("dr_grpo", common.parse_preset(arg), estimator="dr_grpo")
+    c.rl.loss.agg_mode = "seq-mean-token-sum-norm"
+    c.rl.loss.norm_const = float(c.rl.max_context)
+    return c

@@ -7,6 +7,7 @@ frozen RCTP-FT policy (paper: lr 1e-6, group 5, batch 256 tasks; see grpo.py for
 From an SFT checkpoint (no reward tokens; the paper's SFT+RC-GRPO row) the tokens are added at start-up
 with mean-initialised embedding rows.
 """
+
 import os
 import sys
 
@@ -15,4 +16,4 @@ from configs import common, grpo  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-  return grpo.rl_config("rc_grpo", common.parse_preset(arg), estimator="rc_grpo", conditioning="sampled")
+    return grpo.rl_config("rc_grpo", common.parse_preset(arg), estimator="rc_grpo", conditioning="sampled")

@@ -6,6 +6,7 @@ are resized before training (paper Table 11: lr 1e-5, batch 16, 5 epochs, AdamW)
 
   python -m rcgrpo_jax.main --config=configs/rctp_ft.py:tiny --workdir=/tmp/rctp
 """
+
 import os
 import sys
 
@@ -14,9 +15,9 @@ from configs import common  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-  preset = common.parse_preset(arg)
-  c = common.base("rctp_ft", preset, lr=1e-5)
-  c.data.kind = "rctp"  # expert (high) + failure (low) trajectories with the reward goal text
-  c.train.epochs = 5
-  c.add_reward_tokens = True
-  return common.supervised_budget(c)
+    preset = common.parse_preset(arg)
+    c = common.base("rctp_ft", preset, lr=1e-5)
+    c.data.kind = "rctp"  # expert (high) + failure (low) trajectories with the reward goal text
+    c.train.epochs = 5
+    c.add_reward_tokens = True
+    return common.supervised_budget(c)

@@ -4,6 +4,7 @@
   python -m rcgrpo_jax.main --config=configs/sft.py:qwen2_5_7b --config.model.path=/models/Qwen2.5-7B-Instruct \
       --config.data.path=/data/sft.jsonl --workdir=/ckpt/sft
 """
+
 import os
 import sys
 
@@ -12,7 +13,7 @@ from configs import common  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-  preset = common.parse_preset(arg)
-  c = common.base("sft", preset, lr=1e-5)
-  c.data.kind = "expert"
-  return common.supervised_budget(c)
+    preset = common.parse_preset(arg)
+    c = common.base("sft", preset, lr=1e-5)
+    c.data.kind = "expert"
+    return common.supervised_budget(c)

@@ -5,4 +5,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/launch/setup_env.sh"
 cd "$ROOT"
 export JAX_PLATFORMS=cpu
+# One code style (ruff.toml): a formatting or lint slip fails here, before the tests.
+ruff format --check --quiet . || { echo "ruff format --check failed: run 'ruff format .'" >&2; exit 1; }
+ruff check --quiet .
 python -m pytest -q tests "$@"

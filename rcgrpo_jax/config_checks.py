@@ -5,6 +5,7 @@ loads a model and says what to change.
 `check(config, num_devices)` is cheap (no compilation); the memory fit check, which needs the
 compiled update step, lives with the trainer and raises `MemoryFitError` with the shortfall.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,151 +18,160 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ConfigError(ValueError):
-  """A bad config value; `field` is its dotted path inside the config."""
+    """A bad config value; `field` is its dotted path inside the config."""
 
-  def __init__(self, field: str, message: str):
-    self.field = field
-    super().__init__(f"config.{field}: {message}")
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"config.{field}: {message}")
 
 
 class MemoryFitError(ConfigError):
-  """The compiled step needs more memory per device than the budget."""
+    """The compiled step needs more memory per device than the budget."""
 
 
 def _get(config, dotted: str, default: Any = None) -> Any:
-  node = config
-  for part in dotted.split("."):
-    if not hasattr(node, "keys") or part not in node:
-      return default
-    node = node[part]
-  return node
+    node = config
+    for part in dotted.split("."):
+        if not hasattr(node, "keys") or part not in node:
+            return default
+        node = node[part]
+    return node
 
 
 def _require(config, dotted: str) -> Any:
-  value = _get(config, dotted, _MISSING)
-  if value is _MISSING:
-    raise ConfigError(dotted, "missing")
-  return value
+    value = _get(config, dotted, _MISSING)
+    if value is _MISSING:
+        raise ConfigError(dotted, "missing")
+    return value
 
 
 _MISSING = object()
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> dict[str, int]:
-  """Resolves -1 (at most one axis: all remaining devices) and checks the product against the devices."""
-  sizes = {a: int(_require({"mesh": mesh_cfg}, f"mesh.{a}")) for a in MESH_AXES}
-  free = [a for a, s in sizes.items() if s == -1]
-  for a, s in sizes.items():
-    if s == 0 or s < -1:
-      raise ConfigError(f"mesh.{a}", f"size {s} must be positive or -1 (all remaining devices)")
-  if len(free) > 1:
-    raise ConfigError(f"mesh.{free[1]}", f"only one mesh axis may be -1 (got {', '.join(free)})")
-  fixed = math.prod(s for s in sizes.values() if s != -1)
-  if fixed > num_devices:
-    raise ConfigError("mesh", f"mesh {sizes} needs {fixed} devices but only {num_devices} are present")
-  if free:
-    if num_devices % fixed:
-      raise ConfigError(f"mesh.{free[0]}", f"-1 leaves {num_devices} / {fixed} devices, not a whole number")
-    sizes[free[0]] = num_devices // fixed
-  return sizes  # a mesh smaller than the device count runs on the first devices
+    """Resolves -1 (at most one axis: all remaining devices) and checks the product against the devices."""
+    sizes = {a: int(_require({"mesh": mesh_cfg}, f"mesh.{a}")) for a in MESH_AXES}
+    free = [a for a, s in sizes.items() if s == -1]
+    for a, s in sizes.items():
+        if s == 0 or s < -1:
+            raise ConfigError(f"mesh.{a}", f"size {s} must be positive or -1 (all remaining devices)")
+    if len(free) > 1:
+        raise ConfigError(f"mesh.{free[1]}", f"only one mesh axis may be -1 (got {', '.join(free)})")
+    fixed = math.prod(s for s in sizes.values() if s != -1)
+    if fixed > num_devices:
+        raise ConfigError("mesh", f"mesh {sizes} needs {fixed} devices but only {num_devices} are present")
+    if free:
+        if num_devices % fixed:
+            raise ConfigError(f"mesh.{free[0]}", f"-1 leaves {num_devices} / {fixed} devices, not a whole number")
+        sizes[free[0]] = num_devices // fixed
+    return sizes  # a mesh smaller than the device count runs on the first devices
 
 
 def _check_path(config, dotted: str, *, required: bool, must_have: str | None = None) -> None:
-  path = _get(config, dotted)
-  if path is None or path == "":
-    if required:
-      raise ConfigError(dotted, "missing checkpoint path (set --config." + dotted + "=DIR)")
-    return
-  if not os.path.exists(path):
-    raise ConfigError(dotted, f"{path!r} does not exist")
-  if must_have and not os.path.exists(os.path.join(path, must_have)):
-    raise ConfigError(dotted, f"{path!r} has no {must_have} (expected an HF checkpoint directory)")
+    path = _get(config, dotted)
+    if path is None or path == "":
+        if required:
+            raise ConfigError(dotted, "missing checkpoint path (set --config." + dotted + "=DIR)")
+        return
+    if not os.path.exists(path):
+        raise ConfigError(dotted, f"{path!r} does not exist")
+    if must_have and not os.path.exists(os.path.join(path, must_have)):
+        raise ConfigError(dotted, f"{path!r} has no {must_have} (expected an HF checkpoint directory)")
 
 
 def _check_registry(config, dotted: str, module: str) -> None:
-  name = _get(config, dotted)
-  if name is None:
-    return
-  import importlib
-  registry = importlib.import_module(module)
-  try:
-    registry.get(name)
-  except KeyError as e:
-    raise ConfigError(dotted, f"unknown name {name!r} ({e.args[0] if e.args else ''})") from None
+    name = _get(config, dotted)
+    if name is None:
+        return
+    import importlib
+
+    registry = importlib.import_module(module)
+    try:
+        registry.get(name)
+    except KeyError as e:
+        raise ConfigError(dotted, f"unknown name {name!r} ({e.args[0] if e.args else ''})") from None
 
 
 def check(config, num_devices: int) -> dict[str, int]:
-  """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
-  stage = _require(config, "stage")
-  if stage not in STAGES:
-    raise ConfigError("stage", f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-  shape = mesh_shape(_require(config, "mesh"), num_devices)
-  batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
+    """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
+    stage = _require(config, "stage")
+    if stage not in STAGES:
+        raise ConfigError("stage", f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    shape = mesh_shape(_require(config, "mesh"), num_devices)
+    batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
 
-  # Model: a real preset needs weights; tiny may build them.
-  build_tiny = bool(_get(config, "model.build_tiny", False))
-  _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
-  for f in ("model.dtype", "model.param_dtype"):
-    if _get(config, f) is not None and _get(config, f) not in DTYPES:
-      raise ConfigError(f, f"unknown dtype {_get(config, f)!r}; known: {', '.join(DTYPES)}")
-  if "reference" in config:  # RL: the frozen stage-1 policy
-    _check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
-  if build_tiny and not _get(config, "model.path"):
-    arch, tools = _get(config, "model.tiny_arch", "qwen2"), _get(config, "model.tiny_tools_format", "json")
-    if arch != "qwen2" and tools != "json":
-      raise ConfigError("model.tiny_tools_format", f"{tools!r} exists only for tiny_arch='qwen2' (set it to 'json' "
-                        f"for tiny_arch={arch!r})")
+    # Model: a real preset needs weights; tiny may build them.
+    build_tiny = bool(_get(config, "model.build_tiny", False))
+    _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
+    for f in ("model.dtype", "model.param_dtype"):
+        if _get(config, f) is not None and _get(config, f) not in DTYPES:
+            raise ConfigError(f, f"unknown dtype {_get(config, f)!r}; known: {', '.join(DTYPES)}")
+    if "reference" in config:  # RL: the frozen stage-1 policy
+        _check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
+    if build_tiny and not _get(config, "model.path"):
+        arch, tools = _get(config, "model.tiny_arch", "qwen2"), _get(config, "model.tiny_tools_format", "json")
+        if arch != "qwen2" and tools != "json":
+            raise ConfigError(
+                "model.tiny_tools_format",
+                f"{tools!r} exists only for tiny_arch='qwen2' (set it to 'json' for tiny_arch={arch!r})",
+            )
 
-  # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).
-  batch = int(_require(config, "train.batch_size"))
-  accum = int(_get(config, "train.grad_accum", 1))
-  if batch <= 0:
-    raise ConfigError("train.batch_size", f"must be positive, got {batch}")
-  if accum <= 0:
-    raise ConfigError("train.grad_accum", f"must be positive, got {accum}")
-  if batch % accum:
-    raise ConfigError("train.batch_size", f"{batch} is not divisible by train.grad_accum={accum}")
-  micro = batch // accum
-  if micro % batch_shards:
-    raise ConfigError("train.batch_size", f"micro-batch {micro} (= {batch} / grad_accum {accum}) is not divisible "
-                      f"by the data axis: mesh data x fsdp = {shape['data']} x {shape['fsdp']} = {batch_shards}")
-  if "rl" in config:
-    group = int(_require(config, "rl.group_size"))
-    if group <= 0:
-      raise ConfigError("rl.group_size", f"must be positive, got {group}")
-    if batch % group:
-      raise ConfigError("train.batch_size", f"{batch} is not divisible by rl.group_size={group}")
-    _check_registry(config, "rl.estimator", "rcgrpo_jax.rl.advantages")
-    _check_registry(config, "rl.policy_loss", "rcgrpo_jax.rl.losses")
+    # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).
+    batch = int(_require(config, "train.batch_size"))
+    accum = int(_get(config, "train.grad_accum", 1))
+    if batch <= 0:
+        raise ConfigError("train.batch_size", f"must be positive, got {batch}")
+    if accum <= 0:
+        raise ConfigError("train.grad_accum", f"must be positive, got {accum}")
+    if batch % accum:
+        raise ConfigError("train.batch_size", f"{batch} is not divisible by train.grad_accum={accum}")
+    micro = batch // accum
+    if micro % batch_shards:
+        raise ConfigError(
+            "train.batch_size",
+            f"micro-batch {micro} (= {batch} / grad_accum {accum}) is not divisible "
+            f"by the data axis: mesh data x fsdp = {shape['data']} x {shape['fsdp']} = {batch_shards}",
+        )
+    if "rl" in config:
+        group = int(_require(config, "rl.group_size"))
+        if group <= 0:
+            raise ConfigError("rl.group_size", f"must be positive, got {group}")
+        if batch % group:
+            raise ConfigError("train.batch_size", f"{batch} is not divisible by rl.group_size={group}")
+        _check_registry(config, "rl.estimator", "rcgrpo_jax.rl.advantages")
+        _check_registry(config, "rl.policy_loss", "rcgrpo_jax.rl.losses")
 
-  # Data, optimizer, run length, checkpoints, multi-host.
-  _check_path(config, "data.path", required=False)
-  buckets = tuple(int(b) for b in _get(config, "data.buckets", ()) or ())
-  if "data" in config and "buckets" in config.data:
-    if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
-      raise ConfigError("data.buckets", f"need strictly increasing lengths > 1, got {buckets}")
-  if _get(config, "optim.lr") is not None and not float(config.optim.lr) > 0:
-    raise ConfigError("optim.lr", f"must be positive, got {config.optim.lr}")
-  wr = _get(config, "optim.warmup_ratio")
-  if wr is not None and not 0 <= float(wr) < 1:
-    raise ConfigError("optim.warmup_ratio", f"must be in [0, 1), got {wr}")
-  if int(_get(config, "train.epochs", 1)) <= 0 and int(_get(config, "train.max_steps", -1)) <= 0:
-    raise ConfigError("train.epochs", "the run has no steps (epochs <= 0 and max_steps <= 0)")
-  if int(_get(config, "checkpoint.every_steps", 1)) <= 0:
-    raise ConfigError("checkpoint.every_steps", "must be positive")
-  keep = _get(config, "checkpoint.max_to_keep", 1)
-  if keep is not None and int(keep) <= 0:
-    raise ConfigError("checkpoint.max_to_keep", "must be positive (or None to keep all)")
-  init = _get(config, "multihost.initialize", "auto")
-  if init not in ("auto", "always", "never"):
-    raise ConfigError("multihost.initialize", f"{init!r} is not one of auto, always, never")
-  return shape
+    # Data, optimizer, run length, checkpoints, multi-host.
+    _check_path(config, "data.path", required=False)
+    buckets = tuple(int(b) for b in _get(config, "data.buckets", ()) or ())
+    if "data" in config and "buckets" in config.data:
+        if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+            raise ConfigError("data.buckets", f"need strictly increasing lengths > 1, got {buckets}")
+    if _get(config, "optim.lr") is not None and not float(config.optim.lr) > 0:
+        raise ConfigError("optim.lr", f"must be positive, got {config.optim.lr}")
+    wr = _get(config, "optim.warmup_ratio")
+    if wr is not None and not 0 <= float(wr) < 1:
+        raise ConfigError("optim.warmup_ratio", f"must be in [0, 1), got {wr}")
+    if int(_get(config, "train.epochs", 1)) <= 0 and int(_get(config, "train.max_steps", -1)) <= 0:
+        raise ConfigError("train.epochs", "the run has no steps (epochs <= 0 and max_steps <= 0)")
+    if int(_get(config, "checkpoint.every_steps", 1)) <= 0:
+        raise ConfigError("checkpoint.every_steps", "must be positive")
+    keep = _get(config, "checkpoint.max_to_keep", 1)
+    if keep is not None and int(keep) <= 0:
+        raise ConfigError("checkpoint.max_to_keep", "must be positive (or None to keep all)")
+    init = _get(config, "multihost.initialize", "auto")
+    if init not in ("auto", "always", "never"):
+        raise ConfigError("multihost.initialize", f"{init!r} is not one of auto, always, never")
+    return shape
 
 
 def check_memory(field: str, needed_bytes: int, budget_bytes: int) -> None:
-  """Raises `MemoryFitError` naming `field` and the shortfall when `needed_bytes` exceeds the budget."""
-  if needed_bytes > budget_bytes:
-    over = needed_bytes - budget_bytes
-    raise MemoryFitError(field, f"the compiled step needs {needed_bytes / 1e9:.2f} GB per device, "
-                         f"{over / 1e9:.2f} GB over the {budget_bytes / 1e9:.2f} GB budget "
-                         "(raise mesh.fsdp, train.grad_accum or model.remat, or shorten data.buckets)")
+    """Raises `MemoryFitError` naming `field` and the shortfall when `needed_bytes` exceeds the budget."""
+    if needed_bytes > budget_bytes:
+        over = needed_bytes - budget_bytes
+        raise MemoryFitError(
+            field,
+            f"the compiled step needs {needed_bytes / 1e9:.2f} GB per device, "
+            f"{over / 1e9:.2f} GB over the {budget_bytes / 1e9:.2f} GB budget "
+            "(raise mesh.fsdp, train.grad_accum or model.remat, or shorten data.buckets)",
+        )

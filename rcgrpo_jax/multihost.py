@@ -7,6 +7,7 @@ array (rows over data x fsdp) is then assembled from each process's own rows, an
 process must call in the same order). Replicated arrays are read locally, without a collective.
 With one process every helper reduces to the plain single-process operation.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence, TypeVar
@@ -20,157 +21,163 @@ T = TypeVar("T")
 
 
 def process_slice(n: int, index: int | None = None, count: int | None = None) -> slice:
-  """The contiguous share of `n` items (tasks, episodes) that process `index` of `count` handles.
+    """The contiguous share of `n` items (tasks, episodes) that process `index` of `count` handles.
 
-  Shares differ by at most one item and are in process order, so concatenating every process's results
-  in process order restores the original order."""
-  index = jax.process_index() if index is None else index
-  count = jax.process_count() if count is None else count
-  base, extra = divmod(n, count)
-  start = index * base + min(index, extra)
-  return slice(start, start + base + (index < extra))
+    Shares differ by at most one item and are in process order, so concatenating every process's results
+    in process order restores the original order."""
+    index = jax.process_index() if index is None else index
+    count = jax.process_count() if count is None else count
+    base, extra = divmod(n, count)
+    start = index * base + min(index, extra)
+    return slice(start, start + base + (index < extra))
 
 
 def local_rows(sharding: Sharding, num_rows: int) -> slice:
-  """The rows of a [num_rows, ...] array, split along dim 0 by `sharding`, that this process's devices hold.
+    """The rows of a [num_rows, ...] array, split along dim 0 by `sharding`, that this process's devices hold.
 
-  Raises when they are not one contiguous block (then process-local data can not be a plain slice)."""
-  idx = sharding.addressable_devices_indices_map((num_rows,))
-  spans = sorted({(s[0].indices(num_rows)[:2]) for s in idx.values()})
-  start, stop = spans[0][0], spans[0][1]
-  for a, b in spans[1:]:
-    if a > stop:
-      raise ValueError(f"process {jax.process_index()} holds non-contiguous rows {spans} of {num_rows}")
-    stop = max(stop, b)
-  return slice(start, stop)
+    Raises when they are not one contiguous block (then process-local data can not be a plain slice)."""
+    idx = sharding.addressable_devices_indices_map((num_rows,))
+    spans = sorted({(s[0].indices(num_rows)[:2]) for s in idx.values()})
+    start, stop = spans[0][0], spans[0][1]
+    for a, b in spans[1:]:
+        if a > stop:
+            raise ValueError(f"process {jax.process_index()} holds non-contiguous rows {spans} of {num_rows}")
+        stop = max(stop, b)
+    return slice(start, stop)
 
 
-def global_rows(local: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding],
-                num_rows: int) -> dict[str, jax.Array]:
-  """Global [num_rows, ...] arrays from this process's rows (`local[k]` = its `local_rows` block)."""
-  out = {}
-  for k, v in local.items():
-    v = np.asarray(v)
-    out[k] = jax.make_array_from_process_local_data(shardings[k], v, (num_rows, *v.shape[1:]))
-  return out
+def global_rows(
+    local: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding], num_rows: int
+) -> dict[str, jax.Array]:
+    """Global [num_rows, ...] arrays from this process's rows (`local[k]` = its `local_rows` block)."""
+    out = {}
+    for k, v in local.items():
+        v = np.asarray(v)
+        out[k] = jax.make_array_from_process_local_data(shardings[k], v, (num_rows, *v.shape[1:]))
+    return out
 
 
 def take_local(batch: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding]) -> dict[str, np.ndarray]:
-  """This process's rows of a host batch that every process holds whole."""
-  return {k: np.asarray(v)[local_rows(shardings[k], len(v))] for k, v in batch.items()}
+    """This process's rows of a host batch that every process holds whole."""
+    return {k: np.asarray(v)[local_rows(shardings[k], len(v))] for k, v in batch.items()}
 
 
 def local_value(x: Any) -> np.ndarray:
-  """The host value of an array this process can read whole: fully addressable, or fully replicated (then
-  from its first local shard; no collective)."""
-  if not isinstance(x, jax.Array) or x.is_fully_addressable:
-    return np.asarray(jax.device_get(x))
-  if x.is_fully_replicated:
-    return np.asarray(x.addressable_data(0))
-  raise ValueError(f"array of shape {x.shape} with sharding {x.sharding} is split across processes; "
-                   "use `gather` (a collective) or read its local rows")
+    """The host value of an array this process can read whole: fully addressable, or fully replicated (then
+    from its first local shard; no collective)."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    raise ValueError(
+        f"array of shape {x.shape} with sharding {x.sharding} is split across processes; "
+        "use `gather` (a collective) or read its local rows"
+    )
 
 
 def local_row_block(x: jax.Array) -> tuple[slice, np.ndarray]:
-  """(rows, values) of a row-sharded array: the contiguous rows this process holds and their values."""
-  rows = local_rows(x.sharding, x.shape[0])
-  if x.is_fully_addressable or x.is_fully_replicated:
-    return rows, local_value(x)[rows]
-  out = np.empty((rows.stop - rows.start, *x.shape[1:]), x.dtype)
-  for shard in x.addressable_shards:
-    r = slice(*shard.index[0].indices(x.shape[0])[:2])
-    out[r.start - rows.start:r.stop - rows.start] = np.asarray(shard.data)
-  return rows, out
+    """(rows, values) of a row-sharded array: the contiguous rows this process holds and their values."""
+    rows = local_rows(x.sharding, x.shape[0])
+    if x.is_fully_addressable or x.is_fully_replicated:
+        return rows, local_value(x)[rows]
+    out = np.empty((rows.stop - rows.start, *x.shape[1:]), x.dtype)
+    for shard in x.addressable_shards:
+        r = slice(*shard.index[0].indices(x.shape[0])[:2])
+        out[r.start - rows.start : r.stop - rows.start] = np.asarray(shard.data)
+    return rows, out
 
 
 def gather(tree: T) -> T:
-  """Every leaf as a host numpy array of its global value. A collective when some leaf is split across
-  processes: every process must call it with the same tree structure, in the same order."""
-  leaves, treedef = jax.tree.flatten(tree)
-  split = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.is_fully_addressable
-           and not x.is_fully_replicated]
-  out = [local_value(x) if i not in split else None for i, x in enumerate(leaves)]
-  if split:
-    got = multihost_utils.process_allgather([leaves[i] for i in split], tiled=True)
-    for i, v in zip(split, got):
-      out[i] = np.asarray(v)
-  return jax.tree.unflatten(treedef, out)
+    """Every leaf as a host numpy array of its global value. A collective when some leaf is split across
+    processes: every process must call it with the same tree structure, in the same order."""
+    leaves, treedef = jax.tree.flatten(tree)
+    split = [
+        i
+        for i, x in enumerate(leaves)
+        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated
+    ]
+    out = [local_value(x) if i not in split else None for i, x in enumerate(leaves)]
+    if split:
+        got = multihost_utils.process_allgather([leaves[i] for i in split], tiled=True)
+        for i, v in zip(split, got):
+            out[i] = np.asarray(v)
+    return jax.tree.unflatten(treedef, out)
 
 
 def allgather_json(local: Sequence[Any]) -> list[Any]:
-  """Each process's host results (JSON-serialisable items, e.g. its share of episodes) concatenated in
-  process order, on every process. A collective. JSON, not pickle: what is exchanged holds model output,
-  which is data and must never be able to run as code. Processes may hold different numbers of items."""
-  import json
+    """Each process's host results (JSON-serialisable items, e.g. its share of episodes) concatenated in
+    process order, on every process. A collective. JSON, not pickle: what is exchanged holds model output,
+    which is data and must never be able to run as code. Processes may hold different numbers of items."""
+    import json
 
-  payload = np.frombuffer(json.dumps(list(local)).encode(), np.uint8)
-  sizes = np.asarray(multihost_utils.process_allgather(np.asarray([payload.size], np.int64))).reshape(-1)
-  # a power-of-two width, so the allgather compiles a few times rather than once per payload size
-  padded = np.zeros((max(1024, 1 << int(sizes.max() - 1).bit_length()),), np.uint8)
-  padded[:payload.size] = payload
-  every = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
-  out: list = []
-  for p, n in enumerate(sizes):
-    out += json.loads(every[p, :int(n)].tobytes().decode())
-  return out
+    payload = np.frombuffer(json.dumps(list(local)).encode(), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.asarray([payload.size], np.int64))).reshape(-1)
+    # a power-of-two width, so the allgather compiles a few times rather than once per payload size
+    padded = np.zeros((max(1024, 1 << int(sizes.max() - 1).bit_length()),), np.uint8)
+    padded[: payload.size] = payload
+    every = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+    out: list = []
+    for p, n in enumerate(sizes):
+        out += json.loads(every[p, : int(n)].tobytes().decode())
+    return out
 
 
 class LockstepPolicy:
-  """Runs a rollout policy whose device work spans all processes (a `ModelPolicy` on the global mesh)
-  while each process drives only its own share of the episodes with its own environments.
+    """Runs a rollout policy whose device work spans all processes (a `ModelPolicy` on the global mesh)
+    while each process drives only its own share of the episodes with its own environments.
 
-  The engine of each process calls start / act / finish / extend with its local episode indices. The
-  device calls are collectives, so every process must make the same ones: finish and extend are held
-  until the next act, and each act exchanges (a JSON allgather) what every process holds, then calls the
-  inner policy with the global rows, in the order a single process would (finish, extend, act; rows
-  ascending). Episode i of process p is global row offset_p + i, offsets in process order, so the inner
-  policy sees exactly the calls of a single-process run over all episodes. A process whose episodes
-  have all ended calls `drain()`, which keeps taking part in the exchanges until no process has a live
-  episode left.
-  """
+    The engine of each process calls start / act / finish / extend with its local episode indices. The
+    device calls are collectives, so every process must make the same ones: finish and extend are held
+    until the next act, and each act exchanges (a JSON allgather) what every process holds, then calls the
+    inner policy with the global rows, in the order a single process would (finish, extend, act; rows
+    ascending). Episode i of process p is global row offset_p + i, offsets in process order, so the inner
+    policy sees exactly the calls of a single-process run over all episodes. A process whose episodes
+    have all ended calls `drain()`, which keeps taking part in the exchanges until no process has a live
+    episode left.
+    """
 
-  def __init__(self, inner):
-    self.inner = inner
-    self.offset = 0
-    self._finish: list[int] = []
-    self._extend: list[tuple[int, list[int]]] = []
+    def __init__(self, inner):
+        self.inner = inner
+        self.offset = 0
+        self._finish: list[int] = []
+        self._extend: list[tuple[int, list[int]]] = []
 
-  def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
-    mine = [[list(map(int, p)), int(g)] for p, g in zip(prompts, groups)]
-    counts = np.asarray(multihost_utils.process_allgather(np.asarray([len(mine)], np.int64))).reshape(-1)
-    self.offset = int(counts[:jax.process_index()].sum())
-    every = allgather_json(mine)
-    self._finish, self._extend = [], []
-    self.inner.start([p for p, _ in every], [g for _, g in every])
+    def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
+        mine = [[list(map(int, p)), int(g)] for p, g in zip(prompts, groups)]
+        counts = np.asarray(multihost_utils.process_allgather(np.asarray([len(mine)], np.int64))).reshape(-1)
+        self.offset = int(counts[: jax.process_index()].sum())
+        every = allgather_json(mine)
+        self._finish, self._extend = [], []
+        self.inner.start([p for p, _ in every], [g for _, g in every])
 
-  def finish(self, rows: Sequence[int]) -> None:
-    self._finish += [self.offset + int(i) for i in rows]
+    def finish(self, rows: Sequence[int]) -> None:
+        self._finish += [self.offset + int(i) for i in rows]
 
-  def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
-    self._extend += [(self.offset + int(i), [int(t) for t in d]) for i, d in zip(rows, deltas)]
+    def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
+        self._extend += [(self.offset + int(i), [int(t) for t in d]) for i, d in zip(rows, deltas)]
 
-  def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list:
-    mine = [self.offset + int(i) for i in rows]
-    samples = self._exchange([[r, int(b)] for r, b in zip(mine, budgets)])
-    return [samples[r] for r in mine]
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list:
+        mine = [self.offset + int(i) for i in rows]
+        samples = self._exchange([[r, int(b)] for r, b in zip(mine, budgets)])
+        return [samples[r] for r in mine]
 
-  def drain(self) -> None:
-    """Take part in the exchanges, asking for nothing, until every process is done."""
-    while self._exchange([]) is not None:
-      pass
+    def drain(self) -> None:
+        """Take part in the exchanges, asking for nothing, until every process is done."""
+        while self._exchange([]) is not None:
+            pass
 
-  def _exchange(self, asks: list) -> dict | None:
-    """One lockstep round: apply everyone's held finish/extend, then act on everyone's rows. Returns the
-    samples by global row, or None once no process asks for a step."""
-    every = allgather_json([{"finish": self._finish, "extend": self._extend, "act": asks}])
-    self._finish, self._extend = [], []
-    finish = sorted(r for e in every for r in e["finish"])
-    extend = sorted((r, d) for e in every for r, d in e["extend"])
-    act = sorted((r, b) for e in every for r, b in e["act"])
-    if finish:
-      self.inner.finish(finish)
-    if extend:
-      self.inner.extend([r for r, _ in extend], [d for _, d in extend])
-    if not act:
-      return None
-    return dict(zip((r for r, _ in act), self.inner.act([r for r, _ in act], [b for _, b in act])))
+    def _exchange(self, asks: list) -> dict | None:
+        """One lockstep round: apply everyone's held finish/extend, then act on everyone's rows. Returns the
+        samples by global row, or None once no process asks for a step."""
+        every = allgather_json([{"finish": self._finish, "extend": self._extend, "act": asks}])
+        self._finish, self._extend = [], []
+        finish = sorted(r for e in every for r in e["finish"])
+        extend = sorted((r, d) for e in every for r, d in e["extend"])
+        act = sorted((r, b) for e in every for r, b in e["act"])
+        if finish:
+            self.inner.finish(finish)
+        if extend:
+            self.inner.extend([r for r, _ in extend], [d for _, d in extend])
+        if not act:
+            return None
+        return dict(zip((r for r, _ in act), self.inner.act([r for r, _ in act], [b for _, b in act])))

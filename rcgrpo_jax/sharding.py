@@ -12,6 +12,7 @@ Activations are constrained from model code by logical name through `constrain`,
 installed by `axis_rules(logical_map)` (flax's logical-axis-rules context) and is a no-op when no mesh
 or no map is set, so the same model code runs unsharded in tests.
 """
+
 from __future__ import annotations
 
 import logging
@@ -164,7 +165,9 @@ def logical_to_spec(
         if mesh is not None and shape is not None and mesh_axes:
             split = math.prod(mesh.shape[a] for a in mesh_axes)
             if shape[dim] % split:
-                logging.warning("%s: dim %d (size %d) not divisible by %s; left whole", name, dim, shape[dim], mesh_axes)
+                logging.warning(
+                    "%s: dim %d (size %d) not divisible by %s; left whole", name, dim, shape[dim], mesh_axes
+                )
                 mesh_axes = ()
         entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
     return PartitionSpec(*entries)

@@ -2,6 +2,7 @@
 
 XLA_FLAGS must be set before JAX initialises its backends, so this runs at import time.
 """
+
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

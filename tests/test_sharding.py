@@ -1,11 +1,13 @@
 """Mesh construction, rules as data, and a sharded forward on a (2, 2, 2) mesh equal to the unsharded one."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import ModelConfig, abstract_params, apply, init_params
@@ -52,6 +54,7 @@ def test_make_mesh_errors(axes, match):
 
 def test_make_mesh_accepts_config_dict():
     import ml_collections  # a runtime dependency (setup.py): never skipped
+
     axes = ml_collections.ConfigDict({"data": 1, "fsdp": -1, "tensor": 2})
     assert dict(sharding.make_mesh(axes).shape) == {"data": 1, "fsdp": 4, "tensor": 2}
 

@@ -4,6 +4,7 @@ and the FLOP/byte counts the utilisation figures divide by.
 Every benchmark prints one JSON object per line (a "row"); a row that failed carries an "error" field
 instead of figures, so one broken measurement never hides the others.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -70,8 +71,14 @@ def machine_info() -> dict[str, Any]:
     import jax
 
     dev = jax.devices()[0]
-    return {"jax_backend": jax.default_backend(), "device_kind": dev.device_kind, "devices": jax.device_count(),
-            "cpus": os.cpu_count(), "load_avg_1m": load_average(), "jax_version": jax.__version__}
+    return {
+        "jax_backend": jax.default_backend(),
+        "device_kind": dev.device_kind,
+        "devices": jax.device_count(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": load_average(),
+        "jax_version": jax.__version__,
+    }
 
 
 def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 5, device=None) -> float:
@@ -138,7 +145,12 @@ def op_time_breakdown(fn: Callable[[], Any], top: int = 8) -> dict[str, float]:
                     if ev.name.startswith("ThunkExecutor") or "Await" in ev.name:
                         continue
                     name = re.sub(r"\.\d+$", "", ev.name)
-                    name = ("ynn(dot)" if name.startswith("ynn") else
-                            "copy/transpose" if name.startswith(("copy", "transpose")) else name)
+                    name = (
+                        "ynn(dot)"
+                        if name.startswith("ynn")
+                        else "copy/transpose"
+                        if name.startswith(("copy", "transpose"))
+                        else name
+                    )
                     totals[name] += ev.duration_ns / 1e6
     return {k: round(v, 1) for k, v in totals.most_common(top)}

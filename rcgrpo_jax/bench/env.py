@@ -8,6 +8,7 @@ Prints JSON lines:
 
     python -m rcgrpo_jax.bench.env [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,7 @@ def _peer(task):
     checker = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     gt = [list(t) for t in task.ground_truth]
     name = f"bench_{id(task)}_{time.perf_counter_ns()}"
-    checker.multi_turn_checker([[t] if t else [] for t in gt], gt, task.entry,
-                               task.id.rsplit("_", 1)[0], name)
+    checker.multi_turn_checker([[t] if t else [] for t in gt], gt, task.entry, task.id.rsplit("_", 1)[0], name)
     cache = vars(import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"))
     for key in [k for k in cache if k.startswith(name)]:
         del cache[key]
@@ -52,8 +52,12 @@ def reversed_script(task):
 def changed_argument_script(task, rng: random.Random):
     """Change one argument of one call: numbers +1, booleans flipped, strings suffixed, lists cut."""
     script = copy.deepcopy(bfcl.ground_truth_script(task))
-    sites = [(t, c) for t, steps in enumerate(script) for c, call in enumerate(steps[0] if steps else [])
-             if call["arguments"]]
+    sites = [
+        (t, c)
+        for t, steps in enumerate(script)
+        for c, call in enumerate(steps[0] if steps else [])
+        if call["arguments"]
+    ]
     if not sites:
         return None
     t, c = rng.choice(sites)
@@ -100,21 +104,36 @@ def main() -> None:
         _replay(task).official_verdict()
 
     reward_rate = _best_rate(lambda t: _replay(t).reward(), tasks, args.repeats)
-    full_rate = _best_rate(lambda t: (lambda e: (e.reward(), e.official_verdict()))(_replay(t)),
-                           tasks, args.repeats)
+    full_rate = _best_rate(lambda t: (lambda e: (e.reward(), e.official_verdict()))(_replay(t)), tasks, args.repeats)
     peer_rate = _best_rate(_peer, tasks, args.repeats)
-    print(json.dumps({"bench": "gt_replay_with_reward", "episodes": len(tasks),
-                      "ours_episodes_per_s": round(reward_rate, 1)}))
-    print(json.dumps({"bench": "gt_replay_with_reward_and_official", "episodes": len(tasks),
-                      "ours_episodes_per_s": round(full_rate, 1),
-                      "peer": "bfcl_eval multi_turn_checker on ground-truth strings only",
-                      "peer_episodes_per_s": round(peer_rate, 1),
-                      "ratio_ours_over_peer": round(full_rate / peer_rate, 3)}))
-    print(json.dumps({"bench": "disagreement_reversed_turns",
-                      **disagreement(tasks, reversed_script)}))
+    print(
+        json.dumps(
+            {"bench": "gt_replay_with_reward", "episodes": len(tasks), "ours_episodes_per_s": round(reward_rate, 1)}
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "gt_replay_with_reward_and_official",
+                "episodes": len(tasks),
+                "ours_episodes_per_s": round(full_rate, 1),
+                "peer": "bfcl_eval multi_turn_checker on ground-truth strings only",
+                "peer_episodes_per_s": round(peer_rate, 1),
+                "ratio_ours_over_peer": round(full_rate / peer_rate, 3),
+            }
+        )
+    )
+    print(json.dumps({"bench": "disagreement_reversed_turns", **disagreement(tasks, reversed_script)}))
     rng = random.Random(0)
-    print(json.dumps({"bench": "disagreement_one_argument_changed", "seed": 0,
-                      **disagreement(tasks, lambda t: changed_argument_script(t, rng))}))
+    print(
+        json.dumps(
+            {
+                "bench": "disagreement_one_argument_changed",
+                "seed": 0,
+                **disagreement(tasks, lambda t: changed_argument_script(t, rng)),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ One JSON line per measurement, each guarded so a failure prints an "error" row a
   rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
             (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,18 @@ H200_BF16_FLOPS = 989e12
 
 # Qwen2.5-1.5B's published shape (tied embeddings, q/k/v biases, rope theta 1e6).
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
-                         num_kv_heads=2, head_dim=128),
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=16),
+    "qwen2.5-1.5b": dict(
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_layers=28,
+        num_heads=12,
+        num_kv_heads=2,
+        head_dim=128,
+    ),
+    "tiny": dict(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16
+    ),
 }
 
 
@@ -59,9 +68,18 @@ TINY = Plan(shape="tiny", prompt=16, new_tokens=8, rl_batch=2, rl_seq=64, logpro
 def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
     from rcgrpo_jax.models import ModelConfig
 
-    return ModelConfig(model_type="qwen2", rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                       attention_bias=True, max_position_embeddings=32768, param_dtype=param_dtype, dtype=dtype,
-                       remat=remat, **SHAPES[shape])
+    return ModelConfig(
+        model_type="qwen2",
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        max_position_embeddings=32768,
+        param_dtype=param_dtype,
+        dtype=dtype,
+        remat=remat,
+        **SHAPES[shape],
+    )
 
 
 def tree_bytes(tree) -> int:
@@ -122,11 +140,21 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
     kv_itemsize = jax.numpy.dtype(config.dtype).itemsize
     step_bytes = common.decode_step_bytes(weights, config, batch, plan.prompt + plan.new_tokens // 2, kv_itemsize)
     step_s = decode_s / plan.new_tokens
-    return {"batch": batch, "prompt": plan.prompt, "new_tokens": plan.new_tokens, "first_call_s": compile_s,
-            "prefill_s": prefill_s, "prefill_tok_s": batch * plan.prompt / prefill_s, "decode_s": decode_s,
-            "decode_step_ms": step_s * 1e3, "decode_tok_s": batch * plan.new_tokens / decode_s,
-            "weight_bytes": weights, "bytes_per_step": step_bytes, "achieved_bytes_s": step_bytes / step_s,
-            "hbm_bound_fraction": step_bytes / step_s / hbm_bw}
+    return {
+        "batch": batch,
+        "prompt": plan.prompt,
+        "new_tokens": plan.new_tokens,
+        "first_call_s": compile_s,
+        "prefill_s": prefill_s,
+        "prefill_tok_s": batch * plan.prompt / prefill_s,
+        "decode_s": decode_s,
+        "decode_step_ms": step_s * 1e3,
+        "decode_tok_s": batch * plan.new_tokens / decode_s,
+        "weight_bytes": weights,
+        "bytes_per_step": step_bytes,
+        "achieved_bytes_s": step_bytes / step_s,
+        "hbm_bound_fraction": step_bytes / step_s / hbm_bw,
+    }
 
 
 # ------------------------------------------------------------------------------------------ RL step
@@ -155,7 +183,7 @@ def rl_batch(config, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
 
     rng = np.random.default_rng(seed)
     loss_mask = np.zeros((batch, seq - 1), np.float32)  # targets: column t is token t + 1
-    loss_mask[:, seq // 4 - 1:] = 1
+    loss_mask[:, seq // 4 - 1 :] = 1
     return {
         "tokens": jnp.asarray(rng.integers(1, config.vocab_size, (batch, seq)), jnp.int32),
         "token_mask": jnp.ones((batch, seq), bool),
@@ -176,18 +204,21 @@ def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     from rcgrpo_jax.train import state as state_lib
 
     config = model_config(plan.shape, param_dtype="float32", dtype="bfloat16", remat=True)
-    ocfg = types.SimpleNamespace(lr=1e-6, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9,
-                                 b2=0.999, eps=1e-8, clip_norm=1.0)
+    ocfg = types.SimpleNamespace(
+        lr=1e-6, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0
+    )
     tx = optim_lib.make_optimizer(ocfg, 1000)
     t = time.perf_counter()
     state = jax.jit(lambda k: state_lib.create(models.init_params(config, k), tx, jax.random.PRNGKey(0)))(
-        jax.random.key(0))
+        jax.random.key(0)
+    )
     n_params = common.param_count(state.params)
     state = jax.block_until_ready(state)
     init_s = time.perf_counter() - t
     batch = rl_batch(config, plan.rl_batch, plan.rl_seq)
-    step = jax.jit(make_rl_step(config, tx, min(plan.logprob_chunk, config.vocab_size), {"kl_beta": 0.1}),
-                   donate_argnums=(0,))
+    step = jax.jit(
+        make_rl_step(config, tx, min(plan.logprob_chunk, config.vocab_size), {"kl_beta": 0.1}), donate_argnums=(0,)
+    )
     t = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - t
@@ -201,11 +232,23 @@ def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     step_s, _ = common.time_call(run, repeats=plan.repeats)
     metrics = jax.device_get(run())
     flops = common.train_flops(n_params, config, plan.rl_batch, plan.rl_seq)
-    return {"batch": plan.rl_batch, "seq": plan.rl_seq, "params": n_params, "remat": True,
-            "logprob_chunk": min(plan.logprob_chunk, config.vocab_size), "init_s": init_s, "compile_s": compile_s,
-            "step_s": step_s, "tok_s": plan.rl_batch * plan.rl_seq / step_s, "tflop_per_step": flops / 1e12,
-            "achieved_tflop_s": flops / step_s / 1e12, "mfu": flops / step_s / peak_flops,
-            "loss": float(metrics["loss"]), "finite": bool(metrics["finite"]), "peak_memory_gb": peak_memory_gb()}
+    return {
+        "batch": plan.rl_batch,
+        "seq": plan.rl_seq,
+        "params": n_params,
+        "remat": True,
+        "logprob_chunk": min(plan.logprob_chunk, config.vocab_size),
+        "init_s": init_s,
+        "compile_s": compile_s,
+        "step_s": step_s,
+        "tok_s": plan.rl_batch * plan.rl_seq / step_s,
+        "tflop_per_step": flops / 1e12,
+        "achieved_tflop_s": flops / step_s / 1e12,
+        "mfu": flops / step_s / peak_flops,
+        "loss": float(metrics["loss"]),
+        "finite": bool(metrics["finite"]),
+        "peak_memory_gb": peak_memory_gb(),
+    }
 
 
 # ------------------------------------------------------------------------------------------- driver
@@ -224,9 +267,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--peak-flops", type=float, default=H200_BF16_FLOPS)
     args = ap.parse_args(argv)
     plan = TINY if args.tiny else Plan()
-    overrides = {"decode_batches": tuple(int(b) for b in args.decode_batches.split(",")) if args.decode_batches
-                 else None, "rl_batch": args.rl_batch, "rl_seq": args.rl_seq, "repeats": args.repeats,
-                 "deadline_s": args.deadline_s}
+    overrides = {
+        "decode_batches": tuple(int(b) for b in args.decode_batches.split(",")) if args.decode_batches else None,
+        "rl_batch": args.rl_batch,
+        "rl_seq": args.rl_seq,
+        "repeats": args.repeats,
+        "deadline_s": args.deadline_s,
+    }
     plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
     skip = set(filter(None, args.skip.split(",")))
     start = time.perf_counter()
@@ -241,8 +288,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         rows.append(row)
 
     info: dict[str, Any] = {"bench": "machine", "shape": plan.shape}
-    measure(info, lambda: {**common.machine_info(), "hbm_bytes_s": args.hbm_bytes_s,
-                           "peak_flops": args.peak_flops, "peaks_from": "H200 spec sheet (override with flags)"})
+    measure(
+        info,
+        lambda: {
+            **common.machine_info(),
+            "hbm_bytes_s": args.hbm_bytes_s,
+            "peak_flops": args.peak_flops,
+            "peaks_from": "H200 spec sheet (override with flags)",
+        },
+    )
 
     if "decode" not in skip:
         holder: dict[str, Any] = {}
@@ -256,18 +310,24 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             t = time.perf_counter()
             holder["config"] = config
             holder["params"] = jax.block_until_ready(models.init_params(config, jax.random.key(0)))
-            return {"params": common.param_count(holder["params"]), "weight_bytes": tree_bytes(holder["params"]),
-                    "init_s": time.perf_counter() - t}
+            return {
+                "params": common.param_count(holder["params"]),
+                "weight_bytes": tree_bytes(holder["params"]),
+                "init_s": time.perf_counter() - t,
+            }
 
         measure({"bench": "decode_setup", "shape": plan.shape}, setup)
         for b in plan.decode_batches:
-            measure({"bench": "decode", "shape": plan.shape, "batch": b},
-                    lambda b=b: bench_decode(holder["config"], holder["params"], b, plan, args.hbm_bytes_s))
+            measure(
+                {"bench": "decode", "shape": plan.shape, "batch": b},
+                lambda b=b: bench_decode(holder["config"], holder["params"], b, plan, args.hbm_bytes_s),
+            )
         holder.clear()
     if "rl_step" not in skip:
         measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
-    common.emit({"bench": "done", "total_s": time.perf_counter() - start,
-                 "errors": sum(1 for r in rows if "error" in r)})
+    common.emit(
+        {"bench": "done", "total_s": time.perf_counter() - start, "errors": sum(1 for r in rows if "error" in r)}
+    )
     return rows
 
 

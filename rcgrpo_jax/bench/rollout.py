@@ -8,6 +8,7 @@ budget; both sides run the same engine, environments, tokenizer and parser, only
 One JSON line per slot mode ("shrink": finished episodes leave the batch; "keep": they stay, skipped).
 Figures are medians over repeats after a warm-up run (compilation is not counted).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,15 @@ class NaivePolicy:
 
     def act(self, rows, budgets):
         self.rng, key = jax.random.split(self.rng)
-        res = generate(self.config, self.params, [self.history[i] for i in rows],
-                       max_new_tokens=self.max_step_tokens, temperature=self.sampling.temperature,
-                       stop_token_ids=self.stop_ids, rng=key)
+        res = generate(
+            self.config,
+            self.params,
+            [self.history[i] for i in rows],
+            max_new_tokens=self.max_step_tokens,
+            temperature=self.sampling.temperature,
+            stop_token_ids=self.stop_ids,
+            rng=key,
+        )
         out = []
         for i, b, toks, lps, stopped in zip(rows, budgets, res.tokens, res.logprobs, res.stopped):
             toks, lps, stopped = toks[:b], lps[:b], stopped and len(toks) <= b
@@ -70,6 +77,7 @@ def main() -> None:
         build_tiny_checkpoint(d, arch="qwen2")
         config, params = models.load_hf(d, dtype="float32")
         import transformers
+
         tok = transformers.AutoTokenizer.from_pretrained(d)
     parser = chat.get_parser(chat.family_for(config.model_type))
     stops = chat.end_of_turn_ids(tok)
@@ -78,20 +86,32 @@ def main() -> None:
     rc = RolloutConfig(max_context=args.max_context, max_step_tokens=args.step_tokens)
 
     def run(make_policy):
-        specs = [EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=k, rollout_index=j)
-                 for k, t in enumerate(tasks) for j in range(args.group)]
+        specs = [
+            EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=k, rollout_index=j)
+            for k, t in enumerate(tasks)
+            for j in range(args.group)
+        ]
         t0 = time.perf_counter()
         episodes, split = run_episodes(specs, make_policy(), tok, parser, rc)
         wall = time.perf_counter() - t0
         return wall, split, episodes
 
     def ours(mode):
-        return lambda: ModelPolicy(config, params, stop_ids=stops, max_step_tokens=args.step_tokens,
-                                   max_context=args.max_context, sampling=sampling, prefill_chunk=512,
-                                   slot_mode=mode, rng=jax.random.key(0))
+        return lambda: ModelPolicy(
+            config,
+            params,
+            stop_ids=stops,
+            max_step_tokens=args.step_tokens,
+            max_context=args.max_context,
+            sampling=sampling,
+            prefill_chunk=512,
+            slot_mode=mode,
+            rng=jax.random.key(0),
+        )
 
-    naive = lambda: NaivePolicy(config, params, stop_ids=stops, max_step_tokens=args.step_tokens,
-                                sampling=sampling, rng=jax.random.key(0))
+    naive = lambda: NaivePolicy(
+        config, params, stop_ids=stops, max_step_tokens=args.step_tokens, sampling=sampling, rng=jax.random.key(0)
+    )
 
     def measure(make):
         run(make)  # warm-up: compilation
@@ -106,13 +126,25 @@ def main() -> None:
     for mode in ("shrink", "keep"):
         wall, split, steps = measure(ours(mode))
         host = split["env"] + split["chat"]
-        print(json.dumps({
-            "bench": "rollout", "slot_mode": mode, "episodes": n, "assistant_steps": steps,
-            "step_tokens": args.step_tokens, "ours_episodes_s": round(n / wall, 3),
-            "naive_episodes_s": round(n / naive_wall, 3), "ratio": round(naive_wall / wall, 2),
-            "split_s": split, "host_fraction": round(host / wall, 3),
-            "env_fraction": round(split["env"] / wall, 3), "naive_split_s": naive_split,
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "rollout",
+                    "slot_mode": mode,
+                    "episodes": n,
+                    "assistant_steps": steps,
+                    "step_tokens": args.step_tokens,
+                    "ours_episodes_s": round(n / wall, 3),
+                    "naive_episodes_s": round(n / naive_wall, 3),
+                    "ratio": round(naive_wall / wall, 2),
+                    "split_s": split,
+                    "host_fraction": round(host / wall, 3),
+                    "env_fraction": round(split["env"] / wall, 3),
+                    "naive_split_s": naive_split,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

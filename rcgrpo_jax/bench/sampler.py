@@ -10,6 +10,7 @@ the read bandwidth of all cores measured at that working-set size, the fraction 
 step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
 (our measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,22 @@ import time
 from rcgrpo_jax.bench import common
 
 MODELS = {
-    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=704, vocab_size=1024),
-    "medium": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
-                   intermediate_size=2816, vocab_size=32000),
+    "tiny": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=704,
+        vocab_size=1024,
+    ),
+    "medium": dict(
+        hidden_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        intermediate_size=2816,
+        vocab_size=32000,
+    ),
 }
 BATCH, PROMPT, NEW = 8, 128, 128
 
@@ -85,8 +98,14 @@ def bench_model(name: str, repeats: int, batch: int = BATCH, prompt: int = PROMP
 
     def ours(new: int) -> float:
         t = time.perf_counter()
-        res = generate(config, params, prompts.tolist(), max_new_tokens=new, temperature=1.0,
-                       rng=jax.random.key(int(rng.integers(1 << 30))))
+        res = generate(
+            config,
+            params,
+            prompts.tolist(),
+            max_new_tokens=new,
+            temperature=1.0,
+            rng=jax.random.key(int(rng.integers(1 << 30))),
+        )
         assert all(n == new for n in res.lengths)
         return time.perf_counter() - t
 
@@ -94,9 +113,18 @@ def bench_model(name: str, repeats: int, batch: int = BATCH, prompt: int = PROMP
         ids = torch.tensor(prompts)
         t = time.perf_counter()
         with torch.no_grad():
-            out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                              top_k=0, top_p=1.0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
-                              eos_token_id=None)
+            out = hf.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
         assert out.shape[1] == prompt + new
         return time.perf_counter() - t
 
@@ -107,20 +135,36 @@ def bench_model(name: str, repeats: int, batch: int = BATCH, prompt: int = PROMP
     t_hf = statistics.median(theirs() for _ in range(repeats))
     # The decode loop attends over the whole cache: the prompt's length bucket plus the budget's.
     span = buckets.length_bucket(prompt) + buckets.length_bucket(new)
-    step_bytes = int(common.decode_step_bytes(read_weight_bytes(config, params), config, batch, span,
-                                              kv_bytes=config.jnp_dtype.itemsize))
+    step_bytes = int(
+        common.decode_step_bytes(
+            read_weight_bytes(config, params), config, batch, span, kv_bytes=config.jnp_dtype.itemsize
+        )
+    )
     per_step = max(t_ours - t_prefill, 1e-9) / max(new - 1, 1)
     bw = read_bandwidth(step_bytes)
     bound_s = t_prefill + (new - 1) * step_bytes / bw
-    return {"model": name, "ours_tok_s": round(batch * new / t_ours, 1), "hf_tok_s": round(batch * new / t_hf, 1),
-            "ratio": round(t_hf / t_ours, 2), "batch": batch, "prompt": prompt, "new_tokens": new,
-            "prefill_ms": round(t_prefill * 1e3, 2), "decode_step_ms": round(per_step * 1e3, 3),
-            "decode_tok_s": round(batch / per_step, 1), "step_bytes": step_bytes,
-            "read_bandwidth_gb_s": round(bw / 1e9, 2),
-            "bandwidth_bound_fraction": round((step_bytes / bw) / per_step, 3),
-            "bound_ratio": round(t_hf / bound_s, 2), "load_avg_1m": common.load_average(),
-            "jax_backend": jax.default_backend(), "jax_devices": jax.device_count(),
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "model": name,
+        "ours_tok_s": round(batch * new / t_ours, 1),
+        "hf_tok_s": round(batch * new / t_hf, 1),
+        "ratio": round(t_hf / t_ours, 2),
+        "batch": batch,
+        "prompt": prompt,
+        "new_tokens": new,
+        "prefill_ms": round(t_prefill * 1e3, 2),
+        # Unrounded: emit() prints 4 significant digits, and a noisy 1-repeat smoke run can give a
+        # sub-microsecond step that fixed decimals would round to 0.
+        "decode_step_ms": per_step * 1e3,
+        "decode_tok_s": batch / per_step,
+        "step_bytes": step_bytes,
+        "read_bandwidth_gb_s": bw / 1e9,
+        "bandwidth_bound_fraction": (step_bytes / bw) / per_step,
+        "bound_ratio": round(t_hf / bound_s, 2),
+        "load_avg_1m": common.load_average(),
+        "jax_backend": jax.default_backend(),
+        "jax_devices": jax.device_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def main(argv=None) -> list[dict]:

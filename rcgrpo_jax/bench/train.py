@@ -12,6 +12,7 @@ measured fp32 matmul peak (a large jnp matmul timed in the same run). Model FLOP
 6 * params * tokens + attention (see `common.train_flops`). Times are medians over `--repeats` steps
 after one warm-up step (compilation excluded). The machine is shared: every row carries the load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,13 +24,31 @@ from typing import Any
 from rcgrpo_jax.bench import common
 
 MODELS = {
-    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=704, vocab_size=1024),
+    "tiny": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=704,
+        vocab_size=1024,
+    ),
     # The quickstart's world model (pipeline/budgets.py QUICKSTART): d=128, 3 layers, ~520 tokens.
-    "world": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=256, vocab_size=520),
-    "medium": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
-                   intermediate_size=2816, vocab_size=32000),
+    "world": dict(
+        hidden_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        vocab_size=520,
+    ),
+    "medium": dict(
+        hidden_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        intermediate_size=2816,
+        vocab_size=32000,
+    ),
 }
 LR, CLIP = 1e-5, 1.0
 
@@ -60,15 +79,17 @@ def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: in
     from rcgrpo_jax.train import sft
     from rcgrpo_jax.train import state as state_lib
 
-    ocfg = ml_collections.ConfigDict(dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0,
-                                          b1=0.9, b2=0.999, eps=1e-8, clip_norm=CLIP))
+    ocfg = ml_collections.ConfigDict(
+        dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=CLIP)
+    )
     tx = optim_lib.make_optimizer(ocfg, 1000)
     lr_fn = optim_lib.schedule(LR, 1000, 0.0, 1.0)
     config = dataclasses.replace(config, scan_unroll=unroll)
     step = jax.jit(sft.make_train_step(config, tx, lr_fn, chunk), donate_argnums=(0,))
     tokens = jnp.asarray(batch_tokens, jnp.int32)[None]  # [grad_accum=1, B, T]
-    batch = jax.device_put({"tokens": tokens, "loss_mask": jnp.ones_like(tokens),
-                            "token_mask": jnp.ones(tokens.shape, bool)}, device)
+    batch = jax.device_put(
+        {"tokens": tokens, "loss_mask": jnp.ones_like(tokens), "token_mask": jnp.ones(tokens.shape, bool)}, device
+    )
     holder = {"state": jax.device_put(state_lib.create(params, tx, jax.random.PRNGKey(0)), device)}
 
     def run() -> float:
@@ -96,22 +117,41 @@ def torch_step_fn(hf, batch_tokens):
     return run
 
 
-def bench_model(name: str, *, batch: int, seq: int, repeats: int, chunk: int, peak: float,
-                skip_torch: bool = False, profile: bool = False, unroll: int = 1) -> dict[str, Any]:
+def bench_model(
+    name: str,
+    *,
+    batch: int,
+    seq: int,
+    repeats: int,
+    chunk: int,
+    peak: float,
+    skip_torch: bool = False,
+    profile: bool = False,
+    unroll: int = 1,
+) -> dict[str, Any]:
     import jax
     import numpy as np
     import torch
 
-    row: dict[str, Any] = {"bench": "train_step", "model": name, "batch": batch, "seq": seq, "chunk": chunk,
-                           "unroll": unroll, "repeats": repeats, "torch_threads": torch.get_num_threads()}
+    row: dict[str, Any] = {
+        "bench": "train_step",
+        "model": name,
+        "batch": batch,
+        "seq": seq,
+        "chunk": chunk,
+        "unroll": unroll,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+    }
     hf, config, params = build_models(MODELS[name], seq)
     n_params = common.param_count(params)
     tokens = np.random.default_rng(0).integers(1, config.vocab_size, (batch, seq))
     flops = common.train_flops(n_params, config, batch, seq)
     row.update(params=n_params, gflop_per_step=flops / 1e9, peak_gflop_s=peak / 1e9)
 
-    ours = ours_step_fn(config, params, tokens, chunk=min(chunk, config.vocab_size), device=jax.devices()[0],
-                        unroll=unroll)
+    ours = ours_step_fn(
+        config, params, tokens, chunk=min(chunk, config.vocab_size), device=jax.devices()[0], unroll=unroll
+    )
     del params
     t_ours, _ = common.time_call(ours, repeats=repeats)
     row.update(ours_step_s=t_ours, ours_tok_s=batch * seq / t_ours, ours_frac_peak=flops / t_ours / peak)
@@ -120,8 +160,12 @@ def bench_model(name: str, *, batch: int, seq: int, repeats: int, chunk: int, pe
     if not skip_torch:
         theirs = torch_step_fn(hf, tokens)
         t_torch, _ = common.time_call(theirs, repeats=repeats)
-        row.update(torch_step_s=t_torch, torch_tok_s=batch * seq / t_torch,
-                   torch_frac_peak=flops / t_torch / peak, ratio=t_torch / t_ours)
+        row.update(
+            torch_step_s=t_torch,
+            torch_tok_s=batch * seq / t_torch,
+            torch_frac_peak=flops / t_torch / peak,
+            ratio=t_torch / t_ours,
+        )
     row["load_avg_1m"] = common.load_average()
     return row
 
@@ -135,7 +179,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--chunk", type=int, default=8192, help="vocabulary chunk of the log-probs (config default)")
     ap.add_argument("--peak-n", type=int, default=2048, help="side of the square matmul that measures the peak")
     ap.add_argument("--skip-torch", action="store_true")
-    ap.add_argument("--unroll", type=int, default=1, help="layers unrolled in our layer loop (model.scan_unroll; -1 = all)")
+    ap.add_argument(
+        "--unroll", type=int, default=1, help="layers unrolled in our layer loop (model.scan_unroll; -1 = all)"
+    )
     ap.add_argument("--profile", action="store_true", help="add ours' time per XLA op family (one profiled step)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -149,9 +195,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for name in args.models.split(","):
         row: dict[str, Any] = {"bench": "train_step", "model": name}
         with common.guarded(row):
-            row.update(bench_model(name, batch=args.batch, seq=args.seq, repeats=args.repeats, chunk=args.chunk,
-                                   peak=peak, skip_torch=args.skip_torch, profile=args.profile,
-                                   unroll=args.unroll))
+            row.update(
+                bench_model(
+                    name,
+                    batch=args.batch,
+                    seq=args.seq,
+                    repeats=args.repeats,
+                    chunk=args.chunk,
+                    peak=peak,
+                    skip_torch=args.skip_torch,
+                    profile=args.profile,
+                    unroll=args.unroll,
+                )
+            )
         rows.append(row)
     return rows
 

@@ -17,6 +17,7 @@ Families:
 `format` writes the text that the family's chat template (see `rcgrpo_jax.models.tiny`) renders
 for an assistant message with ``tool_calls``, and that `parse` reads back exactly.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,15 @@ ERR_UNTERMINATED = "unterminated"
 ERR_TRAILING_TEXT = "trailing_text"
 ERR_STRAY_CLOSE = "stray_close"
 ERROR_KINDS = (
-    ERR_INVALID_JSON, ERR_NOT_AN_OBJECT, ERR_MISSING_NAME, ERR_BAD_NAME, ERR_BAD_ARGUMENTS,
-    ERR_NON_FINITE, ERR_UNTERMINATED, ERR_TRAILING_TEXT, ERR_STRAY_CLOSE,
+    ERR_INVALID_JSON,
+    ERR_NOT_AN_OBJECT,
+    ERR_MISSING_NAME,
+    ERR_BAD_NAME,
+    ERR_BAD_ARGUMENTS,
+    ERR_NON_FINITE,
+    ERR_UNTERMINATED,
+    ERR_TRAILING_TEXT,
+    ERR_STRAY_CLOSE,
 )
 
 
@@ -107,8 +115,7 @@ def _call_from_object(obj: Any, n: int, arg_keys: tuple[str, ...]) -> tuple[dict
     key = next((k for k in arg_keys if k in obj), None)
     args = {} if key is None else obj[key]  # a call without arguments takes none
     if not isinstance(args, dict):
-        return None, (f"{ERR_BAD_ARGUMENTS}: call {n}: \"{key}\" must be a JSON object, "
-                      f"got {type(args).__name__}")
+        return None, (f"{ERR_BAD_ARGUMENTS}: call {n}: \"{key}\" must be a JSON object, got {type(args).__name__}")
     return {"name": name, "arguments": args}, None
 
 
@@ -177,8 +184,10 @@ class HermesParser:
                 if close < 0:
                     errors.append(f"{ERR_UNTERMINATED}: call {n}: no {TOOL_CALL_CLOSE} after the JSON object")
                     break
-                errors.append(f"{ERR_TRAILING_TEXT}: call {n}: text between the JSON object and "
-                              f"{TOOL_CALL_CLOSE}: {text[after:close][:80]!r}")
+                errors.append(
+                    f"{ERR_TRAILING_TEXT}: call {n}: text between the JSON object and "
+                    f"{TOOL_CALL_CLOSE}: {text[after:close][:80]!r}"
+                )
                 pos = close + len(TOOL_CALL_CLOSE)
                 continue
             call, err = _call_from_object(value, n, ("arguments", "parameters"))
@@ -198,8 +207,10 @@ class HermesParser:
             raise ValueError("content must not contain <tool_call> tags")
         if content != content.strip():
             raise ValueError("content must not start or end with whitespace (parse strips it)")
-        blocks = [f"{TOOL_CALL_OPEN}\n{_dumps({'name': name, 'arguments': args})}\n{TOOL_CALL_CLOSE}"
-                  for name, args in _check_calls(calls)]
+        blocks = [
+            f"{TOOL_CALL_OPEN}\n{_dumps({'name': name, 'arguments': args})}\n{TOOL_CALL_CLOSE}"
+            for name, args in _check_calls(calls)
+        ]
         return "\n".join(([content] if content else []) + blocks)
 
 
@@ -219,7 +230,7 @@ class Llama3JsonParser:
         body = text.strip()
         tagged = body.startswith(PYTHON_TAG)
         if tagged:
-            body = body[len(PYTHON_TAG):].strip()
+            body = body[len(PYTHON_TAG) :].strip()
         if not body.startswith("{"):
             if tagged:  # the tag promises a call
                 err = f"{ERR_INVALID_JSON}: call 1: expected a JSON object after {PYTHON_TAG}, got {body[:80]!r}"
@@ -234,7 +245,7 @@ class Llama3JsonParser:
                 break
             n += 1
             if body[idx] != "{":
-                errors.append(f"{ERR_TRAILING_TEXT}: call {n}: expected a JSON object, got {body[idx:idx + 80]!r}")
+                errors.append(f"{ERR_TRAILING_TEXT}: call {n}: expected a JSON object, got {body[idx : idx + 80]!r}")
                 break
             value, end, err = _decode_at(body, idx, n)
             if err:
@@ -279,5 +290,6 @@ def family_for(model_type: str) -> str:
     try:
         return _FAMILY_OF_MODEL_TYPE[model_type]
     except KeyError:
-        raise ValueError(f"no tool-call family for model_type {model_type!r}; "
-                         f"known: {sorted(_FAMILY_OF_MODEL_TYPE)}") from None
+        raise ValueError(
+            f"no tool-call family for model_type {model_type!r}; known: {sorted(_FAMILY_OF_MODEL_TYPE)}"
+        ) from None

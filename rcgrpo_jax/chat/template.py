@@ -22,6 +22,7 @@ templates put the system prompt and the tool block) and its tail (from the last 
 A BFCL step then costs two short renderings instead of two of the whole, growing history; a template
 whose anchor renderings are not prefix-consistent falls back to the whole history.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -42,12 +43,16 @@ class NotAppendOnlyError(ValueError):
     """The chat template renders earlier turns differently once new messages follow."""
 
 
-def render_text(tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
-                add_generation_prompt: bool) -> str:
+def render_text(
+    tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *, add_generation_prompt: bool
+) -> str:
     """The template's text for `messages` (no tokenisation)."""
     text = tokenizer.apply_chat_template(
-        [dict(m) for m in messages], tools=list(tools) if tools else None, tokenize=False,
-        add_generation_prompt=add_generation_prompt)
+        [dict(m) for m in messages],
+        tools=list(tools) if tools else None,
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
+    )
     if not isinstance(text, str):
         raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not str")
     return text
@@ -77,11 +82,13 @@ def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
     at = text.rfind(_PROBE)
     if at < 0:
         raise ValueError("the chat template dropped the assistant message of the probe conversation")
-    after = _encode(tokenizer, text[at + len(_PROBE):])
+    after = _encode(tokenizer, text[at + len(_PROBE) :])
     special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
     if not after or after[0] not in special:
-        raise ValueError("the chat template does not close an assistant turn with a special token; "
-                         f"text after the assistant message: {text[at + len(_PROBE):][:80]!r}")
+        raise ValueError(
+            "the chat template does not close an assistant turn with a special token; "
+            f"text after the assistant message: {text[at + len(_PROBE) :][:80]!r}"
+        )
     ids = [after[0]]
     vocab = tokenizer.get_vocab()
     extra = [tokenizer.eos_token_id] + [vocab.get(t) for t in _EXTRA_TURN_ENDS]
@@ -99,11 +106,12 @@ def _anchor(history: Sequence[Message]) -> list[Message] | None:
     last_assistant = max(i for i, m in enumerate(history) if m.get("role") == "assistant")
     if first_user is None or last_assistant <= first_user + 1:
         return None
-    return list(history[:first_user + 1]) + list(history[last_assistant:])
+    return list(history[: first_user + 1]) + list(history[last_assistant:])
 
 
-def _render_pair(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
-                 tools: Sequence[Tool] | None) -> tuple[str, str, int]:
+def _render_pair(
+    tokenizer, history: Sequence[Message], new_messages: Sequence[Message], tools: Sequence[Tool] | None
+) -> tuple[str, str, int]:
     """(history text, history + new text with the generation prompt, end of the last end-of-turn)."""
     short = render_text(tokenizer, history, tools, add_generation_prompt=False)
     full = render_text(tokenizer, list(history) + list(new_messages), tools, add_generation_prompt=True)
@@ -114,8 +122,9 @@ def _render_pair(tokenizer, history: Sequence[Message], new_messages: Sequence[M
     return short, full, boundary
 
 
-def render_delta(tokenizer, history: Sequence[Message], new_messages: Sequence[Message],
-                 tools: Sequence[Tool] | None = None) -> list[int]:
+def render_delta(
+    tokenizer, history: Sequence[Message], new_messages: Sequence[Message], tools: Sequence[Tool] | None = None
+) -> list[int]:
     """Tokens to append after the assistant turn that ends `history`, so that the context becomes
     ``history + new_messages`` followed by the generation prompt. See the module docstring.
 
@@ -137,6 +146,7 @@ def render_delta(tokenizer, history: Sequence[Message], new_messages: Sequence[M
         at = next(i for i, (a, b) in enumerate(zip(short, full)) if a != b)
         raise NotAppendOnlyError(
             "the chat template is not append-only: the history renders differently once new messages "
-            f"follow (first difference at character {at}: {short[max(0, at - 40):at + 40]!r} vs "
-            f"{full[max(0, at - 40):at + 40]!r}). Changing `tools` mid-episode also does this.")
+            f"follow (first difference at character {at}: {short[max(0, at - 40) : at + 40]!r} vs "
+            f"{full[max(0, at - 40) : at + 40]!r}). Changing `tools` mid-episode also does this."
+        )
     return _encode(tokenizer, full[boundary:])

@@ -9,6 +9,7 @@
 
     python -m rcgrpo_jax.data.datasets --out DIR [--split train] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ def rctp_records(experts: Sequence[dict], failures: Sequence[dict], *, seed: int
         by_task.setdefault(r["id"], []).append(r)
     for group in by_task.values():
         rng.shuffle(group)
-    round_robin = [g[i] for i in range(max(map(len, by_task.values()), default=0))
-                   for g in by_task.values() if i < len(g)]
+    round_robin = [
+        g[i] for i in range(max(map(len, by_task.values()), default=0)) for g in by_task.values() if i < len(g)
+    ]
     n = min(len(experts), len(round_robin))
     picked_experts = rng.sample(list(experts), n)
     out = []
@@ -82,8 +84,9 @@ def rl_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
     return [{"id": t.id} for t in _tasks(ids)]
 
 
-def build_all(out_dir: str | Path, *, split: str = "train", seed: int = 0,
-              ids: Sequence[str | bfcl.Task] | None = None) -> dict[str, Path]:
+def build_all(
+    out_dir: str | Path, *, split: str = "train", seed: int = 0, ids: Sequence[str | bfcl.Task] | None = None
+) -> dict[str, Path]:
     """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks)."""
     out_dir = Path(out_dir)
     ids = list(ids) if ids is not None else splits.split(split)

@@ -7,6 +7,7 @@
 Both give `bfcl.Task` objects, so every stage (datasets, rollouts, reward, official checker) runs the
 same code on either.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,6 +21,7 @@ SOURCES = ("bfcl", "world")
 @functools.lru_cache(maxsize=8)
 def _world(seed: int, train_per_type: int, test_per_type: int) -> tuple[tuple, tuple]:
     from rcgrpo_jax.worlds import generate_world
+
     train, test = generate_world(seed, train_per_type, test_per_type)
     return (tuple(bfcl.Task.from_entry(e) for e in train), tuple(bfcl.Task.from_entry(e) for e in test))
 
@@ -48,6 +50,7 @@ def tokenizer_corpus(data_config) -> list[str] | None:
     if data_config.get("source", "bfcl") != "world":
         return None
     from rcgrpo_jax.worlds import corpus
+
     return corpus([t.entry for t in tasks(data_config, "train")])
 
 
@@ -58,5 +61,7 @@ def tokenizer_chats(data_config) -> list[dict] | None:
     if data_config.get("source", "bfcl") != "world":
         return None
     from rcgrpo_jax.data import datasets
-    return [{"messages": r["messages"], "tools": r["tools"]}
-            for r in datasets.expert_records(tasks(data_config, "train"))]
+
+    return [
+        {"messages": r["messages"], "tools": r["tools"]} for r in datasets.expert_records(tasks(data_config, "train"))
+    ]

@@ -5,6 +5,7 @@ train. The hash makes the split independent of file order, Python's hash seed an
 manifest `bfcl_split.json` shipped beside this file pins it so every stage uses the same split;
 `check_manifest()` regenerates it and compares.
 """
+
 from __future__ import annotations
 
 import collections
@@ -19,7 +20,7 @@ MANIFEST_PATH = Path(__file__).with_name("bfcl_split.json")
 
 
 def category_of(task_id: str) -> str:
-    return task_id.rsplit("_", 1)[0][len("multi_turn_"):]
+    return task_id.rsplit("_", 1)[0][len("multi_turn_") :]
 
 
 def _rank(task_id: str, seed: str) -> str:
@@ -36,17 +37,17 @@ def split_ids(ids: Iterable[str], *, seed: str = SEED, num_test: int = NUM_TEST)
     return {"train": [i for i in ids if i not in test], "test": [i for i in ids if i in test]}
 
 
-def build_manifest(ids: Iterable[str] | None = None, *, seed: str = SEED,
-                   num_test: int = NUM_TEST) -> dict:
+def build_manifest(ids: Iterable[str] | None = None, *, seed: str = SEED, num_test: int = NUM_TEST) -> dict:
     """The manifest for `ids` (default: all BFCL multi-turn task ids)."""
     if ids is None:
         from rcgrpo_jax.envs.bfcl import load_tasks
+
         ids = [t.id for t in load_tasks()]
     split = split_ids(ids, seed=seed, num_test=num_test)
-    counts = {name: dict(sorted(collections.Counter(category_of(i) for i in part).items()))
-              for name, part in split.items()}
-    return {"seed": seed, "num_train": len(split["train"]), "num_test": len(split["test"]),
-            "counts": counts, **split}
+    counts = {
+        name: dict(sorted(collections.Counter(category_of(i) for i in part).items())) for name, part in split.items()
+    }
+    return {"seed": seed, "num_train": len(split["train"]), "num_test": len(split["test"]), "counts": counts, **split}
 
 
 def write_manifest(path: str | Path = MANIFEST_PATH, manifest: dict | None = None) -> Path:
@@ -82,5 +83,13 @@ def check_manifest(path: str | Path = MANIFEST_PATH) -> None:
 if __name__ == "__main__":
     out = write_manifest()
     manifest = load_manifest(out)
-    print(json.dumps({"path": str(out), "num_train": manifest["num_train"],
-                      "num_test": manifest["num_test"], "counts": manifest["counts"]}))
+    print(
+        json.dumps(
+            {
+                "path": str(out),
+                "num_train": manifest["num_train"],
+                "num_test": manifest["num_test"],
+                "counts": manifest["counts"],
+            }
+        )
+    )

@@ -17,6 +17,7 @@ Experts replay each task's ground truth through `BFCLEnv` (one step per turn hol
 calls, BFCL's own form). Failures perturb an expert script (wrong tool, wrong or missing parameter,
 premature termination, skipped turn) and are kept only when our reward scores them 0.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,19 +30,27 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.envs.bfcl import BFCLEnv, EnvConfig, Task
 
 DONE_TEXT = "I have completed the requested operations."
-CANNOT_TEXT = ("I cannot complete this request with the functions and information I have. "
-               "Could you provide what is missing?")
+CANNOT_TEXT = (
+    "I cannot complete this request with the functions and information I have. Could you provide what is missing?"
+)
 
 Script = list[list[list[dict]]]  # turn -> steps -> calls {name, arguments}
-RECORD_KEYS = ("id", "category", "kind", "failure", "messages", "tools", "released_tools", "reward",
-               "official_valid")
+RECORD_KEYS = ("id", "category", "kind", "failure", "messages", "tools", "released_tools", "reward", "official_valid")
 
 
 # --- recording an episode ------------------------------------------------------------------------
 
-def record_episode(task: Task, script: Script, *, kind: str, failure: str | None = None,
-                   stop_after_turn: int | None = None, config: EnvConfig = EnvConfig(),
-                   official: bool = True) -> dict:
+
+def record_episode(
+    task: Task,
+    script: Script,
+    *,
+    kind: str,
+    failure: str | None = None,
+    stop_after_turn: int | None = None,
+    config: EnvConfig = EnvConfig(),
+    official: bool = True,
+) -> dict:
     """Play `script` through a fresh environment and write the conversation as a record.
 
     `stop_after_turn` ends the conversation after that turn's closing message (premature
@@ -61,13 +70,25 @@ def record_episode(task: Task, script: Script, *, kind: str, failure: str | None
             if env.done or not calls:
                 continue
             ids = [f"call_{turn}_{step_index}_{i}" for i in range(len(calls))]
-            messages.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": cid, "type": "function",
-                 "function": {"name": c["name"], "arguments": copy.deepcopy(c["arguments"])}}
-                for cid, c in zip(ids, calls)]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": copy.deepcopy(c["arguments"])},
+                        }
+                        for cid, c in zip(ids, calls)
+                    ],
+                }
+            )
             results = env.step(calls)
-            messages.extend({"role": "tool", "tool_call_id": cid, "name": c["name"], "content": r}
-                            for cid, c, r in zip(ids, calls, results))
+            messages.extend(
+                {"role": "tool", "tool_call_id": cid, "name": c["name"], "content": r}
+                for cid, c, r in zip(ids, calls, results)
+            )
             acted = True
         messages.append({"role": "assistant", "content": DONE_TEXT if acted else CANNOT_TEXT})
         if env.done or (stop_after_turn is not None and turn >= stop_after_turn):
@@ -83,9 +104,15 @@ def record_episode(task: Task, script: Script, *, kind: str, failure: str | None
             known.update(t["function"]["name"] for t in added)
         messages.extend(new_messages)
     return {
-        "id": task.id, "category": task.category, "kind": kind, "failure": failure,
-        "messages": messages, "tools": first_tools, "released_tools": released,
-        "reward": env.reward(), "official_valid": env.official_verdict()["valid"] if official else None,
+        "id": task.id,
+        "category": task.category,
+        "kind": kind,
+        "failure": failure,
+        "messages": messages,
+        "tools": first_tools,
+        "released_tools": released,
+        "reward": env.reward(),
+        "official_valid": env.official_verdict()["valid"] if official else None,
     }
 
 
@@ -106,12 +133,12 @@ def _generator(name: str) -> Callable[[Generator], Generator]:
     def deco(fn: Generator) -> Generator:
         FAILURE_GENERATORS[name] = fn
         return fn
+
     return deco
 
 
 def _call_sites(script: Script) -> list[tuple[int, int, int]]:
-    return [(t, s, c) for t, steps in enumerate(script) for s, calls in enumerate(steps)
-            for c in range(len(calls))]
+    return [(t, s, c) for t, steps in enumerate(script) for s, calls in enumerate(steps) for c in range(len(calls))]
 
 
 def _specs(task: Task) -> dict:
@@ -129,10 +156,13 @@ def wrong_tool(task: Task, script: Script, rng: random.Random) -> Iterator[Candi
         own = specs[call["name"]]
         given = set(call["arguments"])
         siblings = sorted(
-            name for name, spec in specs.items()
-            if name != call["name"] and spec.class_name == own.class_name
+            name
+            for name, spec in specs.items()
+            if name != call["name"]
+            and spec.class_name == own.class_name
             and given <= set(spec.signature.parameters)
-            and {p for p, v in spec.signature.parameters.items() if v.default is v.empty} <= given)
+            and {p for p, v in spec.signature.parameters.items() if v.default is v.empty} <= given
+        )
         rng.shuffle(siblings)
         for sibling in siblings:
             out = copy.deepcopy(script)
@@ -160,8 +190,9 @@ def _mutate(value: Any, rng: random.Random, pool: Sequence[str]) -> Any:
 @_generator("wrong_parameter")
 def wrong_parameter(task: Task, script: Script, rng: random.Random) -> Iterator[Candidate]:
     """Change one argument to a plausible wrong value, or leave one out."""
-    pool = sorted({v for turn in script for step in turn for call in step
-                   for v in call["arguments"].values() if type(v) is str})
+    pool = sorted(
+        {v for turn in script for step in turn for call in step for v in call["arguments"].values() if type(v) is str}
+    )
     sites = [site for site in _call_sites(script) if script[site[0]][site[1]][site[2]]["arguments"]]
     rng.shuffle(sites)
     for t, s, c in sites:
@@ -185,7 +216,7 @@ def premature_termination(task: Task, script: Script, rng: random.Random) -> Ite
     for t in turns:
         calls = [call for step in script[t] for call in step]
         keep = rng.randrange(len(calls))
-        out = copy.deepcopy(script[:t + 1])
+        out = copy.deepcopy(script[: t + 1])
         out[t] = [calls[:keep]] if keep else []
         yield out, t
 
@@ -201,23 +232,24 @@ def skipped_turn(task: Task, script: Script, rng: random.Random) -> Iterator[Can
         yield out, None
 
 
-def failure_trajectory(task: Task, kind: str, *, seed: int = 0, max_tries: int = 8,
-                       config: EnvConfig = EnvConfig()) -> dict | None:
+def failure_trajectory(
+    task: Task, kind: str, *, seed: int = 0, max_tries: int = 8, config: EnvConfig = EnvConfig()
+) -> dict | None:
     """A verified failure (reward 0) of the given kind for `task`, or None if none was found."""
     rng = random.Random(f"{seed}:{task.id}:{kind}")
     script = bfcl.ground_truth_script(task)
     for tries, (candidate, stop) in enumerate(FAILURE_GENERATORS[kind](task, script, rng)):
         if tries >= max_tries:
             break
-        record = record_episode(task, candidate, kind="failure", failure=kind,
-                                stop_after_turn=stop, config=config)
+        record = record_episode(task, candidate, kind="failure", failure=kind, stop_after_turn=stop, config=config)
         if record["reward"] == 0.0:
             return record
     return None
 
 
-def failure_trajectories(task: Task, kinds: Iterable[str] = tuple(FAILURE_GENERATORS), *,
-                         seed: int = 0, config: EnvConfig = EnvConfig()) -> list[dict]:
+def failure_trajectories(
+    task: Task, kinds: Iterable[str] = tuple(FAILURE_GENERATORS), *, seed: int = 0, config: EnvConfig = EnvConfig()
+) -> list[dict]:
     out = []
     for kind in kinds:
         record = failure_trajectory(task, kind, seed=seed, config=config)
@@ -228,14 +260,30 @@ def failure_trajectories(task: Task, kinds: Iterable[str] = tuple(FAILURE_GENERA
 
 # --- the record format ---------------------------------------------------------------------------
 
-def rollout_record(task_id: str, messages: list[dict], tools: list[dict], reward: float, *,
-                   released_tools: dict | None = None, official_valid: bool | None = None,
-                   kind: str = "rollout", failure: str | None = None) -> dict:
+
+def rollout_record(
+    task_id: str,
+    messages: list[dict],
+    tools: list[dict],
+    reward: float,
+    *,
+    released_tools: dict | None = None,
+    official_valid: bool | None = None,
+    kind: str = "rollout",
+    failure: str | None = None,
+) -> dict:
     """A record for a model's exploration rollout, in the same format as experts and failures."""
-    record = {"id": task_id, "category": task_id.rsplit("_", 1)[0][len("multi_turn_"):],
-              "kind": kind, "failure": failure, "messages": messages, "tools": tools,
-              "released_tools": released_tools or {}, "reward": float(reward),
-              "official_valid": official_valid}
+    record = {
+        "id": task_id,
+        "category": task_id.rsplit("_", 1)[0][len("multi_turn_") :],
+        "kind": kind,
+        "failure": failure,
+        "messages": messages,
+        "tools": tools,
+        "released_tools": released_tools or {},
+        "reward": float(reward),
+        "official_valid": official_valid,
+    }
     validate_record(record)
     return record
 

@@ -5,19 +5,20 @@ tool calls `{name, arguments}` parsed from the model's output, answered by one r
 call. When the model answers without calls the turn ends and `end_turn()` returns the next turn's
 new messages (and the tools visible from then on), or None when the episode is over.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-Message = dict[str, Any]   # {"role": ..., "content": ...} (OpenAI chat form)
-Tool = dict[str, Any]      # {"type": "function", "function": {name, description, parameters}}
+Message = dict[str, Any]  # {"role": ..., "content": ...} (OpenAI chat form)
+Tool = dict[str, Any]  # {"type": "function", "function": {name, description, parameters}}
 ToolCall = dict[str, Any]  # {"name": str, "arguments": dict}
 
 
 @runtime_checkable
 class Environment(Protocol):
     done: bool
-    done_reason: str | None   # None while running; e.g. "completed", "max_steps"
+    done_reason: str | None  # None while running; e.g. "completed", "max_steps"
 
     def reset(self) -> tuple[list[Message], list[Tool]]:
         """Start a fresh episode: the first turn's messages and the tools visible in it."""

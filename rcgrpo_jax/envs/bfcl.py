@@ -11,6 +11,7 @@ user message is BFCL's "I have updated some more functions ..." text. More than 
 in one turn force-terminates the episode (it fails), as do our own caps on total tool calls and the
 per-call time limit. Tool output returned to the model is capped in characters (truncated, marked).
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,14 +25,12 @@ from typing import Any, Mapping, Sequence
 from rcgrpo_jax.envs import dispatch, official, rewards
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import CallRecord, FunctionSpec, Limits
-from rcgrpo_jax.envs.isolation import (CLASS_MODULES, INSTALL_HINT, new_instance, package_lock,
-                                       tool_class)
+from rcgrpo_jax.envs.isolation import CLASS_MODULES, INSTALL_HINT, new_instance, package_lock, tool_class
 from rcgrpo_jax.envs.schema import compact_tool, to_openai_tool
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
 RELEASE_MESSAGE = "I have updated some more functions you can choose from. What about now?"
-
 
 
 def release_message(released_tools: Sequence[Tool]) -> str:
@@ -45,10 +44,14 @@ def release_message(released_tools: Sequence[Tool]) -> str:
 
 # Class -> function-doc file (mirrors bfcl_eval's MULTI_TURN_FUNC_DOC_FILE_MAPPING).
 _DOC_FILES = {
-    "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json",
-    "MessageAPI": "message_api.json", "TwitterAPI": "posting_api.json",
-    "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
-    "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json",
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TicketAPI": "ticket_api.json",
+    "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json",
+    "VehicleControlAPI": "vehicle_control.json",
 }
 
 # done_reason values; the last three are force terminations, which fail.
@@ -70,6 +73,7 @@ TRUNCATION_MARK = "\n[tool output truncated: limit reached]"
 
 # --- data ----------------------------------------------------------------------------------------
 
+
 def data_dir() -> Path:
     try:
         root = importlib.resources.files("bfcl_eval")
@@ -87,6 +91,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
     """One BFCL multi-turn task. `entry` is the package's record (read-only by convention)."""
+
     id: str
     category: str
     entry: Mapping[str, Any]
@@ -114,13 +119,16 @@ class Task:
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> "Task":
         """A task from an entry in BFCL's format carrying its own `ground_truth` (generated worlds)."""
-        missing = [k for k in ("id", "question", "initial_config", "involved_classes", "ground_truth")
-                   if k not in entry]
+        missing = [
+            k for k in ("id", "question", "initial_config", "involved_classes", "ground_truth") if k not in entry
+        ]
         if missing:
             raise ValueError(f"task entry {entry.get('id', '?')!r} lacks fields {missing}")
         if len(entry["ground_truth"]) != len(entry["question"]):
-            raise ValueError(f"{entry['id']}: {len(entry['ground_truth'])} ground-truth turns for "
-                             f"{len(entry['question'])} question turns")
+            raise ValueError(
+                f"{entry['id']}: {len(entry['ground_truth'])} ground-truth turns for "
+                f"{len(entry['question'])} question turns"
+            )
         category = entry["id"].rsplit("_", 1)[0].removeprefix("multi_turn_")
         return cls(entry["id"], category, entry, tuple(tuple(t) for t in entry["ground_truth"]))
 
@@ -141,10 +149,17 @@ def _all_tasks() -> tuple[Task, ...]:
         for entry in entries:
             truth = answers[entry["id"]]
             if len(truth) != len(entry["question"]):
-                raise ValueError(f"{entry['id']}: {len(truth)} ground-truth turns for "
-                                 f"{len(entry['question'])} question turns")
-            tasks.append(Task(entry["id"], entry["id"].rsplit("_", 1)[0][len("multi_turn_"):],
-                              entry, tuple(tuple(turn) for turn in truth)))
+                raise ValueError(
+                    f"{entry['id']}: {len(truth)} ground-truth turns for {len(entry['question'])} question turns"
+                )
+            tasks.append(
+                Task(
+                    entry["id"],
+                    entry["id"].rsplit("_", 1)[0][len("multi_turn_") :],
+                    entry,
+                    tuple(tuple(turn) for turn in truth),
+                )
+            )
     return tuple(tasks)
 
 
@@ -177,8 +192,9 @@ def function_docs(class_name: str) -> tuple[dict, ...]:
 def _task_functions(task: Task) -> list[tuple[str, FunctionSpec, dict]]:
     """(name, spec, tool) of every function the task may use, class by class in doc order."""
     allowed = task.allowed_functions
-    return [item for c in task.involved_classes for item in _class_functions(c)
-            if allowed is None or item[0] in allowed]
+    return [
+        item for c in task.involved_classes for item in _class_functions(c) if allowed is None or item[0] in allowed
+    ]
 
 
 @functools.lru_cache(maxsize=None)
@@ -215,10 +231,8 @@ def _visible(task: Task, turn: int) -> list[tuple[str, FunctionSpec, dict]]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _tools_json(classes: tuple[str, ...], held_out: tuple, turn: int,
-                allowed: tuple[str, ...] | None) -> str:
-    entry = {"involved_classes": list(classes),
-             "missed_function": {str(t): list(n) for t, n in held_out}}
+def _tools_json(classes: tuple[str, ...], held_out: tuple, turn: int, allowed: tuple[str, ...] | None) -> str:
+    entry = {"involved_classes": list(classes), "missed_function": {str(t): list(n) for t, n in held_out}}
     if allowed is not None:
         entry["allowed_functions"] = list(allowed)
     return json.dumps([tool for _, _, tool in _visible(Task("", "", entry, ()), turn)])
@@ -259,8 +273,7 @@ def _parsed_truth(task: Task) -> tuple[tuple[tuple[str, dict, dict], ...], ...]:
 def ground_truth_calls(task: Task) -> list[list[dict]]:
     """Ground truth as parsed calls: turn -> [{"name", "arguments"}], positional arguments bound to
     their names (defaults not filled: the arguments the answer states)."""
-    return [[{"name": n, "arguments": copy.deepcopy(given)} for n, given, _ in turn]
-            for turn in _parsed_truth(task)]
+    return [[{"name": n, "arguments": copy.deepcopy(given)} for n, given, _ in turn] for turn in _parsed_truth(task)]
 
 
 def ground_truth_script(task: Task) -> list[list[list[dict]]]:
@@ -271,11 +284,12 @@ def ground_truth_script(task: Task) -> list[list[list[dict]]]:
 
 # --- environment ---------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
     max_steps_per_turn: int = MAX_STEPS_PER_TURN
-    max_tool_calls: int | None = 200          # per episode
-    max_output_chars: int | None = 200_000    # tool output returned to the model, per episode
+    max_tool_calls: int | None = 200  # per episode
+    max_output_chars: int | None = 200_000  # tool output returned to the model, per episode
     limits: Limits = Limits()
     reward: str = "rc_grpo"
     # BFCL executes any public method of an involved class, including functions held out (not yet
@@ -300,9 +314,9 @@ class BFCLEnv:
         task = self.task
         with package_lock:
             self._instances = {
-                c: new_instance(c, task.entry["initial_config"].get(c, {}),
-                                long_context=task.long_context)
-                for c in task.involved_classes}
+                c: new_instance(c, task.entry["initial_config"].get(c, {}), long_context=task.long_context)
+                for c in task.involved_classes
+            }
         self._turn = 0
         self._steps_in_turn = 0
         self._turns: list[list[list[CallRecord]]] = [[]]
@@ -321,22 +335,34 @@ class BFCLEnv:
         config = self.config
         if self._steps_in_turn >= config.max_steps_per_turn:
             # BFCL force-quits a turn after its step limit: this step is not run.
-            records = [CallRecord(None, None, dispatch.SKIPPED,
-                                  f"Error: more than {config.max_steps_per_turn} steps in one turn; "
-                                  "the episode was force-terminated") for _ in tool_calls]
+            records = [
+                CallRecord(
+                    None,
+                    None,
+                    dispatch.SKIPPED,
+                    f"Error: more than {config.max_steps_per_turn} steps in one turn; the episode was force-terminated",
+                )
+                for _ in tool_calls
+            ]
             self._finish_step(records, MAX_STEPS)
             return [r.result for r in records]
         records, reason = [], None
         for raw in tool_calls:
             if reason is not None:
-                records.append(CallRecord(None, None, dispatch.SKIPPED,
-                                          "Error: not run, the episode was force-terminated"))
+                records.append(
+                    CallRecord(None, None, dispatch.SKIPPED, "Error: not run, the episode was force-terminated")
+                )
                 continue
             if config.max_tool_calls is not None and self._num_calls >= config.max_tool_calls:
                 reason = MAX_TOOL_CALLS
-                records.append(CallRecord(None, None, dispatch.SKIPPED,
-                                          f"Error: tool-call limit ({config.max_tool_calls}) reached; "
-                                          "the episode was force-terminated"))
+                records.append(
+                    CallRecord(
+                        None,
+                        None,
+                        dispatch.SKIPPED,
+                        f"Error: tool-call limit ({config.max_tool_calls}) reached; the episode was force-terminated",
+                    )
+                )
                 continue
             self._num_calls += 1
             record, spec = dispatch.prepare_call(raw, self._callable, config.limits)
@@ -390,16 +416,21 @@ class BFCLEnv:
         for turn in self._turns:
             steps = []
             for step in turn:
-                calls = [official.format_call(r.name, r.arguments) if r.status in dispatch.EXECUTED
-                         else official.REJECTED_CALL for r in step]
+                calls = [
+                    official.format_call(r.name, r.arguments)
+                    if r.status in dispatch.EXECUTED
+                    else official.REJECTED_CALL
+                    for r in step
+                ]
                 if calls:
                     steps.append(calls)
             out.append(steps)
         return out
 
     def executed_calls(self) -> list[tuple[str, dict]]:
-        return [(r.name, r.bound) for turn in self._turns for step in turn for r in step
-                if r.status in dispatch.EXECUTED]
+        return [
+            (r.name, r.bound) for turn in self._turns for step in turn for r in step if r.status in dispatch.EXECUTED
+        ]
 
     def outcome(self) -> rewards.EpisodeOutcome:
         truth = tuple((n, bound) for turn in _parsed_truth(self.task) for n, _, bound in turn)
@@ -407,12 +438,14 @@ class BFCLEnv:
             states_equal=self._states_equal(),
             model_calls=tuple(self.executed_calls()),
             truth_calls=truth,
-            terminated=self.done_reason in FORCE_TERMINATIONS)
+            terminated=self.done_reason in FORCE_TERMINATIONS,
+        )
 
     def _enter_turn(self, turn: int) -> tuple[list[Message], list[Tool]]:
         visible = _visible(self.task, turn)
-        self._callable = (_all_specs(self.task) if self.config.held_out_callable
-                               else {name: spec for name, spec, _ in visible})
+        self._callable = (
+            _all_specs(self.task) if self.config.held_out_callable else {name: spec for name, spec, _ in visible}
+        )
         messages = copy.deepcopy(list(self.task.entry["question"][turn]))
         tools = tools_for(self.task, turn)
         if not messages and turn in self.task.held_out:
@@ -433,7 +466,7 @@ class BFCLEnv:
             return text
         room = cap - self._output_chars
         if len(text) > room:
-            text = text[:max(room, 0)] + TRUNCATION_MARK
+            text = text[: max(room, 0)] + TRUNCATION_MARK
         self._output_chars += len(text)
         return text
 
@@ -442,14 +475,14 @@ class BFCLEnv:
         if self._truth_state is None:
             task, specs = self.task, _all_specs(self.task)
             with package_lock:
-                instances = {c: new_instance(c, task.entry["initial_config"].get(c, {}),
-                                             long_context=task.long_context)
-                             for c in task.involved_classes}
+                instances = {
+                    c: new_instance(c, task.entry["initial_config"].get(c, {}), long_context=task.long_context)
+                    for c in task.involved_classes
+                }
                 for turn in _parsed_truth(task):
                     for name, given, bound in turn:
                         record = CallRecord(name, given, dispatch.OK, "", bound)
-                        dispatch.run_call(instances[specs[name].class_name], record,
-                                          self.config.limits)
+                        dispatch.run_call(instances[specs[name].class_name], record, self.config.limits)
             self._truth_state = instances
         return self._truth_state
 
@@ -481,5 +514,17 @@ def run_script(env: BFCLEnv, script: Sequence[Sequence[Sequence[Any]]]) -> BFCLE
         turn += 1
 
 
-__all__ = ["BFCLEnv", "CATEGORIES", "EnvConfig", "Task", "get_task", "ground_truth_calls", "release_message",
-           "ground_truth_script", "load_tasks", "run_script", "tools_for", "CLASS_MODULES"]
+__all__ = [
+    "BFCLEnv",
+    "CATEGORIES",
+    "EnvConfig",
+    "Task",
+    "get_task",
+    "ground_truth_calls",
+    "release_message",
+    "ground_truth_script",
+    "load_tasks",
+    "run_script",
+    "tools_for",
+    "CLASS_MODULES",
+]

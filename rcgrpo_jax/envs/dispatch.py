@@ -16,6 +16,7 @@ own `except Exception` clauses cannot swallow it). Elsewhere signals are unavail
 in a daemon thread that is abandoned after the limit; the caller must then treat the instance as
 unusable (the environment ends the episode).
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,11 +31,11 @@ from rcgrpo_jax.envs import schema as schema_lib
 from rcgrpo_jax.envs.isolation import numeric_context
 
 # Statuses of one call.
-OK = "ok"                # executed and returned
-ERROR = "error"          # executed and raised -> "Error during execution: ..."
-REJECTED = "rejected"    # not executed: unknown name / invalid arguments / cost guard
-TIMEOUT = "timeout"      # executed past the time limit and was stopped
-SKIPPED = "skipped"      # not executed: the episode's tool-call budget was spent
+OK = "ok"  # executed and returned
+ERROR = "error"  # executed and raised -> "Error during execution: ..."
+REJECTED = "rejected"  # not executed: unknown name / invalid arguments / cost guard
+TIMEOUT = "timeout"  # executed past the time limit and was stopped
+SKIPPED = "skipped"  # not executed: the episode's tool-call budget was spent
 
 EXECUTED = (OK, ERROR)
 
@@ -53,10 +54,11 @@ class Limits:
 @dataclasses.dataclass(frozen=True)
 class FunctionSpec:
     """A tool the model may call: which class owns it, its JSON schema and its Python signature."""
+
     name: str
     class_name: str
-    parameters: Mapping[str, Any]   # converted JSON schema of the arguments object
-    signature: inspect.Signature    # of the unbound method, `self` removed
+    parameters: Mapping[str, Any]  # converted JSON schema of the arguments object
+    signature: inspect.Signature  # of the unbound method, `self` removed
 
 
 @dataclasses.dataclass
@@ -64,6 +66,7 @@ class CallRecord:
     """What happened to one requested call. `arguments` is a deep copy of the model's arguments
     taken before execution (tools keep references to list arguments), or None if they were not
     plain JSON data. `bound` holds every parameter, defaults filled, for executed/valid calls."""
+
     name: str | None
     arguments: dict | None
     status: str
@@ -71,8 +74,7 @@ class CallRecord:
     bound: dict | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "arguments": self.arguments, "status": self.status,
-                "result": self.result}
+        return {"name": self.name, "arguments": self.arguments, "status": self.status, "result": self.result}
 
 
 def method_signature(cls: type, name: str) -> inspect.Signature:
@@ -81,8 +83,9 @@ def method_signature(cls: type, name: str) -> inspect.Signature:
     return sig.replace(parameters=params)
 
 
-def bind_arguments(sig: inspect.Signature, positional: list | tuple = (),
-                   keyword: Mapping[str, Any] | None = None) -> dict:
+def bind_arguments(
+    sig: inspect.Signature, positional: list | tuple = (), keyword: Mapping[str, Any] | None = None
+) -> dict:
     """Bind to the signature and fill defaults (fresh copies, so mutable defaults are never shared).
 
     Positional arguments become keywords. Raises TypeError when they do not bind.
@@ -115,6 +118,7 @@ def error_result(exc: BaseException) -> str:
 
 # --- cost guards -------------------------------------------------------------------------------
 
+
 def _guard_power(args: Mapping[str, Any]) -> str | None:
     base, exponent = args.get("base"), args.get("exponent")
     if type(base) is int and type(exponent) is int and abs(base) > 1 and abs(exponent) > 10_000:
@@ -138,9 +142,11 @@ COST_GUARDS: dict[tuple[str, str], Callable[[Mapping[str, Any]], str | None]] = 
 
 # --- call normalisation and execution ----------------------------------------------------------
 
+
 def _loads_strict(text: str) -> Any:
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not a valid number")
+
     return json.loads(text, parse_constant=no_constants)
 
 
@@ -173,25 +179,31 @@ def _reject(name: Any, arguments: Any, message: str) -> CallRecord:
     return CallRecord(safe_name, arguments, REJECTED, f"Error: {message}")
 
 
-def prepare_call(raw: Any, visible: Mapping[str, FunctionSpec], limits: Limits
-                 ) -> tuple[CallRecord, FunctionSpec | None]:
+def prepare_call(
+    raw: Any, visible: Mapping[str, FunctionSpec], limits: Limits
+) -> tuple[CallRecord, FunctionSpec | None]:
     """Validate one requested call. Returns a record (status REJECTED with its message, or OK with
     `bound` filled and an empty result, ready to run) and the spec of the function to run."""
     name, arguments, err = normalize_call(raw)
     if type(name) is not str or name not in visible:
-        return _reject(name, None, f"unknown function {_show_name(name)}; call one of the provided "
-                                   "functions"), None
+        return _reject(name, None, f"unknown function {_show_name(name)}; call one of the provided functions"), None
     if err:
         return _reject(name, None, f"invalid call to {name}: {err}"), None
     spec = visible[name]
-    err = schema_lib.check_arguments(arguments, spec.parameters, max_depth=limits.max_argument_depth,
-                                     max_chars=limits.max_argument_chars)
+    err = schema_lib.check_arguments(
+        arguments, spec.parameters, max_depth=limits.max_argument_depth, max_chars=limits.max_argument_chars
+    )
     if err:
         # Only plain-JSON arguments are kept in the trace.
-        ok_json = schema_lib.check_json_value(arguments, max_depth=limits.max_argument_depth,
-                                              max_chars=limits.max_argument_chars) is None
-        return _reject(name, copy.deepcopy(arguments) if ok_json else None,
-                       f"invalid arguments for {name}: {err}"), None
+        ok_json = (
+            schema_lib.check_json_value(
+                arguments, max_depth=limits.max_argument_depth, max_chars=limits.max_argument_chars
+            )
+            is None
+        )
+        return _reject(
+            name, copy.deepcopy(arguments) if ok_json else None, f"invalid arguments for {name}: {err}"
+        ), None
     guard = COST_GUARDS.get((spec.class_name, name))
     message = guard(arguments) if guard else None
     if message:
@@ -214,8 +226,9 @@ def run_call(instance: Any, record: CallRecord, limits: Limits) -> CallRecord:
         record.status = OK
     except CallTimeout:
         record.status = TIMEOUT
-        record.result = (f"Error during execution: the call exceeded the time limit of "
-                         f"{limits.call_timeout_s} s and was stopped")
+        record.result = (
+            f"Error during execution: the call exceeded the time limit of {limits.call_timeout_s} s and was stopped"
+        )
     except Exception as exc:  # a tool raising is normal model feedback
         record.status = ERROR
         try:
@@ -226,6 +239,7 @@ def run_call(instance: Any, record: CallRecord, limits: Limits) -> CallRecord:
 
 
 # --- time limit ---------------------------------------------------------------------------------
+
 
 class _Alarm:
     active = False
@@ -238,13 +252,14 @@ class _Alarm:
 
 
 def _signals_usable() -> bool:
-    return (threading.current_thread() is threading.main_thread()
-            and hasattr(signal, "setitimer")
-            and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0)
+    return (
+        threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "setitimer")
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+    )
 
 
-def call_with_timeout(fn: Callable[..., Any], kwargs: Mapping[str, Any],
-                      timeout_s: float | None) -> Any:
+def call_with_timeout(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float | None) -> Any:
     """Run fn(**kwargs), raising CallTimeout after `timeout_s` seconds (None = no limit)."""
     if timeout_s is None:
         return fn(**kwargs)

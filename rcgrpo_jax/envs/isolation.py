@@ -12,6 +12,7 @@ costs only comparisons). `new_instance` loads from a copy of the scenario and, f
 only loading path that merges module-level objects into an instance), deep-copies the instance's
 attributes, so an episode does not share objects with the modules or with another episode.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,8 +51,8 @@ def import_bfcl(module: str) -> types.ModuleType:
     except ModuleNotFoundError as err:
         if err.name and (err.name.startswith("bfcl_eval") or err.name == "mpmath"):
             raise ModuleNotFoundError(
-                f"The BFCL environment needs the bfcl-eval package (and mpmath); install it with:\n"
-                f"    {INSTALL_HINT}") from err
+                f"The BFCL environment needs the bfcl-eval package (and mpmath); install it with:\n    {INSTALL_HINT}"
+            ) from err
         raise
 
 
@@ -77,8 +78,11 @@ class _Snapshot:
                 self.containers.append((value, copy.deepcopy(value)))
         for class_name in CLASS_MODULES:
             for attr in vars(tool_class(class_name)).values():
-                if isinstance(attr, types.FunctionType) and attr.__defaults__ and any(
-                        isinstance(d, _MUTABLE) for d in attr.__defaults__):
+                if (
+                    isinstance(attr, types.FunctionType)
+                    and attr.__defaults__
+                    and any(isinstance(d, _MUTABLE) for d in attr.__defaults__)
+                ):
                     self.defaults.append((attr, copy.deepcopy(attr.__defaults__)))
 
     def restore(self) -> int:
@@ -126,6 +130,7 @@ class numeric_context:
         self._prec = decimal.getcontext().prec
         try:
             import mpmath
+
             self._mp = mpmath.mp
             self._dps = mpmath.mp.dps
         except ModuleNotFoundError:

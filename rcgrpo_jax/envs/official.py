@@ -16,6 +16,7 @@ list/dict), which are Python literals. Calls our environment refused to run are 
 `REJECTED_CALL`, an undefined name that evaluates to a NameError inside the checker and touches
 nothing: the step still counts as a step with a call, as it would in BFCL, but no tool runs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -78,8 +79,7 @@ def format_call(name: str, arguments: Mapping[str, Any]) -> str:
     Refuses anything but an identifier name, identifier keys and plain JSON values, so the string
     can only ever be a call with literal arguments.
     """
-    if (type(name) is not str or not name.isidentifier() or keyword.iskeyword(name)
-            or name.startswith("_")):
+    if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
         raise ValueError(f"not a public function name: {name!r}")
     for key in arguments:
         if type(key) is not str or not key.isidentifier() or keyword.iskeyword(key):
@@ -92,16 +92,16 @@ def force_terminated(message: str) -> dict:
     return {"valid": False, "error_type": FORCE_TERMINATED, "error_message": message}
 
 
-def official_check(entry: Mapping[str, Any], ground_truth: Sequence[Sequence[str]],
-                   model_calls: Sequence[Sequence[Sequence[str]]]) -> dict:
+def official_check(
+    entry: Mapping[str, Any], ground_truth: Sequence[Sequence[str]], model_calls: Sequence[Sequence[Sequence[str]]]
+) -> dict:
     """BFCL's `multi_turn_checker` on call strings (turn -> step -> call), as the official runner
     calls it: a turn-count mismatch (force termination) fails without running the checker.
 
     Returns {"valid", "error_type", "error_message"} (None for the last two on a pass).
     """
     if len(model_calls) != len(ground_truth):
-        return force_terminated(
-            f"model played {len(model_calls)} turns of {len(ground_truth)} (force-terminated)")
+        return force_terminated(f"model played {len(model_calls)} turns of {len(ground_truth)} (force-terminated)")
     checker = import_bfcl(_CHECKER_MODULE).multi_turn_checker
     cache = vars(import_bfcl(_UTILS_MODULE))
     # Only [a-z0-9_]: the package builds global names from it.
@@ -114,13 +114,18 @@ def official_check(entry: Mapping[str, Any], ground_truth: Sequence[Sequence[str
         try:
             result = checker(calls, truth, dict(entry), category, model_name)
         except Exception as exc:  # the checker asserts on malformed input
-            result = {"valid": False, "error_type": "multi_turn:checker_error",
-                      "error_message": f"{type(exc).__name__}: {exc}"}
+            result = {
+                "valid": False,
+                "error_type": "multi_turn:checker_error",
+                "error_message": f"{type(exc).__name__}: {exc}",
+            }
         finally:
             for key in [k for k in cache if k.startswith(model_name)]:
                 del cache[key]
             restore_package_state()
     valid = bool(result.get("valid"))
-    return {"valid": valid,
-            "error_type": None if valid else result.get("error_type"),
-            "error_message": None if valid else result.get("error_message")}
+    return {
+        "valid": valid,
+        "error_type": None if valid else result.get("error_type"),
+        "error_message": None if valid else result.get("error_message"),
+    }

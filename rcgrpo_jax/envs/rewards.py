@@ -8,6 +8,7 @@ RC-GRPO's reward is binary: R = state consistency x action coverage.
   a multiset inclusion, order-free.
 Each reward is a function of an `EpisodeOutcome`; a force-terminated episode scores 0 everywhere.
 """
+
 from __future__ import annotations
 
 import collections
@@ -23,9 +24,9 @@ Call = tuple[str, Mapping[str, Any]]  # (name, bound arguments)
 @dataclasses.dataclass(frozen=True)
 class EpisodeOutcome:
     states_equal: bool
-    model_calls: tuple[Call, ...]   # executed calls (ran, returned or raised), bound
-    truth_calls: tuple[Call, ...]   # all ground-truth calls, bound
-    terminated: bool = False        # force-terminated (step/call cap, time limit) -> fails
+    model_calls: tuple[Call, ...]  # executed calls (ran, returned or raised), bound
+    truth_calls: tuple[Call, ...]  # all ground-truth calls, bound
+    terminated: bool = False  # force-terminated (step/call cap, time limit) -> fails
 
 
 RewardFn = Callable[[EpisodeOutcome], float]

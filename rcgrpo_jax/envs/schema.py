@@ -9,6 +9,7 @@ Validation is deliberately strict about *Python* types: model arguments come fro
 exact JSON types (dict with str keys, list, str, int, float, bool, None) are accepted. An object of
 any other type -- whose `repr` could be arbitrary code -- never reaches a tool or a call string.
 """
+
 from __future__ import annotations
 
 import copy
@@ -92,8 +93,10 @@ def compact_tool(tool: Mapping[str, Any]) -> dict:
             return [strip(v) for v in schema]
         return schema
 
-    return {"type": "function", "function": {"name": fn["name"], "description": first + ".",
-                                             "parameters": strip(fn.get("parameters", {}))}}
+    return {
+        "type": "function",
+        "function": {"name": fn["name"], "description": first + ".", "parameters": strip(fn.get("parameters", {}))},
+    }
 
 
 def _type_name(value: Any) -> str:
@@ -199,12 +202,14 @@ def _check_object(value: Mapping[str, Any], schema: Mapping[str, Any], path: str
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), _type_name(value))
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(value), _type_name(value)
+    )
 
 
-def check_arguments(arguments: Any, parameters: Mapping[str, Any], *, max_depth: int = 8,
-                    max_chars: int = 100_000) -> str | None:
+def check_arguments(
+    arguments: Any, parameters: Mapping[str, Any], *, max_depth: int = 8, max_chars: int = 100_000
+) -> str | None:
     """Validate a call's arguments against a converted (JSON-schema) parameters object.
 
     Returns None when valid, else a short message meant for the model.

@@ -4,6 +4,7 @@ Input is the trainers' metrics JSONL (one `{"step": s, name: value, ...}` dict p
 keys, non-numeric or non-finite values, blank lines and a torn last line (a run killed mid-write)
 are skipped, not errors: a plot shows whatever each run logged.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 # The variance diagnostics of the RC-GRPO argument, named as rcgrpo_jax.rl.diagnostics logs them.
 DEFAULT_METRICS: tuple[str, ...] = (
-    "reward_mean", "frac_zero_var_groups", "adv_std", "entropy_mean", "kl",
+    "reward_mean",
+    "frac_zero_var_groups",
+    "adv_std",
+    "entropy_mean",
+    "kl",
 )
 
 
@@ -60,8 +65,9 @@ def _filename(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png"
 
 
-def plot_runs(runs: Mapping[str, str | Sequence[Mapping]], out_dir: str,
-              metrics: Sequence[str] | None = DEFAULT_METRICS) -> dict[str, str]:
+def plot_runs(
+    runs: Mapping[str, str | Sequence[Mapping]], out_dir: str, metrics: Sequence[str] | None = DEFAULT_METRICS
+) -> dict[str, str]:
     """One PNG per metric under out_dir (metric -> path), one line per run. `runs` maps a run label
     to its metrics JSONL path or to already-read rows. metrics=None plots every numeric key logged.
     A metric no run logged gets no file."""

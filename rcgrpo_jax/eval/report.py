@@ -5,6 +5,7 @@ An episode result is `{id, category, official_pass: bool, reward: float, error_k
 unweighted mean of the per-category accuracies, as BFCL does; `reward_mean` is our own reward averaged
 over episodes. Accuracies are fractions in [0, 1]; the Markdown table prints them as percentages.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,11 @@ def summarize(results: Iterable[Mapping[str, Any]]) -> Summary:
     if not by_cat:
         raise ValueError("no episode results to summarise")
     cats = {
-        c: {"n": len(rs),
+        c: {
+            "n": len(rs),
             "accuracy": _mean([float(bool(r["official_pass"])) for r in rs]),
-            "reward_mean": _mean([float(r["reward"]) for r in rs])}
+            "reward_mean": _mean([float(r["reward"]) for r in rs]),
+        }
         for c, rs in sorted(by_cat.items())
     }
     everything = [r for rs in by_cat.values() for r in rs]
@@ -74,8 +77,9 @@ def aggregate(summaries: Sequence[Summary]) -> Summary:
         "runs": len(summaries),
         "overall": stat([s["overall"] for s in summaries]),
         "reward_mean": stat([s["reward_mean"] for s in summaries]),
-        "categories": {c: stat([s["categories"][c]["accuracy"] for s in summaries if c in s["categories"]])
-                       for c in cats},
+        "categories": {
+            c: stat([s["categories"][c]["accuracy"] for s in summaries if c in s["categories"]]) for c in cats
+        },
         "error_kinds": dict(kinds.most_common()),
     }
 
@@ -89,8 +93,9 @@ def _cell(stat: Mapping[str, float] | None, scale: float, digits: int) -> str:
     return text
 
 
-def markdown_table(rows: Mapping[str, Summary | Sequence[Summary]],
-                   categories: Sequence[str] | None = None, after: Sequence[str] = ()) -> str:
+def markdown_table(
+    rows: Mapping[str, Summary | Sequence[Summary]], categories: Sequence[str] | None = None, after: Sequence[str] = ()
+) -> str:
     """A Markdown table, one row per name: accuracy (%) per category, overall (%), reward mean.
     A row given as a list of summaries (several seeds) shows mean ± sample std. `after` names
     categories shown after the reward column (e.g. held-out ones that `overall` leaves out)."""
@@ -100,9 +105,13 @@ def markdown_table(rows: Mapping[str, Summary | Sequence[Summary]],
     header = ["Row", *categories, "Overall", "Reward", *after]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for name, a in agg.items():
-        cells = [name, *(_cell(a["categories"].get(c), 100.0, 2) for c in categories),
-                 _cell(a["overall"], 100.0, 2), _cell(a["reward_mean"], 1.0, 3),
-                 *(_cell(a["categories"].get(c), 100.0, 2) for c in after)]
+        cells = [
+            name,
+            *(_cell(a["categories"].get(c), 100.0, 2) for c in categories),
+            _cell(a["overall"], 100.0, 2),
+            _cell(a["reward_mean"], 1.0, 3),
+            *(_cell(a["categories"].get(c), 100.0, 2) for c in after),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -115,16 +124,26 @@ def write_json(path: str, obj: Any) -> str:
     return path
 
 
-def write_report(out_dir: str, rows: Mapping[str, Summary | Sequence[Summary]],
-                 categories: Sequence[str] | None = None, title: str = "Evaluation") -> dict[str, str]:
+def write_report(
+    out_dir: str,
+    rows: Mapping[str, Summary | Sequence[Summary]],
+    categories: Sequence[str] | None = None,
+    title: str = "Evaluation",
+) -> dict[str, str]:
     """report.json (each row's aggregate, plus per-run summaries) and report.md (the table)."""
-    payload = {name: {"aggregate": aggregate(v if isinstance(v, (list, tuple)) else [v]),
-                      "runs": list(v) if isinstance(v, (list, tuple)) else [v]}
-               for name, v in rows.items()}
+    payload = {
+        name: {
+            "aggregate": aggregate(v if isinstance(v, (list, tuple)) else [v]),
+            "runs": list(v) if isinstance(v, (list, tuple)) else [v],
+        }
+        for name, v in rows.items()
+    }
     json_path = write_json(os.path.join(out_dir, "report.json"), payload)
     md_path = os.path.join(out_dir, "report.md")
     with open(md_path, "w") as f:
-        f.write(f"# {title}\n\nAccuracy (%) by BFCL's official multi-turn checker; overall = unweighted "
-                f"mean over categories; reward = our reward, mean over episodes.\n\n")
+        f.write(
+            f"# {title}\n\nAccuracy (%) by BFCL's official multi-turn checker; overall = unweighted "
+            f"mean over categories; reward = our reward, mean over episodes.\n\n"
+        )
         f.write(markdown_table(rows, categories))
     return {"json": json_path, "markdown": md_path}

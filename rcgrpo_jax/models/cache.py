@@ -9,6 +9,7 @@ numbers and positions are independent.
 Writing past `max_len` cannot be detected inside jit (dynamic_update_slice clamps the start); callers
 size the cache for prompt + generation.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ implement (sliding window in use, other RoPE variants, MLP biases, ...) is rejec
 ValueError naming the config field, so a wrong checkpoint fails at start-up rather than giving silently
 wrong logits.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,7 +68,9 @@ class ModelConfig:
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
         if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model_type: {self.model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})")
+            raise ValueError(
+                f"model_type: {self.model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})"
+            )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_key_value_heads: {self.num_kv_heads} does not divide num_attention_heads {self.num_heads}"
@@ -101,9 +104,7 @@ class ModelConfig:
         hf = _read_hf_dict(path_or_dict)
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"model_type: {model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})"
-            )
+            raise ValueError(f"model_type: {model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})")
         _reject_unsupported(hf, model_type)
         rope_theta, rope_scaling = _parse_rope(hf)
         num_heads = int(hf["num_attention_heads"])

@@ -8,6 +8,7 @@ the numpy backend of the `safetensors` package has no bfloat16.
 
 Every param name mapping lives in HF_TABLE below.
 """
+
 from __future__ import annotations
 
 import json
@@ -121,7 +122,11 @@ def write_safetensors(
     offset = 0
     for name, dtype, shape in specs:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        header[name] = {"dtype": _ST_NAMES[np.dtype(dtype)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": _ST_NAMES[np.dtype(dtype)],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # data starts 8-byte aligned
@@ -130,7 +135,9 @@ def write_safetensors(
         f.write(blob)
         for (name, dtype, shape), (got_name, arr) in zip(specs, arrays, strict=True):
             if got_name != name or arr.dtype != dtype or arr.shape != tuple(shape):
-                raise ValueError(f"tensor {got_name} {arr.dtype}{arr.shape} does not match header {name} {dtype}{shape}")
+                raise ValueError(
+                    f"tensor {got_name} {arr.dtype}{arr.shape} does not match header {name} {dtype}{shape}"
+                )
             f.write(np.ascontiguousarray(arr).tobytes())
 
 
@@ -206,8 +213,7 @@ def load_hf(
         raise ValueError(f"{path}: checkpoint lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''}")
     ignorable = {"lm_head.weight"} if config.tie_word_embeddings else set()
     extra = sorted(
-        n for n in reader.names() - set(expected)
-        if n not in ignorable and not any(re.search(p, n) for p in _IGNORABLE)
+        n for n in reader.names() - set(expected) if n not in ignorable and not any(re.search(p, n) for p in _IGNORABLE)
     )
     if extra:
         raise ValueError(f"{path}: checkpoint has tensors this model does not use: {extra[:8]}")

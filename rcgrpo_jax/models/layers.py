@@ -4,6 +4,7 @@ Parameters are created in `param_dtype` and computed in `dtype`. Kernels are sto
 heads flattened into the out dim ([D, H * Dh]), which is the HF layout transposed. Activation sharding
 is expressed with logical axis names only (see `rcgrpo_jax.sharding.constrain`).
 """
+
 from __future__ import annotations
 
 import functools

@@ -11,6 +11,7 @@ the mean; only ids beyond vocab_size grow the matrices (optionally rounded up to
 e.g. 128 so a tensor-parallel vocab split stays even; extra rows also get the mean). Tokens the
 tokenizer already has (a reloaded RCTP checkpoint) keep their trained rows.
 """
+
 from __future__ import annotations
 
 import dataclasses

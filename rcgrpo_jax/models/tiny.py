@@ -17,6 +17,7 @@ one for either family in about a second:
   render an assistant message with ``tool_calls`` exactly as `rcgrpo_jax.chat.get_parser(f).format`
   writes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,14 @@ from typing import Iterable
 
 # Pre-tokenisation regexes. Qwen2's is the one in transformers' tokenization_qwen2.py; LLaMA 3's
 # differs only in grouping digits by up to three.
-QWEN2_SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
-                     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
-LLAMA3_SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
-                      r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_SPLIT_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+LLAMA3_SPLIT_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 # Templates. Whitespace is written explicitly ({{- ... }} everywhere) so the text is exactly what we
 # state. A tool call renders as `{"name": <tojson>, "arguments"|"parameters": <tojson>}`, which is
@@ -132,8 +137,7 @@ LLAMA_CHAT_TEMPLATE = (
     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{%- if m.tool_calls %}"
     "{%- for call in m.tool_calls %}"
-    "{%- if not loop.first %}{{- '; ' }}{%- endif %}" + _CALL_JSON.replace("ARGKEY", "parameters") +
-    "{%- endfor %}"
+    "{%- if not loop.first %}{{- '; ' }}{%- endif %}" + _CALL_JSON.replace("ARGKEY", "parameters") + "{%- endfor %}"
     "{%- elif m.content %}{{- m.content }}{%- endif %}"
     "{{- '<|eot_id|>' }}"
     "{%- elif m.role == 'tool' or m.role == 'ipython' %}"
@@ -154,16 +158,34 @@ _FAMILY = {
     "qwen2": dict(
         special=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         added=["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"],
-        bos=None, eos="<|im_end|>", pad="<|endoftext|>", stops=["<|im_end|>", "<|endoftext|>"],
-        template=QWEN2_CHAT_TEMPLATE, tokenizer_class="Qwen2Tokenizer", rope_theta=1_000_000.0, tie=True,
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        stops=["<|im_end|>", "<|endoftext|>"],
+        template=QWEN2_CHAT_TEMPLATE,
+        tokenizer_class="Qwen2Tokenizer",
+        rope_theta=1_000_000.0,
+        tie=True,
     ),
     "llama": dict(
-        special=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                 "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
+        special=[
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+        ],
         added=[],
-        bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|end_of_text|>",
+        bos="<|begin_of_text|>",
+        eos="<|eot_id|>",
+        pad="<|end_of_text|>",
         stops=["<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"],
-        template=LLAMA_CHAT_TEMPLATE, tokenizer_class="PreTrainedTokenizerFast", rope_theta=500_000.0, tie=False,
+        template=LLAMA_CHAT_TEMPLATE,
+        tokenizer_class="PreTrainedTokenizerFast",
+        rope_theta=500_000.0,
+        tie=False,
     ),
 }
 ARCHS = tuple(_FAMILY)
@@ -181,38 +203,61 @@ def default_corpus() -> list[str]:
         "touch": ("Create a new file in the current directory.", {"file_name": "string"}),
         "echo": ("Write content to a file or display it.", {"content": "string", "file_name": "string"}),
         "sort": ("Sort the contents of a file line by line.", {"file_name": "string"}),
-        "wc": ("Count the number of lines, words, and characters in a file.", {"file_name": "string", "mode": "string"}),
+        "wc": (
+            "Count the number of lines, words, and characters in a file.",
+            {"file_name": "string", "mode": "string"},
+        ),
         "post_tweet": ("Post a tweet for the authenticated user.", {"content": "string", "tags": "array"}),
         "send_message": ("Send a message to a user.", {"receiver_id": "string", "message": "string"}),
         "get_stock_info": ("Get the details of a stock.", {"symbol": "string"}),
-        "place_order": ("Place an order to buy or sell a stock.", {"order_type": "string", "symbol": "string",
-                                                                   "price": "float", "amount": "integer"}),
-        "book_flight": ("Book a flight given the travel details.", {"access_token": "string", "travel_date": "string",
-                                                                    "travel_from": "string", "travel_to": "string"}),
+        "place_order": (
+            "Place an order to buy or sell a stock.",
+            {"order_type": "string", "symbol": "string", "price": "float", "amount": "integer"},
+        ),
+        "book_flight": (
+            "Book a flight given the travel details.",
+            {"access_token": "string", "travel_date": "string", "travel_from": "string", "travel_to": "string"},
+        ),
         "fillFuelTank": ("Fill the fuel tank of the vehicle.", {"fuelAmount": "float"}),
         "startEngine": ("Start the engine of the vehicle.", {"ignitionMode": "string"}),
-        "create_ticket": ("Create a support ticket.", {"title": "string", "description": "string", "priority": "integer"}),
+        "create_ticket": (
+            "Create a support ticket.",
+            {"title": "string", "description": "string", "priority": "integer"},
+        ),
         "mean": ("Calculate the mean of a list of numbers.", {"numbers": "array"}),
     }
     note = " Note that the provided function is in Python 3 syntax."
     lines = []
     for name, (desc, params) in tools.items():
-        schema = {"type": "function", "function": {
-            "name": name, "description": desc + note,
-            "parameters": {"type": "dict", "properties": {p: {"type": t, "description": f"The {p.replace('_', ' ')}."}
-                                                          for p, t in params.items()},
-                           "required": list(params)}}}
+        schema = {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": desc + note,
+                "parameters": {
+                    "type": "dict",
+                    "properties": {
+                        p: {"type": t, "description": f"The {p.replace('_', ' ')}."} for p, t in params.items()
+                    },
+                    "required": list(params),
+                },
+            },
+        }
         lines.append(json.dumps(schema))
-        example = {p: {"string": f"{p}_value", "boolean": True, "array": ["a", "b"], "float": 12.5,
-                       "integer": 3}[t] for p, t in params.items()}
+        example = {
+            p: {"string": f"{p}_value", "boolean": True, "array": ["a", "b"], "float": 12.5, "integer": 3}[t]
+            for p, t in params.items()
+        }
         lines.append("<tool_call>\n" + json.dumps({"name": name, "arguments": example}) + "\n</tool_call>")
         lines.append(json.dumps({"name": name, "parameters": example}))
     lines += [
         "You are a helpful assistant. You can call functions to help with the request.",
         "Please move the file final_report.pdf into the folder temp, then list what is in temp.",
         "I have updated some more functions you can choose from. What about now?",
-        '{"current_working_directory": "document"}', '{"result": ["report.txt", "notes.md", "data.csv"]}',
-        "Error during execution: No such file or directory.", "The order 12345 was placed at 150.75 dollars.",
+        '{"current_working_directory": "document"}',
+        '{"result": ["report.txt", "notes.md", "data.csv"]}',
+        "Error during execution: No such file or directory.",
+        "The order 12345 was placed at 150.75 dollars.",
         "Done! The files were moved and the tweet was posted with the tags #python and #jax.",
         "Unicode: café, naïve, Zürich, Ελληνικά, русский, 中文文本, 日本語, 한국어, emoji 🚀✨.",
         "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 2024 3.14159 -7 1e-6",
@@ -227,20 +272,28 @@ def _train_tokenizer(arch: str, corpus: Iterable[str], vocab_target: int):
     tok = Tokenizer(models.BPE(dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False))
     regex = QWEN2_SPLIT_REGEX if arch == "qwen2" else LLAMA3_SPLIT_REGEX
     tok.normalizer = normalizers.NFC() if arch == "qwen2" else None
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_target, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_target,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
     tok.train_from_iterator(list(corpus), trainer=trainer)
     tok.add_special_tokens(fam["special"])
     tok.add_tokens(fam["added"])
     if arch == "llama":
         bos = fam["bos"]
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok
@@ -283,12 +336,23 @@ def render_chats(template: str, chats: Iterable[dict], bos_token: str | None = N
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
     compiled = env.from_string(template)
-    return [compiled.render(messages=c["messages"], tools=c.get("tools"), add_generation_prompt=False,
-                            bos_token=bos_token or "") for c in chats]
+    return [
+        compiled.render(
+            messages=c["messages"], tools=c.get("tools"), add_generation_prompt=False, bos_token=bos_token or ""
+        )
+        for c in chats
+    ]
 
 
-def _write_tokenizer(path: str, arch: str, corpus: Iterable[str] | None, vocab_target: int, max_len: int,
-                     tools_format: str = "json", chats: Iterable[dict] | None = None):
+def _write_tokenizer(
+    path: str,
+    arch: str,
+    corpus: Iterable[str] | None,
+    vocab_target: int,
+    max_len: int,
+    tools_format: str = "json",
+    chats: Iterable[dict] | None = None,
+):
     import transformers
 
     template = chat_template(arch, tools_format)
@@ -299,8 +363,13 @@ def _write_tokenizer(path: str, arch: str, corpus: Iterable[str] | None, vocab_t
         texts += render_chats(template, chats, fam["bos"])
     tok = _train_tokenizer(arch, texts, vocab_target)
     hf_tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=fam["bos"], eos_token=fam["eos"], pad_token=fam["pad"],
-        model_max_length=max_len, clean_up_tokenization_spaces=False)
+        tokenizer_object=tok,
+        bos_token=fam["bos"],
+        eos_token=fam["eos"],
+        pad_token=fam["pad"],
+        model_max_length=max_len,
+        clean_up_tokenization_spaces=False,
+    )
     hf_tok.chat_template = template
     hf_tok.save_pretrained(path)
     # Name the class AutoTokenizer should load (see the module docstring).
@@ -368,11 +437,19 @@ def build_tiny_checkpoint(
     theta = fam["rope_theta"] if rope_theta is None else float(rope_theta)
     rope_parameters = {"rope_type": "default", **(rope_scaling or {}), "rope_theta": theta}
     common = dict(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings, rms_norm_eps=1e-6, rope_parameters=rope_parameters,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-6,
+        rope_parameters=rope_parameters,
         tie_word_embeddings=fam["tie"] if tie_word_embeddings is None else tie_word_embeddings,
-        bos_token_id=ids.get(fam["bos"]), eos_token_id=ids[fam["eos"]], pad_token_id=ids[fam["pad"]],
+        bos_token_id=ids.get(fam["bos"]),
+        eos_token_id=ids[fam["eos"]],
+        pad_token_id=ids[fam["pad"]],
         dtype=dtype,
     )
     if arch == "qwen2":
@@ -383,7 +460,8 @@ def build_tiny_checkpoint(
         torch.manual_seed(seed)
         model = model_cls(config).to(getattr(torch, dtype))
     model.generation_config = transformers.GenerationConfig(
-        bos_token_id=ids.get(fam["bos"]), eos_token_id=[ids[t] for t in fam["stops"]], pad_token_id=ids[fam["pad"]])
+        bos_token_id=ids.get(fam["bos"]), eos_token_id=[ids[t] for t in fam["stops"]], pad_token_id=ids[fam["pad"]]
+    )
     model.save_pretrained(path)
     _add_legacy_rope_fields(path, theta, rope_scaling)
     return path

@@ -11,6 +11,7 @@ Param tree (plain nested dict):
   layers/mlp/{gate,up}_proj/kernel [L, D, F]; layers/mlp/down_proj/kernel [L, F, D]
   final_norm/scale [D];  lm_head/kernel [D, V] (untied only)
 """
+
 from __future__ import annotations
 
 import functools

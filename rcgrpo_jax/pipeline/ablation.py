@@ -16,6 +16,7 @@ One process, so jitted functions are shared across stages of equal shapes; a per
 compilation cache under the workdir shares the rest (and makes a rerun quick). A stage that has
 finished (its `DONE` marker exists) is skipped on a rerun, so an interrupted run resumes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ from rcgrpo_jax.pipeline import summary as summary_lib
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
 RL_RUNS = {  # row -> (stage-1 init, RL config file)
-    "SFT+GRPO": ("sft", "grpo"), "SFT+RC-GRPO": ("sft", "rc_grpo"),
-    "RCTP-FT+GRPO": ("rctp_ft", "grpo"), "RCTP-FT+RC-GRPO": ("rctp_ft", "rc_grpo"),
+    "SFT+GRPO": ("sft", "grpo"),
+    "SFT+RC-GRPO": ("sft", "rc_grpo"),
+    "RCTP-FT+GRPO": ("rctp_ft", "grpo"),
+    "RCTP-FT+RC-GRPO": ("rctp_ft", "rc_grpo"),
 }
 DONE = "DONE"
 
@@ -41,33 +44,34 @@ DONE = "DONE"
 
 
 def set_dotted(config, overrides: Mapping[str, Any]) -> None:
-  """config.a.b = v for each 'a.b': v; a field the stage config lacks is an error that names it."""
-  for dotted, value in overrides.items():
-    *parents, leaf = dotted.split(".")
-    node = config
-    for p in parents:
-      if p not in node:
-        raise KeyError(f"config has no section {dotted!r}")
-      node = node[p]
-    if leaf not in node:
-      raise KeyError(f"config has no field {dotted!r}")
-    node[leaf] = value
+    """config.a.b = v for each 'a.b': v; a field the stage config lacks is an error that names it."""
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for p in parents:
+            if p not in node:
+                raise KeyError(f"config has no section {dotted!r}")
+            node = node[p]
+        if leaf not in node:
+            raise KeyError(f"config has no field {dotted!r}")
+        node[leaf] = value
 
 
 def stage_config(stage_file: str, budget: budgets_lib.Budget, overrides: Mapping[str, Any], **fields):
-  """configs/<stage_file>.py:tiny with the world of the budget, the overrides and the given fields."""
-  import importlib
-  sys.path.insert(0, _repo_root())
-  config = importlib.import_module(f"configs.{stage_file}").get_config("tiny")
-  config.data.source = "world"
-  set_dotted(config, {f"data.world.{k}": v for k, v in budget.world.items()})
-  set_dotted(config, overrides)
-  set_dotted(config, fields)
-  return config
+    """configs/<stage_file>.py:tiny with the world of the budget, the overrides and the given fields."""
+    import importlib
+
+    sys.path.insert(0, _repo_root())
+    config = importlib.import_module(f"configs.{stage_file}").get_config("tiny")
+    config.data.source = "world"
+    set_dotted(config, {f"data.world.{k}": v for k, v in budget.world.items()})
+    set_dotted(config, overrides)
+    set_dotted(config, fields)
+    return config
 
 
 def _repo_root() -> str:
-  return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -75,33 +79,35 @@ def _repo_root() -> str:
 
 
 class Console:
-  def __init__(self, plan: Sequence[tuple[str, float]], enabled: bool = True):
-    self.plan, self.enabled = list(plan), enabled
-    self.t0 = time.perf_counter()
-    self.done_planned = 0.0
-    self.index = 0
+    def __init__(self, plan: Sequence[tuple[str, float]], enabled: bool = True):
+        self.plan, self.enabled = list(plan), enabled
+        self.t0 = time.perf_counter()
+        self.done_planned = 0.0
+        self.index = 0
 
-  def start(self, name: str) -> float:
-    self.index += 1
-    elapsed = time.perf_counter() - self.t0
-    remaining = sum(s for _, s in self.plan[self.index - 1:])
-    speed = elapsed / self.done_planned if self.done_planned > 0 else 1.0
-    if self.enabled:
-      print(f"\n=== [{self.index}/{len(self.plan)}] {name}  (elapsed {_fmt(elapsed)}, ETA ~{_fmt(remaining * speed)})",
-            flush=True)
-    return time.perf_counter()
+    def start(self, name: str) -> float:
+        self.index += 1
+        elapsed = time.perf_counter() - self.t0
+        remaining = sum(s for _, s in self.plan[self.index - 1 :])
+        speed = elapsed / self.done_planned if self.done_planned > 0 else 1.0
+        if self.enabled:
+            print(
+                f"\n=== [{self.index}/{len(self.plan)}] {name}  (elapsed {_fmt(elapsed)}, ETA ~{_fmt(remaining * speed)})",
+                flush=True,
+            )
+        return time.perf_counter()
 
-  def end(self, name: str, t_start: float, note: str = "") -> float:
-    self.done_planned += self.plan[self.index - 1][1]
-    dt = time.perf_counter() - t_start
-    if self.enabled:
-      print(f"--- {name} done in {_fmt(dt)}{': ' + note if note else ''}", flush=True)
-    return dt
+    def end(self, name: str, t_start: float, note: str = "") -> float:
+        self.done_planned += self.plan[self.index - 1][1]
+        dt = time.perf_counter() - t_start
+        if self.enabled:
+            print(f"--- {name} done in {_fmt(dt)}{': ' + note if note else ''}", flush=True)
+        return dt
 
 
 def _fmt(seconds: float) -> str:
-  m, s = divmod(int(seconds), 60)
-  return f"{m}m{s:02d}s"
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -109,159 +115,196 @@ def _fmt(seconds: float) -> str:
 
 
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
-  """The tiny Qwen2 checkpoint, tokenizer trained on the world's train corpus (test names reach the
-  model as pieces of trained tokens)."""
-  from rcgrpo_jax.train import sft
-  path = os.path.join(workdir, "base_model")
-  if not os.path.exists(os.path.join(path, "config.json")):
-    sft.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
-  return path
+    """The tiny Qwen2 checkpoint, tokenizer trained on the world's train corpus (test names reach the
+    model as pieces of trained tokens)."""
+    from rcgrpo_jax.train import sft
+
+    path = os.path.join(workdir, "base_model")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        sft.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
+    return path
 
 
 def build_datasets(workdir: str, budget: budgets_lib.Budget) -> dict[str, str]:
-  """SFT (expert) and RCTP-FT (expert + generated failures, 1:1, reward goals) JSONL of the world's train
-  split, built once for both stage-1 runs."""
-  from rcgrpo_jax.data import datasets, sources
-  out = os.path.join(workdir, "data")
-  files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
-  if not all(os.path.exists(f) for f in files.values()):
-    data = stage_config("sft", budget, {}).data
-    built = datasets.build_all(out, split="train", seed=0, ids=sources.tasks(data, "train"))
-    files = {k: str(built[k]) for k in files}
-  return files
+    """SFT (expert) and RCTP-FT (expert + generated failures, 1:1, reward goals) JSONL of the world's train
+    split, built once for both stage-1 runs."""
+    from rcgrpo_jax.data import datasets, sources
+
+    out = os.path.join(workdir, "data")
+    files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
+    if not all(os.path.exists(f) for f in files.values()):
+        data = stage_config("sft", budget, {}).data
+        built = datasets.build_all(out, split="train", seed=0, ids=sources.tasks(data, "train"))
+        files = {k: str(built[k]) for k in files}
+    return files
 
 
 def train_stage(run_fn: Callable, config, workdir: str) -> dict:
-  """A trainer's run(config, workdir), skipped when its DONE marker exists; the exported model is workdir/hf."""
-  marker = os.path.join(workdir, DONE)
-  if os.path.exists(marker):
-    with open(marker) as f:
-      return json.load(f)
-  out = run_fn(config, workdir)
-  if out.get("reason", "done") != "done":
-    raise RuntimeError(f"{workdir}: training stopped early ({out.get('reason')})")
-  summary = {k: v for k, v in out.items() if k != "metrics"}
-  summary["last_metrics"] = {k: v for k, v in (out.get("metrics") or {}).items() if isinstance(v, (int, float))}
-  with open(marker, "w") as f:
-    json.dump(summary, f)
-  return summary
+    """A trainer's run(config, workdir), skipped when its DONE marker exists; the exported model is workdir/hf."""
+    marker = os.path.join(workdir, DONE)
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return json.load(f)
+    out = run_fn(config, workdir)
+    if out.get("reason", "done") != "done":
+        raise RuntimeError(f"{workdir}: training stopped early ({out.get('reason')})")
+    summary = {k: v for k, v in out.items() if k != "metrics"}
+    summary["last_metrics"] = {k: v for k, v in (out.get("metrics") or {}).items() if isinstance(v, (int, float))}
+    with open(marker, "w") as f:
+        json.dump(summary, f)
+    return summary
 
 
 def evaluate_row(model_path: str, out_path: str, budget: budgets_lib.Budget, split: str) -> dict:
-  """Greedy evaluation of an HF checkpoint on the world's split; cached in out_path (JSON)."""
-  if os.path.exists(out_path):
-    with open(out_path) as f:
-      return json.load(f)["summary"]
-  from rcgrpo_jax.eval import report
-  from rcgrpo_jax.eval import run as eval_run
-  from rcgrpo_jax.data import sources
-  config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
-  config.eval.split = split
-  model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, None)
-  tasks = sources.tasks(config.data, split)
-  t0 = time.perf_counter()
-  results, summary = eval_run.evaluate(model_cfg, params, tokenizer, tasks, config.eval)
-  report.write_json(out_path, {"model": model_path, "split": split, "seconds": time.perf_counter() - t0,
-                               "reward_token": eval_run.reward_token_for(config.eval.reward_token, tokenizer),
-                               "summary": summary, "episodes": results})
-  return summary
+    """Greedy evaluation of an HF checkpoint on the world's split; cached in out_path (JSON)."""
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            return json.load(f)["summary"]
+    from rcgrpo_jax.data import sources
+    from rcgrpo_jax.eval import report
+    from rcgrpo_jax.eval import run as eval_run
+
+    config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
+    config.eval.split = split
+    model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, None)
+    tasks = sources.tasks(config.data, split)
+    t0 = time.perf_counter()
+    results, summary = eval_run.evaluate(model_cfg, params, tokenizer, tasks, config.eval)
+    report.write_json(
+        out_path,
+        {
+            "model": model_path,
+            "split": split,
+            "seconds": time.perf_counter() - t0,
+            "reward_token": eval_run.reward_token_for(config.eval.reward_token, tokenizer),
+            "summary": summary,
+            "episodes": results,
+        },
+    )
+    return summary
 
 
 def _rl_module():
-  try:
-    from rcgrpo_jax.train import rl
-  except ImportError as e:  # the RL trainer or its configs are missing from this checkout
-    raise RuntimeError("the RL trainer (rcgrpo_jax.train.rl) is not available: " + str(e)) from e
-  return rl
+    try:
+        from rcgrpo_jax.train import rl
+    except ImportError as e:  # the RL trainer or its configs are missing from this checkout
+        raise RuntimeError("the RL trainer (rcgrpo_jax.train.rl) is not available: " + str(e)) from e
+    return rl
 
 
-def run(workdir: str, *, budget_name: str = "quickstart", seeds: int = 1, eval_split: str = "test",
-        quiet: bool = False) -> dict:
-  """The whole ablation; returns the report's payload (also written to workdir/report.json)."""
-  import jax
-  from rcgrpo_jax.train import sft
+def run(
+    workdir: str, *, budget_name: str = "quickstart", seeds: int = 1, eval_split: str = "test", quiet: bool = False
+) -> dict:
+    """The whole ablation; returns the report's payload (also written to workdir/report.json)."""
+    import jax
 
-  budget = budgets_lib.get(budget_name)
-  rl = _rl_module()  # fail before any training when the RL stage cannot run
-  for rl_file in sorted({f for _, f in RL_RUNS.values()}):
-    stage_config(rl_file, budget, budget.rl)  # every override names an existing field
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  p = budget.plan_s
-  plan = ([("world + tiny checkpoint", p["setup"]), ("evaluate base", p["eval"]), ("SFT", p["sft"]),
-           ("RCTP-FT", p["rctp_ft"]), ("evaluate stage-1 models", 2 * p["eval"])]
-          + [(f"{row} seed {s}", p["rl"] + p["eval"]) for s in range(seeds) for row in RL_RUNS]
-          + [("report", 5)])
-  console = Console(plan, enabled=not quiet)
-  timings: dict[str, float] = {}
-  evals: dict[str, list[dict]] = {}
-  ev_dir = os.path.join(workdir, "eval")
+    from rcgrpo_jax.train import sft
 
-  t = console.start("world + tiny checkpoint")
-  base = build_base(workdir, budget)
-  data_files = build_datasets(workdir, budget)
-  timings["setup"] = console.end("world + tiny checkpoint", t, base)
+    budget = budgets_lib.get(budget_name)
+    rl = _rl_module()  # fail before any training when the RL stage cannot run
+    for rl_file in sorted({f for _, f in RL_RUNS.values()}):
+        stage_config(rl_file, budget, budget.rl)  # every override names an existing field
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    p = budget.plan_s
+    plan = (
+        [
+            ("world + tiny checkpoint", p["setup"]),
+            ("evaluate base", p["eval"]),
+            ("SFT", p["sft"]),
+            ("RCTP-FT", p["rctp_ft"]),
+            ("evaluate stage-1 models", 2 * p["eval"]),
+        ]
+        + [(f"{row} seed {s}", p["rl"] + p["eval"]) for s in range(seeds) for row in RL_RUNS]
+        + [("report", 5)]
+    )
+    console = Console(plan, enabled=not quiet)
+    timings: dict[str, float] = {}
+    evals: dict[str, list[dict]] = {}
+    ev_dir = os.path.join(workdir, "eval")
 
-  t = console.start("evaluate base")
-  evals["base"] = [evaluate_row(base, os.path.join(ev_dir, "base.json"), budget, eval_split)]
-  timings["eval/base"] = console.end("evaluate base", t, summary_lib.one_line(evals["base"][0]))
+    t = console.start("world + tiny checkpoint")
+    base = build_base(workdir, budget)
+    data_files = build_datasets(workdir, budget)
+    timings["setup"] = console.end("world + tiny checkpoint", t, base)
 
-  stage1 = {}
-  for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
-    label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
-    t = console.start(label)
-    config = stage_config(stage_file, budget, overrides,
-                          **{"model.path": base, "seed": 0, "data.path": data_files[name]})
-    out = train_stage(sft.run, config, os.path.join(workdir, name))
-    stage1[name] = os.path.join(workdir, name, "hf")
-    timings[name] = console.end(label, t, f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}")
+    t = console.start("evaluate base")
+    evals["base"] = [evaluate_row(base, os.path.join(ev_dir, "base.json"), budget, eval_split)]
+    timings["eval/base"] = console.end("evaluate base", t, summary_lib.one_line(evals["base"][0]))
 
-  t = console.start("evaluate stage-1 models")
-  for name, label in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
-    evals[label] = [evaluate_row(stage1[name], os.path.join(ev_dir, f"{name}.json"), budget, eval_split)]
-  timings["eval/stage1"] = console.end("evaluate stage-1 models", t, "; ".join(
-      f"{k} {summary_lib.one_line(evals[k][0])}" for k in ("SFT", "RCTP-FT")))
+    stage1 = {}
+    for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
+        label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
+        t = console.start(label)
+        config = stage_config(
+            stage_file, budget, overrides, **{"model.path": base, "seed": 0, "data.path": data_files[name]}
+        )
+        out = train_stage(sft.run, config, os.path.join(workdir, name))
+        stage1[name] = os.path.join(workdir, name, "hf")
+        timings[name] = console.end(
+            label, t, f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}"
+        )
 
-  rl_metrics: dict[str, str] = {}
-  for seed in range(seeds):
-    for row, (init, rl_file) in RL_RUNS.items():
-      name = f"{row} seed {seed}"
-      t = console.start(name)
-      run_dir = os.path.join(workdir, "rl", f"{init}_{rl_file}_s{seed}")
-      config = stage_config(rl_file, budget, budget.rl, **{"model.path": stage1[init], "seed": seed})
-      if "reference" in config and "path" in config.reference:
-        config.reference.path = stage1[init]  # the frozen stage-1 policy of the KL penalty
-      train_stage(rl.run, config, run_dir)
-      rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
-      s = evaluate_row(os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}.json"), budget,
-                       eval_split)
-      evals.setdefault(row, []).append(s)
-      timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
+    t = console.start("evaluate stage-1 models")
+    for name, label in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
+        evals[label] = [evaluate_row(stage1[name], os.path.join(ev_dir, f"{name}.json"), budget, eval_split)]
+    timings["eval/stage1"] = console.end(
+        "evaluate stage-1 models", t, "; ".join(f"{k} {summary_lib.one_line(evals[k][0])}" for k in ("SFT", "RCTP-FT"))
+    )
 
-  t = console.start("report")
-  payload = summary_lib.write(workdir, evals, rl_metrics, budget=budget, seeds=seeds, split=eval_split,
-                              timings=timings, total_s=time.perf_counter() - console.t0)
-  console.end("report", t, os.path.join(workdir, "report.md"))
-  if not quiet:
-    print("\n" + payload["table"], flush=True)
-    print(payload["verdict"], flush=True)
-  return payload
+    rl_metrics: dict[str, str] = {}
+    for seed in range(seeds):
+        for row, (init, rl_file) in RL_RUNS.items():
+            name = f"{row} seed {seed}"
+            t = console.start(name)
+            run_dir = os.path.join(workdir, "rl", f"{init}_{rl_file}_s{seed}")
+            config = stage_config(rl_file, budget, budget.rl, **{"model.path": stage1[init], "seed": seed})
+            if "reference" in config and "path" in config.reference:
+                config.reference.path = stage1[init]  # the frozen stage-1 policy of the KL penalty
+            train_stage(rl.run, config, run_dir)
+            rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
+            s = evaluate_row(
+                os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}.json"), budget, eval_split
+            )
+            evals.setdefault(row, []).append(s)
+            timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
+
+    t = console.start("report")
+    payload = summary_lib.write(
+        workdir,
+        evals,
+        rl_metrics,
+        budget=budget,
+        seeds=seeds,
+        split=eval_split,
+        timings=timings,
+        total_s=time.perf_counter() - console.t0,
+    )
+    console.end("report", t, os.path.join(workdir, "report.md"))
+    if not quiet:
+        print("\n" + payload["table"], flush=True)
+        print(payload["verdict"], flush=True)
+    return payload
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  ap = argparse.ArgumentParser(description="The paper's ablation in miniature on the CPU (see module doc).")
-  ap.add_argument("--workdir", default="runs/ablation")
-  ap.add_argument("--seeds", type=int, default=1, help="seeds of every RL row (mean ± spread in the report)")
-  ap.add_argument("--budget", default="quickstart", choices=sorted(budgets_lib.BUDGETS))
-  ap.add_argument("--eval_split", default="test", choices=["test", "train"],
-                  help="train: tune budgets on the training split only, never on test")
-  args = ap.parse_args(argv)
-  if args.seeds < 1:
-    ap.error("--seeds must be at least 1")
-  run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split)
+    ap = argparse.ArgumentParser(description="The paper's ablation in miniature on the CPU (see module doc).")
+    ap.add_argument("--workdir", default="runs/ablation")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds of every RL row (mean ± spread in the report)")
+    ap.add_argument("--budget", default="quickstart", choices=sorted(budgets_lib.BUDGETS))
+    ap.add_argument(
+        "--eval_split",
+        default="test",
+        choices=["test", "train"],
+        help="train: tune budgets on the training split only, never on test",
+    )
+    args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error("--seeds must be at least 1")
+    run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split)
 
 
 if __name__ == "__main__":
-  main()
+    main()

@@ -5,6 +5,7 @@ stage for a few steps on a tiny world (the pipeline test). RL budgets are equal 
 one `rl` section is applied to GRPO and RC-GRPO alike. Tune these on the TRAIN split only
 (`--eval_split=train`), never on the test split.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,21 +14,26 @@ from typing import Any, Mapping
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-  name: str
-  world: Mapping[str, int]  # data.world: seed, train_per_type, test_per_type
-  model: Mapping[str, int]  # build_tiny_checkpoint sizes
-  sft: Mapping[str, Any]  # dotted config overrides of the SFT stage (configs/sft.py:tiny)
-  rctp: Mapping[str, Any]  # ... of RCTP-FT (configs/rctp_ft.py:tiny)
-  rl: Mapping[str, Any]  # ... of every RL run (configs/grpo.py:tiny and configs/rc_grpo.py:tiny)
-  eval: Mapping[str, Any]  # the eval section (configs/eval.py:tiny)
-  # Planned seconds per stage on a 2-core machine, only for the console ETA.
-  plan_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    name: str
+    world: Mapping[str, int]  # data.world: seed, train_per_type, test_per_type
+    model: Mapping[str, int]  # build_tiny_checkpoint sizes
+    sft: Mapping[str, Any]  # dotted config overrides of the SFT stage (configs/sft.py:tiny)
+    rctp: Mapping[str, Any]  # ... of RCTP-FT (configs/rctp_ft.py:tiny)
+    rl: Mapping[str, Any]  # ... of every RL run (configs/grpo.py:tiny and configs/rc_grpo.py:tiny)
+    eval: Mapping[str, Any]  # the eval section (configs/eval.py:tiny)
+    # Planned seconds per stage on a 2-core machine, only for the console ETA.
+    plan_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 # Length buckets: SFT batches fit 256 tokens; RCTP-FT's reward-goal suffixes push most just past it
 # (288 rather than 320 saves ~15% of its step time).
-_COMMON_TRAIN = {"train.grad_accum": 1, "optim.warmup_ratio": 0.05, "checkpoint.every_steps": 200,
-                 "log.tensorboard": False, "data.buckets": (256, 288, 320, 384, 512, 768)}
+_COMMON_TRAIN = {
+    "train.grad_accum": 1,
+    "optim.warmup_ratio": 0.05,
+    "checkpoint.every_steps": 200,
+    "log.tensorboard": False,
+    "data.buckets": (256, 288, 320, 384, 512, 768),
+}
 
 QUICKSTART = Budget(
     name="quickstart",
@@ -35,20 +41,34 @@ QUICKSTART = Budget(
     # d=128, 3 layers (about 0.6M parameters with the world's ~520 tokens). RoPE theta 1e4 rather than
     # Qwen's 1e6: more rotary frequencies turn within a ~250-token episode. Train-split probes, 800 SFT
     # steps of 16: theta 1e4 with lr 3e-3 reached 18% greedy success, theta 1e6 with lr 1e-2 14%.
-    model={"hidden_size": 128, "num_layers": 3, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256,
-           "tokenizer_vocab_size": 512, "rope_theta": 10000.0},
+    model={
+        "hidden_size": 128,
+        "num_layers": 3,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "intermediate_size": 256,
+        "tokenizer_vocab_size": 512,
+        "rope_theta": 10000.0,
+    },
     # Episodes are ~200-250 tokens. A random model first plateaus (every name a guess, loss ~0.25) and
     # starts copying names after 400-600 steps of 16; batch 8 got 0% after 800 steps.
-    sft={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3,
-         "optim.end_lr_ratio": 0.1},
-    rctp={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3,
-          "optim.end_lr_ratio": 0.1},
+    sft={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3, "optim.end_lr_ratio": 0.1},
+    rctp={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3, "optim.end_lr_ratio": 0.1},
     # Every RL row: 16 tasks x group 4 per step at temperature 1.0. A turn needs at most 2 steps, so 4
     # steps per turn bound the garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token
     # contexts a step took 25-35 s; ~7 s for 8 tasks with these caps).
-    rl={"train.max_steps": 12, "train.batch_size": 64, "train.grad_accum": 2, "rl.num_minibatches": 2,
-        "rl.max_context": 512, "rl.max_step_tokens": 64, "rl.max_steps_per_turn": 4,
-        "data.buckets": (256, 320, 384, 512), "log.tensorboard": False, "checkpoint.every_steps": 4},
+    rl={
+        "train.max_steps": 12,
+        "train.batch_size": 64,
+        "train.grad_accum": 2,
+        "rl.num_minibatches": 2,
+        "rl.max_context": 512,
+        "rl.max_step_tokens": 64,
+        "rl.max_steps_per_turn": 4,
+        "data.buckets": (256, 320, 384, 512),
+        "log.tensorboard": False,
+        "checkpoint.every_steps": 4,
+    },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
     plan_s={"setup": 30, "eval": 25, "sft": 350, "rctp_ft": 350, "rl": 170},
 )
@@ -56,12 +76,23 @@ QUICKSTART = Budget(
 SMOKE = Budget(
     name="smoke",
     world={"seed": 0, "train_per_type": 4, "test_per_type": 2},
-    model={"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64,
-           "tokenizer_vocab_size": 512},
+    model={
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "intermediate_size": 64,
+        "tokenizer_vocab_size": 512,
+    },
     sft={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
     rctp={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
-    rl={"train.max_steps": 1, "train.batch_size": 8, "train.grad_accum": 2, "rl.num_minibatches": 1,
-        "log.tensorboard": False},
+    rl={
+        "train.max_steps": 1,
+        "train.batch_size": 8,
+        "train.grad_accum": 2,
+        "rl.num_minibatches": 1,
+        "log.tensorboard": False,
+    },
     eval={"batch_size": 16, "max_step_tokens": 16, "max_context": 1536},
     plan_s={"setup": 10, "eval": 5, "sft": 10, "rctp_ft": 10, "rl": 10},
 )
@@ -70,6 +101,6 @@ BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}
 
 
 def get(name: str) -> Budget:
-  if name not in BUDGETS:
-    raise ValueError(f"unknown budget {name!r}; known: {', '.join(BUDGETS)}")
-  return BUDGETS[name]
+    if name not in BUDGETS:
+        raise ValueError(f"unknown budget {name!r}; known: {', '.join(BUDGETS)}")
+    return BUDGETS[name]

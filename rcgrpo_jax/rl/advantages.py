@@ -18,6 +18,7 @@ Adding a formula (see docs/advantages.md):
     def my_adv(rewards, *, aux=None, config=None):
         return rewards - rewards.mean(axis=1, keepdims=True), {}
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -42,6 +43,7 @@ default_config = _REGISTRY.default_config
 
 
 # ---------------------------------------------------------------- group statistics
+
 
 def group_center(rewards: Array) -> Array:
     """r - mean_g, computed after shifting by each group's first reward so that a group of equal
@@ -102,6 +104,7 @@ def _f32(rewards: Array) -> Array:
 
 
 # ---------------------------------------------------------------- estimators
+
 
 def grpo_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({"eps": 1e-6, "std": "population"})
@@ -188,20 +191,23 @@ def sign(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
 
 # ---------------------------------------------------------------- AWPO (a reconstruction)
 
+
 def awpo_config() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "eps": 1e-6,
-        "mix": "additive",          # additive: m = r + lam*s | convex: m = (1-lam) r + lam s
-        "mix_weight": 0.5,          # lam
-        "gate": "ratio_below",      # ratio_below | ratio_above | always | never
-        "eps_mix": 1.0,             # threshold on rho = sigma_out / sigma_mix
-        "max_reward": 1.0,          # a group whose mean outcome reaches this is saturated
-        "difficulty": "quadratic",  # quadratic | gaussian | none
-        "difficulty_floor": 0.25,   # d_min
-        "difficulty_width": 0.25,   # tau of the gaussian weight
-        "clip_tighten": 0.5,        # kappa
-        "clip_scale_min": 0.5,
-    })
+    return ml_collections.ConfigDict(
+        {
+            "eps": 1e-6,
+            "mix": "additive",  # additive: m = r + lam*s | convex: m = (1-lam) r + lam s
+            "mix_weight": 0.5,  # lam
+            "gate": "ratio_below",  # ratio_below | ratio_above | always | never
+            "eps_mix": 1.0,  # threshold on rho = sigma_out / sigma_mix
+            "max_reward": 1.0,  # a group whose mean outcome reaches this is saturated
+            "difficulty": "quadratic",  # quadratic | gaussian | none
+            "difficulty_floor": 0.25,  # d_min
+            "difficulty_width": 0.25,  # tau of the gaussian weight
+            "clip_tighten": 0.5,  # kappa
+            "clip_scale_min": 0.5,
+        }
+    )
 
 
 def awpo_mixed_reward(r: Array, s: Array, cfg: ml_collections.ConfigDict) -> Array:
@@ -285,5 +291,4 @@ def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
     reliance = gate * awpo_difficulty(r, cfg)
     adv = (1.0 - reliance) * group_normalize(r, eps=cfg.eps) + reliance * group_normalize(m, eps=cfg.eps)
     clip_scale = jnp.broadcast_to(awpo_clip_scale(reliance, cfg), r.shape)
-    return _finish(r, adv, aux, gate_open_frac=jnp.mean(gate), reliance_mean=jnp.mean(reliance),
-                   clip_scale=clip_scale)
+    return _finish(r, adv, aux, gate_open_frac=jnp.mean(gate), reliance_mean=jnp.mean(reliance), clip_scale=clip_scale)

@@ -4,6 +4,7 @@ Each function is pure and returns a flat dict of float32 scalars whose names are
 Rollouts are group-major: rollout b = group b // G, member b % G. Correlations are 0 when either
 side has zero variance (common early in training, when whole batches fail).
 """
+
 from __future__ import annotations
 
 import jax
@@ -80,9 +81,15 @@ def grad_metrics(grads) -> Scalars:
     return {"grad_norm": jnp.sqrt(jnp.asarray(sq, jnp.float32))}
 
 
-def step_diagnostics(rewards: Array, advantages: Array, entropy: Array, mask: Array,
-                     loss_metrics: Scalars | None = None, reward_tokens: Array | None = None,
-                     grads=None) -> Scalars:
+def step_diagnostics(
+    rewards: Array,
+    advantages: Array,
+    entropy: Array,
+    mask: Array,
+    loss_metrics: Scalars | None = None,
+    reward_tokens: Array | None = None,
+    grads=None,
+) -> Scalars:
     """All of the above in one flat dict; KL and clip fractions come from the policy loss's
     metrics (passed through unchanged)."""
     out = {**group_metrics(rewards, advantages), **entropy_metrics(entropy, mask, rewards)}

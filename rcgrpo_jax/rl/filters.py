@@ -3,6 +3,7 @@
 The filter returns a keep-mask rather than dropping rows, so it stays jittable and composes with any
 estimator (pass it as aux["group_mask"]); `select_groups` does the actual drop on the host.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,13 +37,12 @@ def select_groups(keep: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a)[idx] for a in arrays)
 
 
-def overlong_penalty(lengths: Array, *, max_len: int, cache_len: int,
-                     penalty: float = 1.0) -> Array:
+def overlong_penalty(lengths: Array, *, max_len: int, cache_len: int, penalty: float = 1.0) -> Array:
     """DAPO's soft overlong punishment, added to the task reward (values in [-penalty, 0]).
 
-        0                                  if L <= max_len - cache_len
-        penalty * (max_len - cache_len - L) / cache_len   if max_len - cache_len < L <= max_len
-        -penalty                           if L > max_len
+    0                                  if L <= max_len - cache_len
+    penalty * (max_len - cache_len - L) / cache_len   if max_len - cache_len < L <= max_len
+    -penalty                           if L > max_len
     """
     if not 0 < cache_len <= max_len:
         raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")

@@ -5,6 +5,7 @@ rematerialised in the backward pass, so neither the forward nor the gradient kee
 [B, T, chunk] block of logits alive. Optionally the sequence is chunked as well (then one
 [B, seq_chunk, chunk] block).
 """
+
 from __future__ import annotations
 
 import jax
@@ -15,8 +16,9 @@ Array = jax.Array
 _NEG = -1e30  # finite "minus infinity": exp(_NEG - m) == 0 without inf - inf = nan
 
 
-def logprobs_and_entropy(hidden: Array, embedding: Array, targets: Array,
-                         *, temperature: float = 1.0) -> tuple[Array, Array]:
+def logprobs_and_entropy(
+    hidden: Array, embedding: Array, targets: Array, *, temperature: float = 1.0
+) -> tuple[Array, Array]:
     """Reference computation with full logits: (log p(target) [B, T], entropy [B, T]), float32."""
     logits = jnp.einsum("btd,dv->btv", hidden, embedding, preferred_element_type=jnp.float32)
     logits = logits / temperature
@@ -27,8 +29,7 @@ def logprobs_and_entropy(hidden: Array, embedding: Array, targets: Array,
     return logp, entropy
 
 
-def _vocab_scan(hidden: Array, embedding: Array, targets: Array, chunk: int,
-                temperature: float) -> tuple[Array, Array]:
+def _vocab_scan(hidden: Array, embedding: Array, targets: Array, chunk: int, temperature: float) -> tuple[Array, Array]:
     vocab = embedding.shape[1]
     n = -(-vocab // chunk)
     emb = jnp.pad(embedding, ((0, 0), (0, n * chunk - vocab)))
@@ -62,9 +63,15 @@ def _vocab_scan(hidden: Array, embedding: Array, targets: Array, chunk: int,
     return t - (m + log_s), log_s - w / s
 
 
-def chunked_logprobs_and_entropy(hidden: Array, embedding: Array, targets: Array, chunk: int,
-                                 *, seq_chunk: int | None = None,
-                                 temperature: float = 1.0) -> tuple[Array, Array]:
+def chunked_logprobs_and_entropy(
+    hidden: Array,
+    embedding: Array,
+    targets: Array,
+    chunk: int,
+    *,
+    seq_chunk: int | None = None,
+    temperature: float = 1.0,
+) -> tuple[Array, Array]:
     """(log p(target) [B, T], entropy [B, T]) in float32 from hidden [B, T, D], the output
     embedding [D, V] (`models.output_embedding`) and targets [B, T] int, scanning the vocabulary in
     chunks of `chunk` (V need not divide) and, with `seq_chunk`, the sequence in chunks too.

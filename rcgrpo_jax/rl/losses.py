@@ -10,6 +10,7 @@ sampler), ref_logp under the frozen reference. The loss is loss_sum / denominato
 mode decides both so that summing sums and denominators over micro-batches and devices, then
 dividing once (`finalize`), is exact. metrics are masked token means over this batch (scalars).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,6 +39,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 # ---------------------------------------------------------------- KL estimators
 # Each returns a per-token estimate of KL(pi || pi_ref) from samples of pi, given log pi and log pi_ref.
 
+
 @kl_estimators.register("k1")
 def kl_k1(logp: Array, ref_logp: Array) -> Array:
     """k1 = log pi - log pi_ref (unbiased, high variance, can be negative)."""
@@ -65,6 +67,7 @@ def kl_penalty(logp: Array, ref_logp: Array, estimator: str, clamp: float | None
 
 
 # ---------------------------------------------------------------- aggregation
+
 
 def aggregate(per_token: Array, mask: Array, mode: str, norm_const: float = 1.0) -> tuple[Array, Array]:
     """(sum, denominator) of a [B, T] per-token loss under `mode`; rows with no mask are not sequences.
@@ -101,25 +104,27 @@ def masked_mean(x: Array, mask: Array) -> Array:
 
 # ---------------------------------------------------------------- clipped surrogate
 
+
 def ppo_clip_config() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "eps_low": 0.2,
-        "eps_high": 0.2,          # DAPO's clip-higher: 0.28
-        "dual_clip": 0.0,         # c > 1 caps the loss of negative-advantage tokens at -c*A; 0 = off
-        "sequence_ratio": False,  # GSPO: one ratio per sequence
-        "agg_mode": "token-mean",
-        "norm_const": 1.0,        # seq-mean-token-sum-norm's constant (Dr.GRPO: the max response length)
-        "kl_beta": 0.0,
-        "kl_estimator": "k3",
-        "kl_clamp": 10.0,
-        "log_ratio_clamp": 20.0,  # keeps exp() finite; far outside any clip range
-    })
+    return ml_collections.ConfigDict(
+        {
+            "eps_low": 0.2,
+            "eps_high": 0.2,  # DAPO's clip-higher: 0.28
+            "dual_clip": 0.0,  # c > 1 caps the loss of negative-advantage tokens at -c*A; 0 = off
+            "sequence_ratio": False,  # GSPO: one ratio per sequence
+            "agg_mode": "token-mean",
+            "norm_const": 1.0,  # seq-mean-token-sum-norm's constant (Dr.GRPO: the max response length)
+            "kl_beta": 0.0,
+            "kl_estimator": "k3",
+            "kl_clamp": 10.0,
+            "log_ratio_clamp": 20.0,  # keeps exp() finite; far outside any clip range
+        }
+    )
 
 
 def gspo_config() -> ml_collections.ConfigDict:
     cfg = ppo_clip_config()
-    cfg.update({"sequence_ratio": True, "eps_low": 3e-4, "eps_high": 4e-4,
-                "agg_mode": "seq-mean-token-mean"})
+    cfg.update({"sequence_ratio": True, "eps_low": 3e-4, "eps_high": 4e-4, "agg_mode": "seq-mean-token-mean"})
     return cfg
 
 
@@ -134,8 +139,9 @@ def log_ratio(logp: Array, old_logp: Array, mask: Array, *, sequence_level: bool
     return jnp.broadcast_to(seq, lr.shape)
 
 
-def clipped_surrogate(ratio: Array, adv: Array, lo: Array, hi: Array,
-                      dual_clip: float) -> tuple[Array, dict[str, Array]]:
+def clipped_surrogate(
+    ratio: Array, adv: Array, lo: Array, hi: Array, dual_clip: float
+) -> tuple[Array, dict[str, Array]]:
     """Per-token -min(ratio A, clip(ratio, lo, hi) A), with the dual clip min(., -c A) for A < 0.
     Returns the loss and boolean masks of where each clip is active (zero gradient there)."""
     unclipped = ratio * adv
@@ -169,9 +175,11 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
     scale = jnp.ones((logp.shape[0], 1)) if clip_scale is None else jnp.asarray(clip_scale)[:, None]
     lo, hi = 1.0 - cfg.eps_low * scale, 1.0 + cfg.eps_high * scale
     per_token, active = clipped_surrogate(ratio, adv, lo, hi, cfg.dual_clip)
-    metrics = {"pg_loss": masked_mean(per_token, mask),
-               "ratio_mean": masked_mean(ratio, mask),
-               **{k: masked_mean(v.astype(jnp.float32), mask) for k, v in active.items()}}
+    metrics = {
+        "pg_loss": masked_mean(per_token, mask),
+        "ratio_mean": masked_mean(ratio, mask),
+        **{k: masked_mean(v.astype(jnp.float32), mask) for k, v in active.items()},
+    }
     if ref_logp is not None:
         kl = kl_penalty(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_estimator, cfg.kl_clamp)
         metrics["kl"] = masked_mean(kl, mask)
@@ -184,8 +192,16 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
 
 
 @register("ppo_clip", default_config=ppo_clip_config)
-def ppo_clip(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
-             *, config=None, clip_scale: Array | None = None) -> tuple[Array, Array, dict[str, Array]]:
+def ppo_clip(
+    logp: Array,
+    old_logp: Array,
+    ref_logp: Array | None,
+    advantages: Array,
+    mask: Array,
+    *,
+    config=None,
+    clip_scale: Array | None = None,
+) -> tuple[Array, Array, dict[str, Array]]:
     """PPO/GRPO/DAPO clipped surrogate + beta * KL(pi || pi_ref), aggregated by config.agg_mode.
 
     ratio = exp(logp - old_logp); per token -min(ratio A, clip(ratio, 1 - eps_low s, 1 + eps_high s) A)
@@ -197,8 +213,16 @@ def ppo_clip(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: A
 
 
 @register("gspo", default_config=gspo_config)
-def gspo(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
-         *, config=None, clip_scale: Array | None = None) -> tuple[Array, Array, dict[str, Array]]:
+def gspo(
+    logp: Array,
+    old_logp: Array,
+    ref_logp: Array | None,
+    advantages: Array,
+    mask: Array,
+    *,
+    config=None,
+    clip_scale: Array | None = None,
+) -> tuple[Array, Array, dict[str, Array]]:
     """GSPO: the clipped surrogate with one ratio per sequence, exp(mean_t (logp - old_logp)),
     tight clip (3e-4 / 4e-4) and seq-mean-token-mean aggregation by default."""
     cfg = resolve(config, gspo_config())

@@ -4,6 +4,7 @@
 A config string picks the function; an optional `default_config` callable gives the function's
 ml_collections defaults, which `resolve` merges with a user's (partial) config.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Generic, TypeVar
@@ -23,15 +24,16 @@ class Registry(Generic[F]):
         self._fns: dict[str, F] = {}
         self._defaults: dict[str, DefaultsFn | None] = {}
 
-    def register(self, name: str, *, default_config: DefaultsFn | None = None,
-                 override: bool = False) -> Callable[[F], F]:
+    def register(
+        self, name: str, *, default_config: DefaultsFn | None = None, override: bool = False
+    ) -> Callable[[F], F]:
         def deco(fn: F) -> F:
             if name in self._fns and not override:
-                raise ValueError(f"{self.kind} {name!r} is already registered "
-                                 f"(pass override=True to replace it)")
+                raise ValueError(f"{self.kind} {name!r} is already registered (pass override=True to replace it)")
             self._fns[name] = fn
             self._defaults[name] = default_config
             return fn
+
         return deco
 
     def get(self, name: str) -> F:
@@ -53,8 +55,9 @@ class Registry(Generic[F]):
         return fn() if fn is not None else ml_collections.ConfigDict()
 
 
-def resolve(config: ml_collections.ConfigDict | dict | None,
-            defaults: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def resolve(
+    config: ml_collections.ConfigDict | dict | None, defaults: ml_collections.ConfigDict
+) -> ml_collections.ConfigDict:
     """Defaults overridden by `config`. Unknown fields raise a KeyError naming the field."""
     out = ml_collections.ConfigDict(defaults)
     out.lock()

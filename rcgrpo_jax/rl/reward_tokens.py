@@ -2,6 +2,7 @@
 
 Tokens are int32, HIGH = 1 (`<|high_reward|>`) and LOW = 0 (`<|low_reward|>`).
 """
+
 from __future__ import annotations
 
 import jax
@@ -14,8 +15,7 @@ LOW = 0
 MODES = ("iid", "stratified")
 
 
-def sample(rng: Array, num_groups: int, group_size: int, p_high: float | Array = 0.5,
-           mode: str = "iid") -> Array:
+def sample(rng: Array, num_groups: int, group_size: int, p_high: float | Array = 0.5, mode: str = "iid") -> Array:
     """Reward tokens [num_groups, group_size] int32, deterministic under `rng`.
 
     "iid": each token ~ Bernoulli(p_high), as in the paper (p_high = 0.5 matches the 1:1 RCTP data).

@@ -1,10 +1,20 @@
 """Multi-turn rollouts: the batched engine, per-episode records, model and scripted policies."""
-from rcgrpo_jax.rollout.engine import (EpisodeSpec, Policy, RolloutConfig, StepSample, run_episodes,
-                                       with_reward_goal)
+
+from rcgrpo_jax.rollout.engine import EpisodeSpec, Policy, RolloutConfig, StepSample, run_episodes, with_reward_goal
 from rcgrpo_jax.rollout.episode import Episode
 from rcgrpo_jax.rollout.policies import KEEP, SHRINK, ModelPolicy, ScriptedPolicy, oracle_texts
 
 __all__ = [
-    "KEEP", "SHRINK", "Episode", "EpisodeSpec", "ModelPolicy", "Policy", "RolloutConfig",
-    "ScriptedPolicy", "StepSample", "oracle_texts", "run_episodes", "with_reward_goal",
+    "KEEP",
+    "SHRINK",
+    "Episode",
+    "EpisodeSpec",
+    "ModelPolicy",
+    "Policy",
+    "RolloutConfig",
+    "ScriptedPolicy",
+    "StepSample",
+    "oracle_texts",
+    "run_episodes",
+    "with_reward_goal",
 ]

@@ -9,6 +9,7 @@ a policy without device calls (the scripted oracle) just runs each process's own
 The exchange format lives here, not in episode.py, because what travels is this module's concern (the
 conversation only when a caller reads it) and nothing else reads it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,15 @@ from rcgrpo_jax.rollout.episode import Episode
 
 
 def run_across_processes(
-    n: int, make_spec: Callable[[int], EpisodeSpec], make_policy: Callable[[Sequence[int]], Policy], tokenizer,
-    parser, config: RolloutConfig, *, lockstep: bool = True, with_messages: bool = False,
+    n: int,
+    make_spec: Callable[[int], EpisodeSpec],
+    make_policy: Callable[[Sequence[int]], Policy],
+    tokenizer,
+    parser,
+    config: RolloutConfig,
+    *,
+    lockstep: bool = True,
+    with_messages: bool = False,
 ) -> tuple[list[Episode], dict[str, float]]:
     """Episodes 0..n-1, in order and identical on every process, and this process's own time split.
 

@@ -8,6 +8,7 @@ released tools). What the environment adds is rendered by the chat template as a
 to the token context and the policy's KV cache. Sampled tokens are never re-tokenised and the
 history is never re-rendered into tokens.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,6 @@ from rcgrpo_jax import chat
 from rcgrpo_jax.data import datasets
 from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.rollout.episode import Episode
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,8 @@ def _assistant_message(parsed: chat.ParsedTurn) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if parsed.calls:
         msg["tool_calls"] = [
-            {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in parsed.calls]
+            {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in parsed.calls
+        ]
     return msg
 
 
@@ -89,7 +90,11 @@ class _Clock:
 
 
 def run_episodes(
-    specs: Sequence[EpisodeSpec], policy: Policy, tokenizer, parser: chat.ToolCallParser, config: RolloutConfig,
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    tokenizer,
+    parser: chat.ToolCallParser,
+    config: RolloutConfig,
 ) -> tuple[list[Episode], dict[str, float]]:
     """Run every episode to its end; returns the records and a time split (policy / env / chat seconds)."""
     clock = _Clock()

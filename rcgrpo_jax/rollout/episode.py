@@ -4,6 +4,7 @@ The token context is append-only: prompt, then alternating sampled assistant ste
 deltas (tool results, next user turn). `loss_mask` is 1 exactly on sampled tokens; `logprobs` holds
 the behaviour log-prob of each sampled token and 0 elsewhere.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +30,9 @@ class Episode:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     prompt_len: int = 0
     turn_starts: list[int] = dataclasses.field(default_factory=list)  # token index where each user turn's block starts
-    step_spans: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (turn, start, end) of sampled spans
+    step_spans: list[tuple[int, int, int]] = dataclasses.field(
+        default_factory=list
+    )  # (turn, start, end) of sampled spans
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     turn: int = 0
@@ -71,7 +74,10 @@ class Episode:
 
     def counts(self) -> dict[str, int]:
         return {
-            "steps": self.steps, "turns": len(self.turn_starts), "tool_calls": self.tool_calls,
-            "parse_errors": self.parse_errors, "step_truncations": self.step_truncations,
+            "steps": self.steps,
+            "turns": len(self.turn_starts),
+            "tool_calls": self.tool_calls,
+            "parse_errors": self.parse_errors,
+            "step_truncations": self.step_truncations,
             "truncated": int(self.truncated),
         }

@@ -6,6 +6,7 @@ steps and turns and only deltas are prefilled. The scripted policy emits fixed a
 the tokenizer (the oracle: ground-truth calls formatted by the family parser), which proves the token
 bookkeeping end to end without a trained model.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -46,9 +47,19 @@ class ModelPolicy:
     """
 
     def __init__(
-        self, config: ModelConfig, params, *, stop_ids: Sequence[int], max_step_tokens: int, max_context: int,
-        sampling: SamplingParams = SamplingParams(), prefill_chunk: int = 256, mesh: Mesh | None = None,
-        rules: sharding.Rules = sharding.DECODE_RULES, rng: jax.Array | None = None, slot_mode: str = SHRINK,
+        self,
+        config: ModelConfig,
+        params,
+        *,
+        stop_ids: Sequence[int],
+        max_step_tokens: int,
+        max_context: int,
+        sampling: SamplingParams = SamplingParams(),
+        prefill_chunk: int = 256,
+        mesh: Mesh | None = None,
+        rules: sharding.Rules = sharding.DECODE_RULES,
+        rng: jax.Array | None = None,
+        slot_mode: str = SHRINK,
         share_prefix: bool = True,
     ):
         if slot_mode not in (SHRINK, KEEP):
@@ -66,9 +77,17 @@ class ModelPolicy:
 
     def _new_session(self, rows: int) -> DecodeSession:
         return DecodeSession(
-            self.config, self.params, rows, self.capacity, sampling=self.sampling,
-            max_new_tokens=buckets.length_bucket(self.max_step_tokens), prefill_chunk=self.chunk, mesh=self.mesh,
-            rules=self.rules, rng=self.rng)
+            self.config,
+            self.params,
+            rows,
+            self.capacity,
+            sampling=self.sampling,
+            max_new_tokens=buckets.length_bucket(self.max_step_tokens),
+            prefill_chunk=self.chunk,
+            mesh=self.mesh,
+            rules=self.rules,
+            rng=self.rng,
+        )
 
     def _rows(self, n: int) -> int:
         return buckets.batch_bucket(n, batch_multiple(self.mesh))
@@ -86,7 +105,7 @@ class ModelPolicy:
         src = [group_row[key(i)] for i in range(n)]
         src += [src[0]] * (self._rows(n) - n)  # padding rows: copies, never decoded
         self.session.select(src)
-        self.session.append([prompts[i][cut[key(i)]:] for i in range(n)])
+        self.session.append([prompts[i][cut[key(i)] :] for i in range(n)])
         self.row_of = {i: i for i in range(n)}
 
     def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]:

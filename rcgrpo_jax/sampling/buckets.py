@@ -1,4 +1,5 @@
 """Length and batch buckets: few distinct static shapes, so few compilations."""
+
 from __future__ import annotations
 
 

@@ -13,6 +13,7 @@ place); `restore` writes the span back into the `KVCache` in its interface layou
 `models.layers` (the same RMSNorm, RoPE and MLP modules, applied per layer), and greedy decoding stays
 token-for-token equal to `models.forward` and HF (tests/sampling).
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,9 @@ def _attention(c: ModelConfig, p, x, positions, k_t, v, mask, index):
     return _proj(p["o_proj"], out, dt), k_t, v
 
 
-def step(c: ModelConfig, weights, kv: LayerKV, tokens: jax.Array, positions: jax.Array, live: jax.Array,
-         index: jax.Array) -> tuple[jax.Array, LayerKV]:
+def step(
+    c: ModelConfig, weights, kv: LayerKV, tokens: jax.Array, positions: jax.Array, live: jax.Array, index: jax.Array
+) -> tuple[jax.Array, LayerKV]:
     """Feed tokens [B, 1] at `positions` [B, 1] into slot `index`; returns (final hidden [B, D], kv).
 
     A row that is not `live` still writes its slot (so shapes stay static) but marks it invalid. Its

@@ -4,6 +4,7 @@ Each returns the chosen tokens and the log-prob of each under the distribution i
 from (after temperature, top-k and top-p, renormalised). Greedy reports the log-prob under the raw
 softmax, which is what a full forward over the generated sequence gives and what RL losses need.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -9,6 +9,7 @@ explicit, so holes in the cache cost nothing but space. Caches are donated.
 The lower-level `prefill` (append a left-padded block to a live cache) and `decode` are what the
 multi-turn rollout engine reuses: after a tool result it appends only the new tokens, then decodes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +20,8 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import models, multihost, sharding
 from rcgrpo_jax.models import KVCache, ModelConfig
@@ -49,8 +51,9 @@ class Sampler:
         """Append a left-padded block [B, T] to the cache; returns last-column logits [B, V] f32."""
         return _prefill(self, params, tokens, positions, token_mask, cache)
 
-    def decode(self, params, logits, positions, cache: KVCache, stop_ids, budgets, rng,
-               span: int | None = None) -> DecodeOutput:
+    def decode(
+        self, params, logits, positions, cache: KVCache, stop_ids, budgets, rng, span: int | None = None
+    ) -> DecodeOutput:
         """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward.
 
         span: static number of leading cache slots the loop works on (attends over); the caller
@@ -124,7 +127,8 @@ def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_i
         hit_stop = live & jnp.any(tok[:, None] == st.stop_ids, axis=-1)
         # The sampled token goes into the cache even when it ends the row: the engine appends after it.
         hidden, kv = decode_step.step(
-            config, weights, st.cache, tok[:, None], st.positions[:, None], live[:, None], st.index)
+            config, weights, st.cache, tok[:, None], st.positions[:, None], live[:, None], st.index
+        )
         return st.replace(
             step=st.step + 1,
             done=st.done | hit_stop | (lengths >= st.budgets),
@@ -141,8 +145,13 @@ def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_i
 
     st = jax.lax.while_loop(cond, body, init)
     return DecodeOutput(
-        tokens=st.tokens, logprobs=st.logprobs, lengths=st.lengths, stopped=st.stopped,
-        positions=st.positions, logits=st.logits, cache=decode_step.restore(cache, st.cache, st.index),
+        tokens=st.tokens,
+        logprobs=st.logprobs,
+        lengths=st.lengths,
+        stopped=st.stopped,
+        positions=st.positions,
+        logits=st.logits,
+        cache=decode_step.restore(cache, st.cache, st.index),
     )
 
 
@@ -166,10 +175,10 @@ def left_pad(seqs: Sequence[Sequence[int]], length: int, rows: int | None = None
         if k > length:
             raise ValueError(f"sequence of {k} tokens does not fit a block of {length}")
         if k:
-            tokens[i, length - k:] = seq
-            mask[i, length - k:] = True
+            tokens[i, length - k :] = seq
+            mask[i, length - k :] = True
         start = 0 if start_positions is None else int(start_positions[i])
-        positions[i, length - k:] = start + np.arange(k)
+        positions[i, length - k :] = start + np.arange(k)
         positions[i, : length - k] = start
     return tokens, positions, mask
 
@@ -272,8 +281,13 @@ def generate(
             params, put_batch(tokens, mesh), put_batch(positions, mesh), put_batch(mask, mesh), cache
         )
         out = sampler.decode(
-            params, logits, put_batch(next_pos, mesh), cache, put_batch(stop_table(stop_token_ids, rows), mesh),
-            put_batch(budgets, mesh), rng,
+            params,
+            logits,
+            put_batch(next_pos, mesh),
+            cache,
+            put_batch(stop_table(stop_token_ids, rows), mesh),
+            put_batch(budgets, mesh),
+            rng,
         )
         toks, lps, lens, stopped = multihost.gather((out.tokens, out.logprobs, out.lengths, out.stopped))
     n = len(prompts)

@@ -6,6 +6,7 @@ shared by the batch, so appending a left-padded delta or decoding rows that stop
 `compact` squeezes each row's real slots to the front (order kept, so causality holds) when the
 index would run past the capacity.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,10 @@ def compact(cache: KVCache) -> KVCache:
 def take_rows(cache: KVCache, rows: jax.Array) -> KVCache:
     """The cache restricted to / repeated over `rows` (prefix sharing broadcasts a group's prompt row)."""
     return KVCache(
-        k=jnp.take(cache.k, rows, axis=1), v=jnp.take(cache.v, rows, axis=1),
-        mask=jnp.take(cache.mask, rows, axis=0), index=cache.index,
+        k=jnp.take(cache.k, rows, axis=1),
+        v=jnp.take(cache.v, rows, axis=1),
+        mask=jnp.take(cache.mask, rows, axis=0),
+        index=cache.index,
     )
 
 
@@ -58,8 +61,17 @@ class DecodeSession:
     """
 
     def __init__(
-        self, config: ModelConfig, params, rows: int, capacity: int, *, sampling: SamplingParams,
-        max_new_tokens: int, prefill_chunk: int = 256, mesh: Mesh | None = None, rng: jax.Array | None = None,
+        self,
+        config: ModelConfig,
+        params,
+        rows: int,
+        capacity: int,
+        *,
+        sampling: SamplingParams,
+        max_new_tokens: int,
+        prefill_chunk: int = 256,
+        mesh: Mesh | None = None,
+        rng: jax.Array | None = None,
         rules: sharding.Rules = sharding.DECODE_RULES,
     ):
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
@@ -100,13 +112,17 @@ class DecodeSession:
         if width > self.chunk:
             width = -(-width // self.chunk) * self.chunk
         tokens, positions, mask = left_pad(deltas, width, self.rows, self.positions)
-        pieces = [(0, width)] if self.index + width <= self.capacity else [
-            (a, min(a + self.chunk, width)) for a in range(0, width, self.chunk)]
+        pieces = (
+            [(0, width)]
+            if self.index + width <= self.capacity
+            else [(a, min(a + self.chunk, width)) for a in range(0, width, self.chunk)]
+        )
         logits = None
         for a, b in pieces:
             self._room(b - a)
             logits, self.cache = self.sampler.prefill(
-                self.params, *(put_batch(x[:, a:b], self.mesh) for x in (tokens, positions, mask)), self.cache)
+                self.params, *(put_batch(x[:, a:b], self.mesh) for x in (tokens, positions, mask)), self.cache
+            )
             self.index += b - a
         fresh = np.array([len(d) > 0 for d in deltas])
         self.logits = _merge_logits(self.logits, logits, put_batch(fresh, self.mesh))
@@ -131,12 +147,20 @@ class DecodeSession:
         # so a long rollout compiles the decode loop a handful of times, not once per length.
         span = min(self.capacity, buckets.batch_bucket(max(self.index + int(budgets.max()), 256)))
         out = self.sampler.decode(
-            self.params, self.logits, put_batch(self.positions, self.mesh), self.cache,
-            put_batch(stop_table(stop_ids, self.rows), self.mesh), put_batch(budgets, self.mesh), key, span=span)
+            self.params,
+            self.logits,
+            put_batch(self.positions, self.mesh),
+            self.cache,
+            put_batch(stop_table(stop_ids, self.rows), self.mesh),
+            put_batch(budgets, self.mesh),
+            key,
+            span=span,
+        )
         self.cache, self.logits = out.cache, out.logits
         # gather, not device_get: with several processes the rows live on other processes' devices too
         toks, lps, lens, stopped, index = multihost.gather(
-            (out.tokens, out.logprobs, out.lengths, out.stopped, out.cache.index))
+            (out.tokens, out.logprobs, out.lengths, out.stopped, out.cache.index)
+        )
         self.index = int(index)
         self.positions = self.positions + lens.astype(np.int32)
         self.lengths = self.lengths + lens

@@ -1,4 +1,5 @@
 """Pytrees carried by the decode loop and returned by it."""
+
 from __future__ import annotations
 
 import flax.struct

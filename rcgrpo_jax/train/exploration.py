@@ -13,6 +13,7 @@ in turn t gets id `call_{t}_{s}_{i}` and its tool message the matching `tool_cal
 text did not parse keeps its text as the assistant message; the engine's error feedback (a tool message
 answering no call) is dropped, since the record format pairs every tool message with a call.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,118 +27,167 @@ EXPLORATION_FAILURE = "exploration"  # the `failure` field of a failed explorati
 
 
 def episode_record(episode, task: bfcl.Task) -> dict:
-  """The trajectory record of a finished `rollout.Episode` (kind 'failure' when its reward is 0,
-  else 'rollout')."""
-  messages: list[dict] = []
-  pending: list[str] = []
-  turn = step = 0
-  for m in episode.messages:
-    role = m.get("role")
-    if role == "assistant":
-      calls = m.get("tool_calls") or []
-      ids = [f"call_{turn}_{step}_{i}" for i in range(len(calls))]
-      out = {"role": "assistant", "content": m.get("content") or ""}
-      if calls:
-        out["tool_calls"] = [{"id": cid, "type": "function",
-                              "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
-                             for cid, c in zip(ids, calls)]
-        step += 1
-      messages.append(out)
-      pending = ids
-    elif role == "tool":
-      if pending:  # results answer the calls in order; error feedback (no call) is dropped
-        messages.append({"role": "tool", "tool_call_id": pending.pop(0), "name": m.get("name"),
-                         "content": str(m.get("content"))})
-    elif role == "user":
-      if messages and any(x.get("role") == "assistant" for x in messages):
-        turn, step = turn + 1, 0
-      pending = []
-      messages.append({"role": "user", "content": str(m.get("content") or "")})
-  released = {}
-  first = {t["function"]["name"] for t in episode.tools}
-  known = set(first)
-  for t in range(1, len(episode.turn_starts)):
-    added = [x for x in bfcl.tools_for(task, t) if x["function"]["name"] not in known]
-    if added:
-      released[str(t)] = added
-      known.update(x["function"]["name"] for x in added)
-  failed = float(episode.reward) == 0.0
-  return trajectories.rollout_record(
-      task.id, messages, list(episode.tools), float(episode.reward), released_tools=released,
-      official_valid=episode.verdict.get("valid"), kind="failure" if failed else "rollout",
-      failure=EXPLORATION_FAILURE if failed else None)
+    """The trajectory record of a finished `rollout.Episode` (kind 'failure' when its reward is 0,
+    else 'rollout')."""
+    messages: list[dict] = []
+    pending: list[str] = []
+    turn = step = 0
+    for m in episode.messages:
+        role = m.get("role")
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            ids = [f"call_{turn}_{step}_{i}" for i in range(len(calls))]
+            out = {"role": "assistant", "content": m.get("content") or ""}
+            if calls:
+                out["tool_calls"] = [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                    }
+                    for cid, c in zip(ids, calls)
+                ]
+                step += 1
+            messages.append(out)
+            pending = ids
+        elif role == "tool":
+            if pending:  # results answer the calls in order; error feedback (no call) is dropped
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": pending.pop(0),
+                        "name": m.get("name"),
+                        "content": str(m.get("content")),
+                    }
+                )
+        elif role == "user":
+            if messages and any(x.get("role") == "assistant" for x in messages):
+                turn, step = turn + 1, 0
+            pending = []
+            messages.append({"role": "user", "content": str(m.get("content") or "")})
+    released = {}
+    first = {t["function"]["name"] for t in episode.tools}
+    known = set(first)
+    for t in range(1, len(episode.turn_starts)):
+        added = [x for x in bfcl.tools_for(task, t) if x["function"]["name"] not in known]
+        if added:
+            released[str(t)] = added
+            known.update(x["function"]["name"] for x in added)
+    failed = float(episode.reward) == 0.0
+    return trajectories.rollout_record(
+        task.id,
+        messages,
+        list(episode.tools),
+        float(episode.reward),
+        released_tools=released,
+        official_valid=episode.verdict.get("valid"),
+        kind="failure" if failed else "rollout",
+        failure=EXPLORATION_FAILURE if failed else None,
+    )
 
 
-def collect(model_path: str, tasks: Sequence[bfcl.Task], *, group_size: int = 4, temperature: float = 1.0,
-            max_step_tokens: int = 256, max_context: int = 8192, seed: int = 0, keep: str = "failures",
-            batch_tasks: int = 8, reward_token: str | None = None, mesh=None) -> list[dict]:
-  """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order, the
-  same on every process (each process steps only its share of each batch's environments).
+def collect(
+    model_path: str,
+    tasks: Sequence[bfcl.Task],
+    *,
+    group_size: int = 4,
+    temperature: float = 1.0,
+    max_step_tokens: int = 256,
+    max_context: int = 8192,
+    seed: int = 0,
+    keep: str = "failures",
+    batch_tasks: int = 8,
+    reward_token: str | None = None,
+    mesh=None,
+) -> list[dict]:
+    """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order, the
+    same on every process (each process steps only its share of each batch's environments).
 
-  keep: 'failures' (reward 0 only, the RCTP-FT input) or 'all'. reward_token: condition every rollout
-  on it (an RCTP checkpoint), None for an unconditioned policy."""
-  import jax
-  from transformers import AutoTokenizer
+    keep: 'failures' (reward 0 only, the RCTP-FT input) or 'all'. reward_token: condition every rollout
+    on it (an RCTP checkpoint), None for an unconditioned policy."""
+    import jax
+    from transformers import AutoTokenizer
 
-  from rcgrpo_jax import chat, models, sharding
-  from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
-  from rcgrpo_jax.rollout.distributed import run_across_processes
-  from rcgrpo_jax.sampling import SamplingParams
+    from rcgrpo_jax import chat, models, sharding
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+    from rcgrpo_jax.rollout.distributed import run_across_processes
+    from rcgrpo_jax.sampling import SamplingParams
 
-  if keep not in ("failures", "all"):
-    raise ValueError(f"keep must be 'failures' or 'all', got {keep!r}")
-  # On `mesh` when given (the policy decodes there; with several processes it must span them all).
-  placed = {} if mesh is None else {"mesh": mesh, "rules": sharding.DECODE_RULES}
-  config, params = models.load_hf(model_path, dtype="float32", **placed)
-  tok = AutoTokenizer.from_pretrained(model_path)
-  parser = chat.get_parser(chat.family_for(config.model_type))
-  rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
-  records: list[dict] = []
-  for b in range(0, len(tasks), batch_tasks):
-    chunk = tasks[b:b + batch_tasks]
+    if keep not in ("failures", "all"):
+        raise ValueError(f"keep must be 'failures' or 'all', got {keep!r}")
+    # On `mesh` when given (the policy decodes there; with several processes it must span them all).
+    placed = {} if mesh is None else {"mesh": mesh, "rules": sharding.DECODE_RULES}
+    config, params = models.load_hf(model_path, dtype="float32", **placed)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    parser = chat.get_parser(chat.family_for(config.model_type))
+    rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
+    records: list[dict] = []
+    for b in range(0, len(tasks), batch_tasks):
+        chunk = tasks[b : b + batch_tasks]
 
-    def spec(i, chunk=chunk):  # row i = task k's rollout j
-      k, j = divmod(i, group_size)
-      return EpisodeSpec(bfcl.BFCLEnv(chunk[k]), chunk[k].id, group=k, rollout_index=j, reward_token=reward_token)
+        def spec(i, chunk=chunk):  # row i = task k's rollout j
+            k, j = divmod(i, group_size)
+            return EpisodeSpec(bfcl.BFCLEnv(chunk[k]), chunk[k].id, group=k, rollout_index=j, reward_token=reward_token)
 
-    def policy(_rows, b=b):
-      return ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=max_step_tokens,
-                         max_context=max_context, sampling=SamplingParams(temperature=temperature),
-                         rng=jax.random.fold_in(jax.random.key(seed), b), mesh=mesh)
+        def policy(_rows, b=b):
+            return ModelPolicy(
+                config,
+                params,
+                stop_ids=chat.end_of_turn_ids(tok),
+                max_step_tokens=max_step_tokens,
+                max_context=max_context,
+                sampling=SamplingParams(temperature=temperature),
+                rng=jax.random.fold_in(jax.random.key(seed), b),
+                mesh=mesh,
+            )
 
-    # Each process steps its own share of the batch; records need the conversation, so it travels.
-    episodes, _ = run_across_processes(len(chunk) * group_size, spec, policy, tok, parser, rc, with_messages=True)
-    for e in episodes:
-      if keep == "all" or e.reward == 0.0:
-        records.append(episode_record(e, chunk[e.group]))
-  return records
+        # Each process steps its own share of the batch; records need the conversation, so it travels.
+        episodes, _ = run_across_processes(len(chunk) * group_size, spec, policy, tok, parser, rc, with_messages=True)
+        for e in episodes:
+            if keep == "all" or e.reward == 0.0:
+                records.append(episode_record(e, chunk[e.group]))
+    return records
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--model", required=True, help="HF checkpoint directory of the policy")
-  ap.add_argument("--out", required=True, help="JSONL file to write")
-  ap.add_argument("--source", default="bfcl", choices=["bfcl", "world"])
-  ap.add_argument("--tasks", type=int, default=-1, help="first N train tasks (-1 = all)")
-  ap.add_argument("--group", type=int, default=4)
-  ap.add_argument("--temperature", type=float, default=1.0)
-  ap.add_argument("--max-step-tokens", type=int, default=256)
-  ap.add_argument("--max-context", type=int, default=8192)
-  ap.add_argument("--keep", default="failures", choices=["failures", "all"])
-  ap.add_argument("--seed", type=int, default=0)
-  args = ap.parse_args(argv)
-  import ml_collections
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="HF checkpoint directory of the policy")
+    ap.add_argument("--out", required=True, help="JSONL file to write")
+    ap.add_argument("--source", default="bfcl", choices=["bfcl", "world"])
+    ap.add_argument("--tasks", type=int, default=-1, help="first N train tasks (-1 = all)")
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-step-tokens", type=int, default=256)
+    ap.add_argument("--max-context", type=int, default=8192)
+    ap.add_argument("--keep", default="failures", choices=["failures", "all"])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    import ml_collections
 
-  from rcgrpo_jax.data import sources
-  data = ml_collections.ConfigDict({"source": args.source, "max_examples": args.tasks,
-                                    "world": {"seed": 0, "train_per_type": 64, "test_per_type": 16}})
-  records = collect(args.model, sources.tasks(data, "train"), group_size=args.group, temperature=args.temperature,
-                    max_step_tokens=args.max_step_tokens, max_context=args.max_context, seed=args.seed,
-                    keep=args.keep)
-  trajectories.write_jsonl(args.out, records)
-  print(json.dumps({"out": args.out, "records": len(records),
-                    "failures": sum(r["kind"] == "failure" for r in records)}))
+    from rcgrpo_jax.data import sources
+
+    data = ml_collections.ConfigDict(
+        {
+            "source": args.source,
+            "max_examples": args.tasks,
+            "world": {"seed": 0, "train_per_type": 64, "test_per_type": 16},
+        }
+    )
+    records = collect(
+        args.model,
+        sources.tasks(data, "train"),
+        group_size=args.group,
+        temperature=args.temperature,
+        max_step_tokens=args.max_step_tokens,
+        max_context=args.max_context,
+        seed=args.seed,
+        keep=args.keep,
+    )
+    trajectories.write_jsonl(args.out, records)
+    print(
+        json.dumps({"out": args.out, "records": len(records), "failures": sum(r["kind"] == "failure" for r in records)})
+    )
 
 
 if __name__ == "__main__":
-  main()
+    main()

@@ -1,5 +1,6 @@
 """The step loop both trainers share: run steps, log, guard non-finite updates, checkpoint every N
 steps and on SIGTERM, and stop early on request (tests simulate a crash with `stop_after`)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -10,39 +11,49 @@ from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
 
 
-def run_steps(step_fn: Callable[[Any, int], tuple[Any, dict]], state: Any, *, start: int, n_steps: int,
-              config, ckpt: ckpt_lib.Checkpointer, logger: log_lib.MetricsLogger, progress: log_lib.Progress,
-              meta: Callable[[int], dict], stop_after: int | None = None,
-              progress_keys: tuple[str, ...] | None = None) -> tuple[Any, int, str, dict]:
-  """Runs `step_fn(state, step) -> (state, host metrics with a 'finite' flag)` from `start` to `n_steps`.
+def run_steps(
+    step_fn: Callable[[Any, int], tuple[Any, dict]],
+    state: Any,
+    *,
+    start: int,
+    n_steps: int,
+    config,
+    ckpt: ckpt_lib.Checkpointer,
+    logger: log_lib.MetricsLogger,
+    progress: log_lib.Progress,
+    meta: Callable[[int], dict],
+    stop_after: int | None = None,
+    progress_keys: tuple[str, ...] | None = None,
+) -> tuple[Any, int, str, dict]:
+    """Runs `step_fn(state, step) -> (state, host metrics with a 'finite' flag)` from `start` to `n_steps`.
 
-  Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced),
-  'sigterm' (checkpoint forced, then stop) or 'stop_after' (no final save: a simulated crash).
-  """
-  last: dict[str, Any] = {}
-  reason = "done"
-  step = start
-  with ckpt_lib.StopSignal() as stop:
-    while step < n_steps:
-      state, metrics = step_fn(state, step)
-      step += 1
-      if step % config.log.every_steps == 0 or not metrics["finite"]:
-        last = logger.write(step, metrics)
-      if progress_keys is None:
-        progress.update(metrics)
-      else:
-        progress.update(metrics, keys=progress_keys)
-      if not metrics["finite"]:
-        absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
-      log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
-      ckpt.save(step, state, meta(step))
-      if stop.requested:
-        ckpt.save(step, state, meta(step), force=True)
-        reason = "sigterm"
-        break
-      if stop_after is not None and step - start >= stop_after:
-        reason = "stop_after"
-        break
-    if reason == "done":
-      ckpt.save(step, state, meta(step), force=True)
-  return state, step, reason, last
+    Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced),
+    'sigterm' (checkpoint forced, then stop) or 'stop_after' (no final save: a simulated crash).
+    """
+    last: dict[str, Any] = {}
+    reason = "done"
+    step = start
+    with ckpt_lib.StopSignal() as stop:
+        while step < n_steps:
+            state, metrics = step_fn(state, step)
+            step += 1
+            if step % config.log.every_steps == 0 or not metrics["finite"]:
+                last = logger.write(step, metrics)
+            if progress_keys is None:
+                progress.update(metrics)
+            else:
+                progress.update(metrics, keys=progress_keys)
+            if not metrics["finite"]:
+                absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
+            log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
+            ckpt.save(step, state, meta(step))
+            if stop.requested:
+                ckpt.save(step, state, meta(step), force=True)
+                reason = "sigterm"
+                break
+            if stop_after is not None and step - start >= stop_after:
+                reason = "stop_after"
+                break
+        if reason == "done":
+            ckpt.save(step, state, meta(step), force=True)
+    return state, step, reason, last

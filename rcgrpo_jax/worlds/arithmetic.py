@@ -3,6 +3,7 @@
 Operands the user types come from the split's number vocabulary; the running value is read from the
 previous tool result, so a chain can only be followed by reading what the tool printed.
 """
+
 from __future__ import annotations
 
 from rcgrpo_jax.worlds.replay import Session

@@ -9,6 +9,7 @@ Held-out compositions (test only), category compose_heldout: the same skills in 
   list -> wc on "the .csv file" (a name read from a listing feeds wc, then add to the count), and
   arithmetic before file work (add, then cd + mkdir, then mv).
 """
+
 from __future__ import annotations
 
 import random
@@ -22,8 +23,9 @@ from rcgrpo_jax.worlds.vocab import Vocab
 Builder = Callable[[random.Random, Vocab], Session]
 
 
-def _fs_config(rng: random.Random, vocab: Vocab, work: str, files: list[tuple[str, str]],
-               subfolders: tuple[str, ...] = ()) -> dict:
+def _fs_config(
+    rng: random.Random, vocab: Vocab, work: str, files: list[tuple[str, str]], subfolders: tuple[str, ...] = ()
+) -> dict:
     """Root with the work folder (files + empty subfolders, shuffled) and one unrelated folder."""
     items = [(n, fs.file_node(c)) for n, c in files] + [(g, fs.dir_node({})) for g in subfolders]
     rng.shuffle(items)

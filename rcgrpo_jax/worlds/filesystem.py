@@ -4,6 +4,7 @@ A skill adds one user turn to a Session and executes its ground-truth calls on t
 that the model can only solve by reading a tool result take that result from the live call (the
 listing `ls()` printed, the count `wc()` printed), never from the generator's own bookkeeping.
 """
+
 from __future__ import annotations
 
 import random
@@ -28,8 +29,14 @@ def scenario(root: str, folders: dict[str, dict]) -> dict:
     return {"root": {root: dir_node({name: dir_node(c) for name, c in folders.items()})}}
 
 
-def pick_files(rng: random.Random, vocab: Vocab, exts: list[str], *, lines: dict[int, int] | None = None,
-               avoid: set[str] = frozenset()) -> list[tuple[str, str]]:
+def pick_files(
+    rng: random.Random,
+    vocab: Vocab,
+    exts: list[str],
+    *,
+    lines: dict[int, int] | None = None,
+    avoid: set[str] = frozenset(),
+) -> list[tuple[str, str]]:
     """(name, content) for one file per extension, distinct stems. `lines[i]` = line count of file i
     (the others hold one word). Content words come from the same split as the names."""
     stems = rng.sample([s for s in vocab.stems if s not in avoid], len(exts))
@@ -60,6 +67,7 @@ def q(name: str) -> str:
 
 
 # --- turn skills --------------------------------------------------------------------------------
+
 
 def go_make_folder(s: Session, folder: str, new: str) -> None:
     s.turn(f"Go to {q(folder)} and make a folder {q(new)}.")

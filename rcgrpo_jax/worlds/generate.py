@@ -5,6 +5,7 @@ An entry is what BFCL's multi-turn data holds (id, question, initial_config, inv
 so a tiny model's system prompt stays short). id = f"{category}_{index}", so the category is
 `id.rsplit('_', 1)[0]` as in BFCL; indices run on from train into test, so ids are unique in a world.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,16 +50,23 @@ def generate_world(seed: int, n_train_per_type: int, n_test_per_type: int) -> tu
     """(train_tasks, test_tasks). Train: the trained types with train names. Test: the trained types
     with test names (fresh instances), plus the held-out compositions (category compose_heldout)."""
     train = [_build(seed, cat, b, TRAIN, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
-    test = [_build(seed, cat, b, TEST, n_train_per_type + i)
-            for cat, b in TRAIN_TYPES.items() for i in range(n_test_per_type)]
+    test = [
+        _build(seed, cat, b, TEST, n_train_per_type + i)
+        for cat, b in TRAIN_TYPES.items()
+        for i in range(n_test_per_type)
+    ]
     test += [_build(seed, cat, b, TEST, i) for cat, b in HELDOUT_TYPES.items() for i in range(n_test_per_type)]
     return train, test
 
 
 @functools.cache
 def _func_docs(class_name: str) -> dict[str, dict]:
-    path = (importlib.resources.files("bfcl_eval") / "data" / "multi_turn_func_doc"
-            / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name])
+    path = (
+        importlib.resources.files("bfcl_eval")
+        / "data"
+        / "multi_turn_func_doc"
+        / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
+    )
     docs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {d["name"]: d for d in docs}
 

@@ -5,6 +5,7 @@ asks the model to read (a file name in a listing, a count, a sum) is what the re
 Call strings are BFCL's format (`mv(source='a.txt', destination='docs')`); we write them with
 `format_call` and read them back with `parse_call`, which accepts only a name and literal arguments.
 """
+
 from __future__ import annotations
 
 import ast

@@ -11,6 +11,7 @@ English words, train names became single tokens and test names pieces of them: a
 one token did not copy four.) Extensions and line counts are shared: they are what the skills are about,
 not scenario names.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,11 +24,11 @@ class Vocab:
     """One side of the split."""
 
     split: str
-    stems: tuple[str, ...]     # file names are stem + extension
-    folders: tuple[str, ...]   # folder names (distinct from stems, so a name says what it is)
-    roots: tuple[str, ...]     # root directory names
-    numbers: tuple[int, ...]   # operands the user types
-    factors: tuple[int, ...]   # small multipliers the user types
+    stems: tuple[str, ...]  # file names are stem + extension
+    folders: tuple[str, ...]  # folder names (distinct from stems, so a name says what it is)
+    roots: tuple[str, ...]  # root directory names
+    numbers: tuple[int, ...]  # operands the user types
+    factors: tuple[int, ...]  # small multipliers the user types
 
     def names(self) -> frozenset[str]:
         return frozenset(self.stems) | frozenset(self.folders) | frozenset(self.roots)
@@ -42,6 +43,7 @@ def _names(n_syllables: int, split: str) -> tuple[str, ...]:
     """Every word of `n_syllables` syllables on its side of the split: one in five combinations (by its
     syllable indices) is test-only."""
     import itertools
+
     out = []
     for combo in itertools.product(range(len(_SYLLABLES)), repeat=n_syllables):
         if len(set(combo)) < n_syllables:  # no repeated syllable: "baba" would be easy to misread

@@ -1,6 +1,7 @@
 """Smoke tests of the benchmark entry points on minimal sizes: every row is printed as JSON, carries its
 fields, and the derived figures agree with the raw ones. No timing assertions (speed lives in the
 benchmarks themselves)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,9 @@ def _run(main, argv):
 
 @pytest.fixture(scope="module")
 def train_run():
-    return _run(train_bench.main, ["--models", "tiny", "--batch", "1", "--seq", "16", "--repeats", "1",
-                                   "--peak-n", "64"])
+    return _run(
+        train_bench.main, ["--models", "tiny", "--batch", "1", "--seq", "16", "--repeats", "1", "--peak-n", "64"]
+    )
 
 
 def test_train_rows_printed_and_complete(train_run):
@@ -50,8 +52,16 @@ def test_train_rows_printed_and_complete(train_run):
     assert all("error" not in r for r in printed), printed
     machine, step = printed
     assert machine["matmul_peak_gflop_s"] > 0 and machine["devices"] >= 1
-    for key in ("ours_tok_s", "torch_tok_s", "ratio", "ours_frac_peak", "torch_frac_peak", "ours_step_s",
-                "torch_step_s", "load_avg_1m"):
+    for key in (
+        "ours_tok_s",
+        "torch_tok_s",
+        "ratio",
+        "ours_frac_peak",
+        "torch_frac_peak",
+        "ours_step_s",
+        "torch_step_s",
+        "load_avg_1m",
+    ):
         assert key in step and step[key] is not None, key
     assert step["model"] == "tiny" and step["batch"] == 1 and step["seq"] == 16
     assert rows[1]["ours_tok_s"] == pytest.approx(step["ours_tok_s"], rel=1e-3)
@@ -106,8 +116,9 @@ def test_gpu_rl_step_row(gpu_run):
     rl = printed[5]
     assert rl["finite"] is True and math.isfinite(rl["loss"])
     assert rl["batch"] == 2 and rl["seq"] == 64 and rl["remat"] is True
-    flops = common.train_flops(rl["params"], gpu.model_config("tiny", param_dtype="float32", dtype="bfloat16",
-                                                               remat=True), 2, 64)
+    flops = common.train_flops(
+        rl["params"], gpu.model_config("tiny", param_dtype="float32", dtype="bfloat16", remat=True), 2, 64
+    )
     assert _close(rl["tflop_per_step"], flops / 1e12)
     assert _close(rl["mfu"], flops / rl["step_s"] / 989e12, 2e-2)
 
@@ -122,8 +133,14 @@ def test_gpu_deadline_skips_rather_than_runs(capsys):
 def test_gpu_check_script_preflight():
     """The launcher itself: preflight line, then the module's machine and done lines (nothing measured)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run(["bash", os.path.join(ROOT, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
-                         capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+    out = subprocess.run(
+        ["bash", os.path.join(ROOT, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout
     printed = _json_lines(out)
     assert printed[0]["bench"] == "preflight" and printed[0]["missing_modules"] == []
     assert [r["bench"] for r in printed if r["bench"] in ("machine", "done")] == ["machine", "done"]
@@ -180,5 +197,7 @@ def test_sampler_row_fields_and_bound():
     assert row["step_bytes"] == weights + 2 * 4 * 2 * 2 * 64 * 32 * 4
     step_s = row["decode_step_ms"] / 1e3
     assert _close(row["decode_tok_s"], 2 / step_s, 2e-2)
-    assert _close(row["bandwidth_bound_fraction"], row["step_bytes"] / (row["read_bandwidth_gb_s"] * 1e9) / step_s, 2e-2)
+    assert _close(
+        row["bandwidth_bound_fraction"], row["step_bytes"] / (row["read_bandwidth_gb_s"] * 1e9) / step_s, 2e-2
+    )
     assert row["bound_ratio"] > 0

@@ -1,4 +1,5 @@
 """One tiny tokenizer per family for the chat tests (no weights needed, so no torch import)."""
+
 import pytest
 import transformers
 

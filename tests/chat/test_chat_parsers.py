@@ -1,4 +1,5 @@
 """Tool-call parsers: well-formed, several per message, malformed, garbage, format -> parse round trip."""
+
 import json
 
 import pytest
@@ -24,11 +25,15 @@ def test_hermes_single_call_without_content():
 
 
 def test_hermes_several_calls_and_content_outside_blocks_is_kept():
-    text = ('Let me look.\n<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>\nand then'
-            '\n<tool_call>{"name": "mv", "arguments": {"source": "a.txt", "destination": "b/"}}</tool_call>\n')
+    text = (
+        'Let me look.\n<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>\nand then'
+        '\n<tool_call>{"name": "mv", "arguments": {"source": "a.txt", "destination": "b/"}}</tool_call>\n'
+    )
     out = hermes.parse(text)
-    assert out.calls == [{"name": "ls", "arguments": {}},
-                         {"name": "mv", "arguments": {"source": "a.txt", "destination": "b/"}}]
+    assert out.calls == [
+        {"name": "ls", "arguments": {}},
+        {"name": "mv", "arguments": {"source": "a.txt", "destination": "b/"}},
+    ]
     assert out.content == "Let me look.\n\nand then"
     assert out.errors == []
 
@@ -38,8 +43,9 @@ def test_hermes_plain_answer_has_no_calls():
 
 
 def test_hermes_parameters_alias_and_missing_arguments():
-    out = hermes.parse('<tool_call>{"name": "a", "parameters": {"x": 1}}</tool_call>'
-                       '<tool_call>{"name": "pwd"}</tool_call>')
+    out = hermes.parse(
+        '<tool_call>{"name": "a", "parameters": {"x": 1}}</tool_call><tool_call>{"name": "pwd"}</tool_call>'
+    )
     assert out.calls == [{"name": "a", "arguments": {"x": 1}}, {"name": "pwd", "arguments": {}}]
     assert out.errors == []
 
@@ -53,22 +59,25 @@ def test_hermes_close_tag_inside_a_string_argument_does_not_end_the_block():
 # ------------------------------------------------------------------ hermes, malformed
 
 
-@pytest.mark.parametrize("body, kind", [
-    ('{"name": "cd", "arguments": {"folder": "x"', "invalid_json"),
-    ('{"arguments": {}}', "missing_name"),
-    ('{"name": 3, "arguments": {}}', "bad_name"),
-    ('{"name": "  ", "arguments": {}}', "bad_name"),
-    ('{"name": "cd", "arguments": ["x"]}', "bad_arguments"),
-    ('{"name": "cd", "arguments": "{\\"folder\\": \\"x\\"}"}', "bad_arguments"),
-    ('{"name": "cd", "arguments": {"x": NaN}}', "non_finite"),
-    ('{"name": "cd", "arguments": {"x": -Infinity}}', "non_finite"),
-    ('{"name": "cd", "arguments": {"x": 1e400}}', "non_finite"),
-    ('["cd", {}]', "not_an_object"),
-    ('{"name": "cd", "arguments": {}} extra', "trailing_text"),
-    ("cd(folder='x')", "invalid_json"),
-    ("[" * 50_000, "invalid_json"),  # nesting deep enough to hit the recursion limit
-    ('{"name": "f", "arguments": {"n": ' + "9" * 5000 + "}}", "invalid_json"),  # over int digit limit
-])
+@pytest.mark.parametrize(
+    "body, kind",
+    [
+        ('{"name": "cd", "arguments": {"folder": "x"', "invalid_json"),
+        ('{"arguments": {}}', "missing_name"),
+        ('{"name": 3, "arguments": {}}', "bad_name"),
+        ('{"name": "  ", "arguments": {}}', "bad_name"),
+        ('{"name": "cd", "arguments": ["x"]}', "bad_arguments"),
+        ('{"name": "cd", "arguments": "{\\"folder\\": \\"x\\"}"}', "bad_arguments"),
+        ('{"name": "cd", "arguments": {"x": NaN}}', "non_finite"),
+        ('{"name": "cd", "arguments": {"x": -Infinity}}', "non_finite"),
+        ('{"name": "cd", "arguments": {"x": 1e400}}', "non_finite"),
+        ('["cd", {}]', "not_an_object"),
+        ('{"name": "cd", "arguments": {}} extra', "trailing_text"),
+        ("cd(folder='x')", "invalid_json"),
+        ("[" * 50_000, "invalid_json"),  # nesting deep enough to hit the recursion limit
+        ('{"name": "f", "arguments": {"n": ' + "9" * 5000 + "}}", "invalid_json"),  # over int digit limit
+    ],
+)
 def test_hermes_malformed_block_is_an_error_and_later_blocks_still_parse(body, kind):
     text = f"<tool_call>\n{body}\n</tool_call>\n<tool_call>\n" + '{"name": "ls", "arguments": {}}\n</tool_call>'
     out = hermes.parse(text)
@@ -101,8 +110,11 @@ def test_llama_single_call_with_and_without_python_tag():
 def test_llama_several_calls_separated_by_semicolons_and_newlines():
     text = '{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": [1, 2]}}\n{"name": "c"};'
     out = llama.parse(text)
-    assert out.calls == [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1, 2]}},
-                         {"name": "c", "arguments": {}}]
+    assert out.calls == [
+        {"name": "a", "arguments": {}},
+        {"name": "b", "arguments": {"x": [1, 2]}},
+        {"name": "c", "arguments": {}},
+    ]
     assert out.errors == [] and out.content == ""
 
 
@@ -110,15 +122,18 @@ def test_llama_plain_content():
     assert llama.parse(" The tweet is posted. ") == ParsedTurn("The tweet is posted.", [], [])
 
 
-@pytest.mark.parametrize("text, kind, n_calls", [
-    ('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {', "invalid_json", 1),
-    ('{"name": "a", "parameters": {}} and more', "trailing_text", 1),
-    ('{"parameters": {}}', "missing_name", 0),
-    ('{"name": ["a"], "parameters": {}}', "bad_name", 0),
-    ('{"name": "a", "parameters": 5}', "bad_arguments", 0),
-    ('{"name": "a", "parameters": {"v": NaN}}', "non_finite", 0),
-    ("<|python_tag|>brave_search.call(query='x')", "invalid_json", 0),
-])
+@pytest.mark.parametrize(
+    "text, kind, n_calls",
+    [
+        ('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {', "invalid_json", 1),
+        ('{"name": "a", "parameters": {}} and more', "trailing_text", 1),
+        ('{"parameters": {}}', "missing_name", 0),
+        ('{"name": ["a"], "parameters": {}}', "bad_name", 0),
+        ('{"name": "a", "parameters": 5}', "bad_arguments", 0),
+        ('{"name": "a", "parameters": {"v": NaN}}', "non_finite", 0),
+        ("<|python_tag|>brave_search.call(query='x')", "invalid_json", 0),
+    ],
+)
 def test_llama_malformed(text, kind, n_calls):
     out = llama.parse(text)
     assert kinds(out) == [kind] and len(out.calls) == n_calls
@@ -126,17 +141,34 @@ def test_llama_malformed(text, kind, n_calls):
 
 # ------------------------------------------------------------------ properties
 
-json_leaf = st.none() | st.booleans() | st.integers(-10**12, 10**12) | \
-    st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) |
-                          st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=12)
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
 tag_text = st.sampled_from(["<tool_call>", "</tool_call>", "<|python_tag|>", "{", "}", '"', ";", "\n"])
-calls_st = st.lists(st.fixed_dictionaries({
-    "name": st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,15}", fullmatch=True),
-    "arguments": st.dictionaries(st.text(max_size=8), json_value | tag_text, max_size=4),
-}), min_size=1, max_size=4)
-content_st = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30).map(str.strip).filter(
-    lambda s: "<tool_call>" not in s and "</tool_call>" not in s)
+calls_st = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,15}", fullmatch=True),
+            "arguments": st.dictionaries(st.text(max_size=8), json_value | tag_text, max_size=4),
+        }
+    ),
+    min_size=1,
+    max_size=4,
+)
+content_st = (
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+    .map(str.strip)
+    .filter(lambda s: "<tool_call>" not in s and "</tool_call>" not in s)
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -151,9 +183,12 @@ def test_llama_format_parse_round_trip(calls):
     assert llama.parse(llama.format(calls)) == ParsedTurn("", calls, [])
 
 
-garbage = st.lists(tag_text | st.text(max_size=8) | st.sampled_from(
-    ['{"name": "f", "arguments": {}}', '{"name": ', "NaN", "1e999", '"arguments": [', "]", "\\"]),
-    max_size=12).map("".join)
+garbage = st.lists(
+    tag_text
+    | st.text(max_size=8)
+    | st.sampled_from(['{"name": "f", "arguments": {}}', '{"name": ', "NaN", "1e999", '"arguments": [', "]", "\\"]),
+    max_size=12,
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None)
@@ -183,8 +218,10 @@ def test_format_rejects_what_it_cannot_write_faithfully():
 
 def test_format_writes_the_documented_text():
     calls = [{"name": "cd", "arguments": {"folder": "é"}}, {"name": "ls", "arguments": {}}]
-    assert hermes.format(calls, "Sure.") == ('Sure.\n<tool_call>\n{"name": "cd", "arguments": {"folder": "é"}}\n'
-                                             '</tool_call>\n<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>')
+    assert hermes.format(calls, "Sure.") == (
+        'Sure.\n<tool_call>\n{"name": "cd", "arguments": {"folder": "é"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>'
+    )
     assert llama.format(calls) == '{"name": "cd", "parameters": {"folder": "é"}}; {"name": "ls", "parameters": {}}'
     assert llama.format([], "All done.") == "All done."
 

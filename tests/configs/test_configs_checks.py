@@ -1,4 +1,5 @@
 """Every stage config loads with its presets, and bad configs fail at start-up naming the field."""
+
 from __future__ import annotations
 
 import json
@@ -20,130 +21,138 @@ STAGE_FILES = {"sft": sft, "rctp_ft": rctp_ft}
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
-  d = tmp_path_factory.mktemp("hf")
-  (d / "config.json").write_text(json.dumps(common.hf_architecture("qwen2_5_7b")))
-  return str(d)
+    d = tmp_path_factory.mktemp("hf")
+    (d / "config.json").write_text(json.dumps(common.hf_architecture("qwen2_5_7b")))
+    return str(d)
 
 
 @pytest.mark.parametrize("stage", sorted(STAGE_FILES))
 @pytest.mark.parametrize("preset", common.PRESETS)
 def test_presets_load_and_pass_checks(stage, preset, hf_dir):
-  c = STAGE_FILES[stage].get_config(preset)
-  assert c.stage == stage and c.preset == preset
-  if preset != "tiny":
-    c.model.path = hf_dir
-    assert (c.optim.lr, c.train.batch_size) == (1e-5, 16)  # paper Tables 10-11
-    assert c.train.epochs == {"sft": 2, "rctp_ft": 5}[stage]
-    assert c.model.remat and c.mesh.fsdp == -1
-  shape = config_checks.check(c, num_devices=8)
-  assert shape["data"] * shape["fsdp"] * shape["tensor"] == (1 if preset == "tiny" else 8)
+    c = STAGE_FILES[stage].get_config(preset)
+    assert c.stage == stage and c.preset == preset
+    if preset != "tiny":
+        c.model.path = hf_dir
+        assert (c.optim.lr, c.train.batch_size) == (1e-5, 16)  # paper Tables 10-11
+        assert c.train.epochs == {"sft": 2, "rctp_ft": 5}[stage]
+        assert c.model.remat and c.mesh.fsdp == -1
+    shape = config_checks.check(c, num_devices=8)
+    assert shape["data"] * shape["fsdp"] * shape["tensor"] == (1 if preset == "tiny" else 8)
 
 
 def test_unknown_preset():
-  with pytest.raises(ValueError, match="unknown preset 'huge'"):
-    sft.get_config("huge")
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        sft.get_config("huge")
 
 
 def _err(c, n=8) -> ConfigError:
-  with pytest.raises(ConfigError) as e:
-    config_checks.check(c, num_devices=n)
-  return e.value
+    with pytest.raises(ConfigError) as e:
+        config_checks.check(c, num_devices=n)
+    return e.value
 
 
 def test_missing_checkpoint_path_is_named():
-  e = _err(sft.get_config("qwen2_5_7b"))
-  assert e.field == "model.path" and str(e).startswith("config.model.path: missing checkpoint path")
+    e = _err(sft.get_config("qwen2_5_7b"))
+    assert e.field == "model.path" and str(e).startswith("config.model.path: missing checkpoint path")
 
 
 def test_checkpoint_path_without_config_json(tmp_path):
-  c = sft.get_config("llama3_1_8b")
-  c.model.path = str(tmp_path)
-  assert "has no config.json" in str(_err(c)) and _err(c).field == "model.path"
+    c = sft.get_config("llama3_1_8b")
+    c.model.path = str(tmp_path)
+    assert "has no config.json" in str(_err(c)) and _err(c).field == "model.path"
 
 
 def test_signature_tool_list_needs_the_qwen2_tiny_checkpoint():
-  c = sft.get_config("tiny")
-  assert c.model.tiny_tools_format == "signatures"
-  c.model.tiny_arch = "llama"
-  e = _err(c)
-  assert e.field == "model.tiny_tools_format" and "'json'" in str(e)
-  c.model.tiny_tools_format = "json"
-  config_checks.check(c, num_devices=8)
+    c = sft.get_config("tiny")
+    assert c.model.tiny_tools_format == "signatures"
+    c.model.tiny_arch = "llama"
+    e = _err(c)
+    assert e.field == "model.tiny_tools_format" and "'json'" in str(e)
+    c.model.tiny_tools_format = "json"
+    config_checks.check(c, num_devices=8)
 
 
 def test_batch_not_divisible_by_data_axis():
-  c = sft.get_config("tiny")
-  c.mesh.data, c.train.grad_accum = -1, 1
-  c.train.batch_size = 12  # data axis = 8 devices
-  e = _err(c)
-  assert e.field == "train.batch_size" and "data axis" in str(e) and "= 8" in str(e)
-  c.train.batch_size, c.train.grad_accum = 16, 3
-  assert "grad_accum=3" in str(_err(c))
+    c = sft.get_config("tiny")
+    c.mesh.data, c.train.grad_accum = -1, 1
+    c.train.batch_size = 12  # data axis = 8 devices
+    e = _err(c)
+    assert e.field == "train.batch_size" and "data axis" in str(e) and "= 8" in str(e)
+    c.train.batch_size, c.train.grad_accum = 16, 3
+    assert "grad_accum=3" in str(_err(c))
 
 
 def test_mesh_larger_than_device_count():
-  c = sft.get_config("tiny")
-  c.mesh.data, c.mesh.fsdp = 4, 4
-  e = _err(c)
-  assert e.field == "mesh" and "needs 16 devices but only 8" in str(e)
-  c.mesh.data, c.mesh.fsdp = 3, -1
-  assert _err(c).field == "mesh.fsdp"
+    c = sft.get_config("tiny")
+    c.mesh.data, c.mesh.fsdp = 4, 4
+    e = _err(c)
+    assert e.field == "mesh" and "needs 16 devices but only 8" in str(e)
+    c.mesh.data, c.mesh.fsdp = 3, -1
+    assert _err(c).field == "mesh.fsdp"
 
 
 def _with_rl(c, **rl):
-  c.unlock()
-  c.rl = ml_collections.ConfigDict({"group_size": 5, "estimator": "grpo", "policy_loss": None, **rl})
-  return c
+    c.unlock()
+    c.rl = ml_collections.ConfigDict({"group_size": 5, "estimator": "grpo", "policy_loss": None, **rl})
+    return c
 
 
 def test_batch_not_divisible_by_group_size():
-  c = _with_rl(sft.get_config("tiny"))  # batch 4, group 5
-  e = _err(c)
-  assert e.field == "train.batch_size" and "rl.group_size=5" in str(e)
+    c = _with_rl(sft.get_config("tiny"))  # batch 4, group 5
+    e = _err(c)
+    assert e.field == "train.batch_size" and "rl.group_size=5" in str(e)
 
 
 def test_unknown_estimator_name():
-  c = _with_rl(sft.get_config("tiny"), group_size=4, estimator="grpoo")
-  e = _err(c)
-  assert e.field == "rl.estimator" and "'grpoo'" in str(e) and "rc_grpo" in str(e)  # lists known names
-  config_checks.check(_with_rl(sft.get_config("tiny"), group_size=4, estimator="rc_grpo"), num_devices=8)
+    c = _with_rl(sft.get_config("tiny"), group_size=4, estimator="grpoo")
+    e = _err(c)
+    assert e.field == "rl.estimator" and "'grpoo'" in str(e) and "rc_grpo" in str(e)  # lists known names
+    config_checks.check(_with_rl(sft.get_config("tiny"), group_size=4, estimator="rc_grpo"), num_devices=8)
 
 
 def test_other_fields():
-  c = sft.get_config("tiny")
-  c.data.buckets = (512, 256)
-  assert _err(c).field == "data.buckets"
-  c = sft.get_config("tiny")
-  c.multihost.initialize = "sometimes"
-  assert _err(c).field == "multihost.initialize"
-  c = sft.get_config("tiny")
-  c.stage = "pretrain"
-  assert _err(c).field == "stage"
+    c = sft.get_config("tiny")
+    c.data.buckets = (512, 256)
+    assert _err(c).field == "data.buckets"
+    c = sft.get_config("tiny")
+    c.multihost.initialize = "sometimes"
+    assert _err(c).field == "multihost.initialize"
+    c = sft.get_config("tiny")
+    c.stage = "pretrain"
+    assert _err(c).field == "stage"
 
 
 def test_memory_shortfall_is_reported():
-  config_checks.check_memory("memory.device_bytes", 10**9, 2 * 10**9)
-  with pytest.raises(MemoryFitError, match=r"config.memory.device_bytes: .* 3.50 GB per device, 1.50 GB over"):
-    config_checks.check_memory("memory.device_bytes", 35 * 10**8, 2 * 10**9)
+    config_checks.check_memory("memory.device_bytes", 10**9, 2 * 10**9)
+    with pytest.raises(MemoryFitError, match=r"config.memory.device_bytes: .* 3.50 GB per device, 1.50 GB over"):
+        config_checks.check_memory("memory.device_bytes", 35 * 10**8, 2 * 10**9)
 
 
 def test_locked_config_on_the_command_line():
-  """The launcher validates before loading anything: a misspelt override and a missing path both stop it."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  base = [sys.executable, "-m", "rcgrpo_jax.main", "--workdir=/nonexistent/never-written"]
-  typo = subprocess.run(base + ["--config=configs/sft.py:tiny", "--config.train.batchsize=4"], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=120)
-  assert typo.returncode != 0 and "batchsize" in typo.stderr
-  missing = subprocess.run(base + ["--config=configs/sft.py:qwen2_5_7b"], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=120)
-  assert missing.returncode != 0 and "config.model.path: missing checkpoint path" in missing.stderr
-  assert not os.path.exists("/nonexistent/never-written")
+    """The launcher validates before loading anything: a misspelt override and a missing path both stop it."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    base = [sys.executable, "-m", "rcgrpo_jax.main", "--workdir=/nonexistent/never-written"]
+    typo = subprocess.run(
+        base + ["--config=configs/sft.py:tiny", "--config.train.batchsize=4"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert typo.returncode != 0 and "batchsize" in typo.stderr
+    missing = subprocess.run(
+        base + ["--config=configs/sft.py:qwen2_5_7b"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode != 0 and "config.model.path: missing checkpoint path" in missing.stderr
+    assert not os.path.exists("/nonexistent/never-written")
 
 
 def test_when_the_launcher_initialises_jax_distributed():
-  from rcgrpo_jax.main import wants_distributed
-  assert not wants_distributed("auto", {})
-  assert not wants_distributed("auto", {"SLURM_NTASKS": "1"})
-  assert wants_distributed("auto", {"SLURM_NTASKS": "2"})
-  assert wants_distributed("auto", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
-  assert wants_distributed("always", {}) and not wants_distributed("never", {"SLURM_NTASKS": "8"})
+    from rcgrpo_jax.main import wants_distributed
+
+    assert not wants_distributed("auto", {})
+    assert not wants_distributed("auto", {"SLURM_NTASKS": "1"})
+    assert wants_distributed("auto", {"SLURM_NTASKS": "2"})
+    assert wants_distributed("auto", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+    assert wants_distributed("always", {}) and not wants_distributed("never", {"SLURM_NTASKS": "8"})

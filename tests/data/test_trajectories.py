@@ -1,4 +1,5 @@
 """Expert and failure trajectories, and the datasets built from them."""
+
 import collections
 
 import pytest
@@ -29,11 +30,11 @@ def test_all_800_expert_trajectories():
     calls = first["messages"][1]["tool_calls"]
     assert [c["function"]["name"] for c in calls] == ["cd", "mkdir", "mv"]
     assert calls[2]["function"]["arguments"] == {"source": "final_report.pdf", "destination": "temp"}
-    assert [m["role"] for m in first["messages"][1:6]] == ["assistant", "tool", "tool", "tool",
-                                                           "assistant"]
+    assert [m["role"] for m in first["messages"][1:6]] == ["assistant", "tool", "tool", "tool", "assistant"]
     miss_func = [r for r in records if r["category"] == "miss_func"][0]
     assert miss_func["released_tools"] and all(
-        int(turn) in bfcl.get_task(miss_func["id"]).held_out for turn in miss_func["released_tools"])
+        int(turn) in bfcl.get_task(miss_func["id"]).held_out for turn in miss_func["released_tools"]
+    )
 
 
 def test_failures_score_zero_and_have_their_kind(sample_tasks, sample_failures):
@@ -51,8 +52,9 @@ def test_failures_score_zero_and_have_their_kind(sample_tasks, sample_failures):
             else:
                 assert users == n_user
             if record["failure"] == "skipped_turn":
-                assert trajectories.CANNOT_TEXT in [m["content"] for m in record["messages"]
-                                                     if m["role"] == "assistant"]
+                assert trajectories.CANNOT_TEXT in [
+                    m["content"] for m in record["messages"] if m["role"] == "assistant"
+                ]
     assert set(kinds) == set(trajectories.FAILURE_GENERATORS)
     assert kinds["wrong_parameter"] == kinds["skipped_turn"] == len(sample_tasks)
 
@@ -61,35 +63,45 @@ def test_wrong_tool_swaps_mv_for_cp():
     task = bfcl.get_task("multi_turn_base_0")  # cd, mkdir, mv(...)
     record = trajectories.failure_trajectory(task, "wrong_tool", seed=0, max_tries=50)
     names = [c["function"]["name"] for m in record["messages"] for c in m.get("tool_calls", [])]
-    expert = [c["function"]["name"] for m in trajectories.expert_trajectory(task)["messages"]
-              for c in m.get("tool_calls", [])]
+    expert = [
+        c["function"]["name"] for m in trajectories.expert_trajectory(task)["messages"] for c in m.get("tool_calls", [])
+    ]
     assert len(names) == len(expert)
     assert sum(a != b for a, b in zip(names, expert)) == 1
-    siblings = list(trajectories.wrong_tool(task, bfcl.ground_truth_script(task),
-                                            __import__("random").Random(0)))
+    siblings = list(trajectories.wrong_tool(task, bfcl.ground_truth_script(task), __import__("random").Random(0)))
     swapped = {c["name"] for script, _ in siblings for step in script[0] for c in step} - set(expert)
     assert "cp" in swapped
 
 
 def test_failures_are_deterministic(sample_tasks):
     task = sample_tasks[3]
-    assert trajectories.failure_trajectories(task, seed=1) == trajectories.failure_trajectories(
-        task, seed=1)
+    assert trajectories.failure_trajectories(task, seed=1) == trajectories.failure_trajectories(task, seed=1)
 
 
 def test_rollout_record_format():
-    messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": "", "tool_calls": [
-                    {"id": "c0", "type": "function", "function": {"name": "ls", "arguments": {}}}]},
-                {"role": "tool", "tool_call_id": "c0", "name": "ls", "content": "{}"},
-                {"role": "assistant", "content": "done"}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "ls", "arguments": {}}}],
+        },
+        {"role": "tool", "tool_call_id": "c0", "name": "ls", "content": "{}"},
+        {"role": "assistant", "content": "done"},
+    ]
     record = trajectories.rollout_record("multi_turn_base_3", messages, [], 0.0)
     assert record["category"] == "base" and record["kind"] == "rollout"
     with pytest.raises(ValueError, match="tool results missing"):
         trajectories.rollout_record("multi_turn_base_3", messages[:2] + messages[3:], [], 0.0)
     with pytest.raises(ValueError, match="object arguments"):
-        bad = [messages[0], {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c0", "function": {"name": "ls", "arguments": "{}"}}]}]
+        bad = [
+            messages[0],
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c0", "function": {"name": "ls", "arguments": "{}"}}],
+            },
+        ]
         trajectories.rollout_record("multi_turn_base_3", bad, [], 0.0)
 
 
@@ -101,13 +113,12 @@ def test_datasets(sample_tasks, sample_failures, tmp_path):
     rctp = datasets.rctp_records(experts, failures, seed=0)
     assert len(rctp) == 2 * len(experts)
     by_goal = collections.Counter((r["kind"], r["reward_goal"]) for r in rctp)
-    assert by_goal == {("expert", "<|high_reward|>"): len(experts),
-                       ("failure", "<|low_reward|>"): len(experts)}
+    assert by_goal == {("expert", "<|high_reward|>"): len(experts), ("failure", "<|low_reward|>"): len(experts)}
     for r in rctp:
         first_user = next(m for m in r["messages"] if m["role"] == "user")
         assert first_user["content"].endswith(
-            "\n\n[Reward Goal: <|high_reward|>]" if r["kind"] == "expert"
-            else "\n\n[Reward Goal: <|low_reward|>]")
+            "\n\n[Reward Goal: <|high_reward|>]" if r["kind"] == "expert" else "\n\n[Reward Goal: <|low_reward|>]"
+        )
         assert sum("[Reward Goal:" in m.get("content", "") for m in r["messages"]) == 1
     assert len({r["id"] for r in rctp if r["kind"] == "failure"}) == len(experts)  # round-robin
     assert datasets.rctp_records(experts, failures, seed=0) == rctp

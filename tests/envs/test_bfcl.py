@@ -1,11 +1,13 @@
 """The BFCL environment end to end: ground-truth replays, perturbations against the package's own
 checker, hostile input, isolation and limits."""
+
 import copy
 import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rcgrpo_jax.envs import Environment, bfcl, dispatch, official, rewards
 from rcgrpo_jax.envs.isolation import import_bfcl, restore_package_state
@@ -24,8 +26,9 @@ def direct_checker(task, call_strings, name):
     """The package's multi_turn_checker called directly on the same call strings."""
     restore_package_state()
     checker = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
-    result = checker.multi_turn_checker(call_strings, [list(t) for t in task.ground_truth],
-                                        task.entry, task.id.rsplit("_", 1)[0], name)
+    result = checker.multi_turn_checker(
+        call_strings, [list(t) for t in task.ground_truth], task.entry, task.id.rsplit("_", 1)[0], name
+    )
     cache = vars(import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"))
     for key in [k for k in cache if k.startswith(name)]:
         del cache[key]
@@ -41,8 +44,11 @@ def test_load_tasks(tasks):
         assert len(chosen) == 200 and all(t.category == category for t in chosen)
         assert all(t.id.startswith(f"multi_turn_{category}_") for t in chosen)
     first = bfcl.get_task("multi_turn_base_0")
-    assert first.ground_truth[0] == ("cd(folder='document')", "mkdir(dir_name='temp')",
-                                     "mv(source='final_report.pdf', destination='temp')")
+    assert first.ground_truth[0] == (
+        "cd(folder='document')",
+        "mkdir(dir_name='temp')",
+        "mv(source='final_report.pdf', destination='temp')",
+    )
     assert isinstance(bfcl.BFCLEnv(first), Environment)
     with pytest.raises(ValueError):
         bfcl.load_tasks(["nope"])
@@ -66,8 +72,7 @@ def test_reset_returns_first_turn_and_openai_tools():
     assert messages == task.entry["question"][0]
     names = [t["function"]["name"] for t in tools]
     assert len(names) == len(set(names)) > 0
-    assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object"
-               for t in tools)
+    assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in tools)
     assert "dict" not in json.dumps(tools).replace("dictionary", "")
     tools[0]["function"]["name"] = "mutated"  # callers get copies
     assert bfcl.BFCLEnv(task).reset()[1][0]["function"]["name"] != "mutated"
@@ -93,14 +98,14 @@ def test_miss_func_holds_out_and_releases():
 def test_held_out_callable_flag():
     task = bfcl.get_task("multi_turn_miss_func_49")  # its answer calls `tail` before the release
     strict = replay(task, config=bfcl.EnvConfig(held_out_callable=False))
-    statuses = {r["name"]: r["status"] for turn in strict.trace()["turns"] for step in turn
-                for r in step}
+    statuses = {r["name"]: r["status"] for turn in strict.trace()["turns"] for step in turn for r in step}
     assert statuses["tail"] == "rejected"
     assert strict.reward() == 0.0
     assert replay(task).reward() == 1.0
 
 
 # --- perturbations -----------------------------------------------------------------------------
+
 
 def _flat(script):
     return [(t, c) for t, steps in enumerate(script) for c in range(len(steps[0]) if steps else 0)]
@@ -127,8 +132,17 @@ def perturb(task, kind):
             return None
         key = sorted(args)[0]
         value = args[key]
-        args[key] = (not value if type(value) is bool else value + 1 if type(value) in (int, float)
-                     else value + "_x" if type(value) is str else value[:-1] if value else ["x"])
+        args[key] = (
+            not value
+            if type(value) is bool
+            else value + 1
+            if type(value) in (int, float)
+            else value + "_x"
+            if type(value) is str
+            else value[:-1]
+            if value
+            else ["x"]
+        )
     return script
 
 
@@ -181,6 +195,7 @@ PAYLOAD = "__import__('os').system('touch {marker}')"
 def marker(tmp_path, monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("a model call reached os.system")
+
     monkeypatch.setattr(os, "system", forbidden)
     return tmp_path / "pwned"
 
@@ -203,7 +218,11 @@ def hostile_calls(marker):
         {"name": "mkdir", "arguments": {"dir_name": float("inf")}},
         {"name": "ls", "arguments": {"a": float("nan")}},
         {"name": "tail", "arguments": {"file_name": "f.txt", "lines": 10**30}},
-        "cd(folder='x')", None, 42, {"name": None}, {"function": {"name": "pwd", "arguments": "{}"}},
+        "cd(folder='x')",
+        None,
+        42,
+        {"name": None},
+        {"function": {"name": "pwd", "arguments": "{}"}},
     ]
 
 
@@ -227,20 +246,42 @@ def test_hostile_calls_never_execute_or_crash(marker):
 
 
 names = st.one_of(
-    st.sampled_from(["__import__", "_load_scenario", "__init__", "eval", "exec", "open", "os.system",
-                     "post_tweet", "cd", "echo", "ls", "mkdir", "mean", "__class__.__bases__"]),
-    st.text(max_size=30))
+    st.sampled_from(
+        [
+            "__import__",
+            "_load_scenario",
+            "__init__",
+            "eval",
+            "exec",
+            "open",
+            "os.system",
+            "post_tweet",
+            "cd",
+            "echo",
+            "ls",
+            "mkdir",
+            "mean",
+            "__class__.__bases__",
+        ]
+    ),
+    st.text(max_size=30),
+)
 values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
-    | st.just(PAYLOAD),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40) | st.just(PAYLOAD),
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
-    max_leaves=10)
+    max_leaves=10,
+)
 arg_names = st.sampled_from(["folder", "dir_name", "content", "file_name", "a", "__class__", "x"])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.fixed_dictionaries({"name": names, "arguments": st.dictionaries(
-    arg_names, values, max_size=3)}), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.fixed_dictionaries({"name": names, "arguments": st.dictionaries(arg_names, values, max_size=3)}),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_random_calls_never_crash(marker, calls):
     env = bfcl.BFCLEnv("multi_turn_base_1")
     env.reset()
@@ -256,6 +297,7 @@ def test_random_calls_never_crash(marker, calls):
 
 
 # --- isolation ---------------------------------------------------------------------------------
+
 
 def _fingerprint(env):
     return json.dumps([env.trace(), env.reward(), env.official_verdict()], sort_keys=True)
@@ -291,12 +333,19 @@ def test_mutable_default_does_not_leak_between_episodes():
     for _ in range(2):
         env = bfcl.BFCLEnv(task)
         env.reset()
-        env.step([{"name": "authenticate_twitter",
-                   "arguments": {"username": task.entry["initial_config"]["TwitterAPI"]["username"],
-                                 "password": task.entry["initial_config"]["TwitterAPI"]["password"]}}])
+        env.step(
+            [
+                {
+                    "name": "authenticate_twitter",
+                    "arguments": {
+                        "username": task.entry["initial_config"]["TwitterAPI"]["username"],
+                        "password": task.entry["initial_config"]["TwitterAPI"]["password"],
+                    },
+                }
+            ]
+        )
         posted = json.loads(env.step([{"name": "post_tweet", "arguments": {"content": "hi"}}])[0])
-        env.step([{"name": "mention", "arguments": {"tweet_id": posted["id"],
-                                                     "mentioned_usernames": ["@z"]}}])
+        env.step([{"name": "mention", "arguments": {"tweet_id": posted["id"], "mentioned_usernames": ["@z"]}}])
         results.append(posted)
     assert results[0] == results[1] and results[0]["mentions"] == []
     cls = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.posting_api").TwitterAPI
@@ -304,6 +353,7 @@ def test_mutable_default_does_not_leak_between_episodes():
 
 
 # --- limits ------------------------------------------------------------------------------------
+
 
 def test_step_limit_force_terminates():
     env = bfcl.BFCLEnv("multi_turn_base_0")
@@ -326,8 +376,7 @@ def test_tool_call_and_output_caps():
     assert env.step([]) == []
     results = env.step([{"name": "ls", "arguments": {}}] * 4)
     assert len(results[0]) <= 60 + len(bfcl.TRUNCATION_MARK)
-    assert results[1] == bfcl.TRUNCATION_MARK.lstrip("\n") or results[1].endswith(
-        bfcl.TRUNCATION_MARK)
+    assert results[1] == bfcl.TRUNCATION_MARK.lstrip("\n") or results[1].endswith(bfcl.TRUNCATION_MARK)
     assert "tool-call limit (3)" in results[3]
     assert env.done_reason == "max_tool_calls" and env.reward() == 0.0
 
@@ -335,6 +384,7 @@ def test_tool_call_and_output_caps():
 def test_call_timeout_ends_the_episode(monkeypatch):
     def too_slow(fn, kwargs, timeout_s):
         raise dispatch.CallTimeout()
+
     monkeypatch.setattr(dispatch, "call_with_timeout", too_slow)
     env = bfcl.BFCLEnv("multi_turn_base_0")
     env.reset()

@@ -1,4 +1,5 @@
 """Safe call execution (rcgrpo_jax.envs.dispatch) on a toy tool class."""
+
 import decimal
 import threading
 
@@ -36,15 +37,19 @@ class Toy:
 
 
 def spec(name, properties, required=()):
-    return FunctionSpec(name, "Toy", {"type": "object", "properties": properties,
-                                      "required": list(required)},
-                        dispatch.method_signature(Toy, name))
+    return FunctionSpec(
+        name,
+        "Toy",
+        {"type": "object", "properties": properties, "required": list(required)},
+        dispatch.method_signature(Toy, name),
+    )
 
 
 SPECS = {
-    "add": spec("add", {"item": {"type": "string"}, "tags": {"type": "array",
-                                                            "items": {"type": "string"}}}, ["item"]),
-    "boom": spec("boom", {}), "spin": spec("spin", {}), "precise": spec("precise", {}),
+    "add": spec("add", {"item": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}, ["item"]),
+    "boom": spec("boom", {}),
+    "spin": spec("spin", {}),
+    "precise": spec("precise", {}),
 }
 
 
@@ -74,20 +79,23 @@ def test_given_list_argument_is_copied_before_the_tool_keeps_it():
     assert tags == ["x"] and record.arguments == {"item": "a", "tags": ["x"]}
 
 
-@pytest.mark.parametrize("raw,fragment", [
-    ({"name": "_secret", "arguments": {}}, "unknown function"),
-    ({"name": "__class__", "arguments": {}}, "unknown function"),
-    ({"name": "__import__('os').system('x')", "arguments": {}}, "unknown function"),
-    ({"name": ["add"], "arguments": {}}, "unknown function"),
-    ({"arguments": {}}, "unknown function"),
-    ("add(item='a')", "unknown function"),
-    ({"name": "add", "arguments": {}}, "missing required argument 'item'"),
-    ({"name": "add", "arguments": {"item": 3}}, "'item' must be of type string"),
-    ({"name": "add", "arguments": {"item": "a", "extra": 1}}, "unexpected argument 'extra'"),
-    ({"name": "add", "arguments": '{"item": NaN}'}, "not valid JSON"),
-    ({"name": "add", "arguments": "[" * 100_000 + "]" * 100_000}, "not valid JSON"),
-    ({"name": "add", "arguments": "not json"}, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw,fragment",
+    [
+        ({"name": "_secret", "arguments": {}}, "unknown function"),
+        ({"name": "__class__", "arguments": {}}, "unknown function"),
+        ({"name": "__import__('os').system('x')", "arguments": {}}, "unknown function"),
+        ({"name": ["add"], "arguments": {}}, "unknown function"),
+        ({"arguments": {}}, "unknown function"),
+        ("add(item='a')", "unknown function"),
+        ({"name": "add", "arguments": {}}, "missing required argument 'item'"),
+        ({"name": "add", "arguments": {"item": 3}}, "'item' must be of type string"),
+        ({"name": "add", "arguments": {"item": "a", "extra": 1}}, "unexpected argument 'extra'"),
+        ({"name": "add", "arguments": '{"item": NaN}'}, "not valid JSON"),
+        ({"name": "add", "arguments": "[" * 100_000 + "]" * 100_000}, "not valid JSON"),
+        ({"name": "add", "arguments": "not json"}, "not valid JSON"),
+    ],
+)
 def test_rejected_calls_do_not_run(raw, fragment):
     toy = Toy()
     record = call(toy, raw)
@@ -116,8 +124,9 @@ def test_timeout_on_main_thread_uses_the_alarm():
 def test_timeout_off_main_thread_uses_a_worker_thread():
     STOP.clear()
     box = {}
-    worker = threading.Thread(target=lambda: box.update(
-        r=call(Toy(), {"name": "spin", "arguments": {}}, Limits(call_timeout_s=0.2))))
+    worker = threading.Thread(
+        target=lambda: box.update(r=call(Toy(), {"name": "spin", "arguments": {}}, Limits(call_timeout_s=0.2)))
+    )
     worker.start()
     worker.join(10)
     STOP.set()  # let the abandoned call finish

@@ -1,4 +1,5 @@
 """Reward registry and the RC-GRPO reward math (rcgrpo_jax.envs.rewards), on hand-made outcomes."""
+
 import pytest
 
 from rcgrpo_jax.envs import rewards
@@ -12,8 +13,7 @@ def outcome(model, states_equal=True, terminated=False):
 
 
 def test_registry_names_and_unknown():
-    assert {"rc_grpo", "state_consistency", "action_coverage", "coverage_fraction"} <= set(
-        rewards.names())
+    assert {"rc_grpo", "state_consistency", "action_coverage", "coverage_fraction"} <= set(rewards.names())
     with pytest.raises(KeyError, match="known"):
         rewards.get("nope")
 

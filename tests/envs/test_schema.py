@@ -1,18 +1,27 @@
 """Schema conversion and argument checks (rcgrpo_jax.envs.schema)."""
+
 import math
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rcgrpo_jax.envs import schema
 
-DOC = {"name": "edit", "description": "Edit.", "parameters": {
-    "type": "dict", "required": ["ticket_id"], "properties": {
-        "ticket_id": {"type": "integer", "description": "id"},
-        "ratio": {"type": "float", "description": "r"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "updates": {"type": "dict", "properties": {"title": {"type": "string"},
-                                                   "priority": {"type": "integer"}}},
-        "mode": {"type": "string", "enum": ["a", "b"]}}}}
+DOC = {
+    "name": "edit",
+    "description": "Edit.",
+    "parameters": {
+        "type": "dict",
+        "required": ["ticket_id"],
+        "properties": {
+            "ticket_id": {"type": "integer", "description": "id"},
+            "ratio": {"type": "float", "description": "r"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "updates": {"type": "dict", "properties": {"title": {"type": "string"}, "priority": {"type": "integer"}}},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+        },
+    },
+}
 PARAMS = schema.to_openai_tool(DOC)["function"]["parameters"]
 
 
@@ -33,8 +42,12 @@ def test_to_openai_tool_converts_types_recursively():
 
 def test_check_arguments_accepts_valid_and_null_optionals():
     assert schema.check_arguments({"ticket_id": 3}, PARAMS) is None
-    assert schema.check_arguments({"ticket_id": 3, "ratio": 2, "tags": ["x"], "mode": "b",
-                                   "updates": {"title": "t"}}, PARAMS) is None
+    assert (
+        schema.check_arguments(
+            {"ticket_id": 3, "ratio": 2, "tags": ["x"], "mode": "b", "updates": {"title": "t"}}, PARAMS
+        )
+        is None
+    )
     assert schema.check_arguments({"ticket_id": 3, "ratio": None}, PARAMS) is None
 
 
@@ -58,8 +71,7 @@ def test_check_arguments_errors():
 def test_non_json_and_oversized_values_are_refused():
     assert "finite" in schema.check_arguments({"ticket_id": 1, "ratio": math.nan}, PARAMS)
     assert "finite" in schema.check_arguments({"ticket_id": 1, "ratio": -math.inf}, PARAMS)
-    assert "unsupported value of type tuple" in schema.check_arguments(
-        {"ticket_id": 1, "tags": ("a",)}, PARAMS)
+    assert "unsupported value of type tuple" in schema.check_arguments({"ticket_id": 1, "tags": ("a",)}, PARAMS)
     assert "integer out of range" in schema.check_arguments({"ticket_id": 10**40}, PARAMS)
     assert "larger than" in schema.check_arguments({"ticket_id": 1, "mode": "a" * 200_000}, PARAMS)
     deep = []
@@ -79,9 +91,9 @@ def test_str_subclass_is_not_plain_json():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children,
-                                                                     max_size=4),
-    max_leaves=20)
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -94,6 +106,7 @@ def test_check_arguments_never_raises(arguments):
 def test_compact_tool_keeps_the_signature_and_drops_prose():
     from rcgrpo_jax.envs.bfcl import function_docs
     from rcgrpo_jax.envs.schema import compact_tool, to_openai_tool
+
     doc = next(d for d in function_docs("GorillaFileSystem") if d["name"] == "mv")
     full = to_openai_tool(doc)
     short = compact_tool(full)
@@ -104,5 +117,6 @@ def test_compact_tool_keeps_the_signature_and_drops_prose():
     assert params["required"] == full["function"]["parameters"]["required"]
     assert set(params["properties"]) == set(full["function"]["parameters"]["properties"])
     assert all("description" not in p for p in params["properties"].values())
-    assert all(p["type"] == full["function"]["parameters"]["properties"][k]["type"]
-               for k, p in params["properties"].items())
+    assert all(
+        p["type"] == full["function"]["parameters"]["properties"][k]["type"] for k, p in params["properties"].items()
+    )

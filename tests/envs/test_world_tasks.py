@@ -1,4 +1,5 @@
 """Generated-world tasks (BFCL format + `allowed_functions`) through the same BFCLEnv and checker."""
+
 import pytest
 
 from rcgrpo_jax.envs.bfcl import BFCLEnv, Task, ground_truth_script, run_script

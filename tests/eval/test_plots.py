@@ -1,4 +1,5 @@
 """Plots: one valid PNG per logged metric, one line per run; gaps in the logs tolerated."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,28 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     grpo = d / "grpo.jsonl"
     rc = d / "rc.jsonl"
-    grpo.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 2, "reward_mean": 0.5, "kl": 0.01, "frac_zero_var_groups": 0.7},
-        {"step": 1, "reward_mean": 0.25, "entropy_mean": 1.5},
-        {"step": 3, "reward_mean": float("nan"), "kl": 0.02},  # NaN: written by json as NaN
-    ]) + "\n\n" + '{"step": 4, "reward_me')  # torn last line
-    rc.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 1, "reward_mean": 0.3, "adv_std": 0.9, "note": "text"},
-        {"step": 2, "reward_mean": 0.6, "adv_std": 0.8, "flag": True},
-    ]) + "\n")
+    grpo.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 2, "reward_mean": 0.5, "kl": 0.01, "frac_zero_var_groups": 0.7},
+                {"step": 1, "reward_mean": 0.25, "entropy_mean": 1.5},
+                {"step": 3, "reward_mean": float("nan"), "kl": 0.02},  # NaN: written by json as NaN
+            ]
+        )
+        + "\n\n"
+        + '{"step": 4, "reward_me'
+    )  # torn last line
+    rc.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 1, "reward_mean": 0.3, "adv_std": 0.9, "note": "text"},
+                {"step": 2, "reward_mean": 0.6, "adv_std": 0.8, "flag": True},
+            ]
+        )
+        + "\n"
+    )
     return {"GRPO": str(grpo), "RC-GRPO": str(rc)}
 
 
@@ -49,7 +63,8 @@ def test_plots_are_png_files(runs, tmp_path):
 
 def test_missing_metric_gets_no_file_and_all_keys_mode(runs, tmp_path):
     assert plot_runs(runs, str(tmp_path / "a"), metrics=["grad_norm"]) == {}
-    written = plot_runs({"x": [{"step": 0, "loss/total": 1.0}, {"step": 1, "loss/total": 0.5}]},
-                        str(tmp_path / "b"), metrics=None)
+    written = plot_runs(
+        {"x": [{"step": 0, "loss/total": 1.0}, {"step": 1, "loss/total": 0.5}]}, str(tmp_path / "b"), metrics=None
+    )
     assert list(written) == ["loss/total"]
     assert written["loss/total"].endswith("loss_total.png")

@@ -1,4 +1,5 @@
 """Tiny random HF checkpoints (torch, CPU) shared by the model tests, built once per session."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """`layers.grouped_attention` (our GQA attention with its own backward) against jax.nn.dot_product_attention,
 the library function it replaced, and against values worked out by hand."""
+
 from __future__ import annotations
 
 import chex
@@ -27,7 +28,6 @@ def _inputs(dtype=jnp.float32):
 
 
 class GroupedAttentionTest(parameterized.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.parameters(jnp.float32, jnp.bfloat16)
     def test_forward_equals_library(self, dtype):

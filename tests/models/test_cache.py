@@ -1,5 +1,6 @@
 """KV cache: prefill + decode (token by token and in chunks) reproduces the full forward, with padding
 on either side and holes in the middle of the context."""
+
 from __future__ import annotations
 
 import jax
@@ -111,7 +112,9 @@ def test_padded_prompts_and_holes_match_unpadded_rows(params, seqs, full, side):
 
 def test_hidden_times_output_embedding_is_logits(params, seqs, full):
     pos = np.broadcast_to(np.arange(10), (2, 10))
-    hidden, cache = _forward(CONFIG, params, jnp.asarray(seqs), jnp.asarray(pos), jnp.ones((2, 10), bool), return_hidden=True)
+    hidden, cache = _forward(
+        CONFIG, params, jnp.asarray(seqs), jnp.asarray(pos), jnp.ones((2, 10), bool), return_hidden=True
+    )
     assert cache is None and hidden.shape == (2, 10, CONFIG.hidden_size)
     logits = np.asarray(hidden) @ np.asarray(output_embedding(CONFIG, params))
     np.testing.assert_allclose(logits, full, atol=TOL, rtol=0)
@@ -137,5 +140,7 @@ def test_remat_gives_the_same_loss_and_grads(params, seqs):
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
     assert float(jnp.abs(g0["layers"]["attn"]["q_proj"]["kernel"]).max()) > 0
     remat_config = dataclasses.replace(CONFIG, remat=True)
-    traced = [str(jax.make_jaxpr(jax.grad(loss, argnums=1), static_argnums=0)(c, params)) for c in (CONFIG, remat_config)]
+    traced = [
+        str(jax.make_jaxpr(jax.grad(loss, argnums=1), static_argnums=0)(c, params)) for c in (CONFIG, remat_config)
+    ]
     assert "remat" not in traced[0] and "remat" in traced[1]  # remat is really applied

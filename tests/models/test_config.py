@@ -1,4 +1,5 @@
 """ModelConfig.from_hf: both transformers config layouts, hashing, and clear errors on bad configs."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """HF checkpoint round trips: load_hf -> save_hf -> transformers, sharded files, mesh placement, bf16."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,8 @@ import pytest
 import safetensors.numpy
 import torch
 import transformers
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import apply, load_hf, save_hf
@@ -33,7 +35,9 @@ def test_round_trip_through_transformers(arch, hf_checkpoint, tmp_path):
     path, model = hf_checkpoint(arch)
     config, params = load_hf(path)
     save_hf(config, params, tmp_path)
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     assert type(reloaded) is type(model)
     np.testing.assert_array_equal(hf_logits(reloaded, IDS), hf_logits(model, IDS))
     config2, params2 = load_hf(tmp_path)

@@ -1,4 +1,5 @@
 """Logit parity with HF transformers (torch CPU, fp32) on tiny random Qwen2 and LLaMA 3.1 models."""
+
 from __future__ import annotations
 
 import functools

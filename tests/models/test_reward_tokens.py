@@ -1,4 +1,5 @@
 """Reward-token resize: ids, grown shapes, untouched old rows, mean-initialised new rows, save/load."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,7 +71,9 @@ def test_grows_when_vocab_is_full(tied):
         np.testing.assert_array_equal(head[:24], old_head)
         np.testing.assert_allclose(head[24:], np.broadcast_to(old_head.mean(0), (2, 16)), rtol=1e-6, atol=1e-7)
     # untouched: everything but the embedding / lm_head
-    np.testing.assert_array_equal(new_params["layers"]["attn"]["q_proj"]["kernel"], params["layers"]["attn"]["q_proj"]["kernel"])
+    np.testing.assert_array_equal(
+        new_params["layers"]["attn"]["q_proj"]["kernel"], params["layers"]["attn"]["q_proj"]["kernel"]
+    )
     # they are special: not split, and dropped by skip_special_tokens
     enc = tok.encode(f"w3 {HIGH_REWARD_TOKEN} w4")
     assert enc == [5, 24, 6]

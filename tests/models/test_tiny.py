@@ -1,4 +1,5 @@
 """Tiny offline HF checkpoints: load with transformers, identical ids on both tokenizer paths, determinism."""
+
 import json
 import os
 import unicodedata
@@ -22,8 +23,11 @@ def ckpts(tmp_path_factory):
     out = {}
     for arch in ARCHS:
         path = build_tiny_checkpoint(tmp_path_factory.mktemp(arch), arch=arch)
-        out[arch] = dict(path=path, auto=transformers.AutoTokenizer.from_pretrained(path),
-                         raw=tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json")))
+        out[arch] = dict(
+            path=path,
+            auto=transformers.AutoTokenizer.from_pretrained(path),
+            raw=tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json")),
+        )
     return out
 
 
@@ -35,8 +39,13 @@ def test_loads_with_transformers_with_the_requested_shape(ckpts, arch):
     assert type(model).__name__ == {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[arch]
     assert type(tok).__name__ == {"qwen2": "Qwen2Tokenizer", "llama": "TokenizersBackend"}[arch]
     cfg = model.config
-    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
-            cfg.intermediate_size) == (64, 2, 4, 2, 128)
+    assert (
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.intermediate_size,
+    ) == (64, 2, 4, 2, 128)
     assert cfg.vocab_size == len(tok)
     assert cfg.tie_word_embeddings == (arch == "qwen2")
     raw_cfg = json.load(open(os.path.join(c["path"], "config.json")))
@@ -56,10 +65,26 @@ def test_loads_with_transformers_with_the_requested_shape(ckpts, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_special_tokens_are_single_ids_after_the_bpe_vocab(ckpts, arch):
     tok = ckpts[arch]["auto"]
-    names = {"qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
-                       "<tool_response>", "</tool_response>"],
-             "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                       "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"]}[arch]
+    names = {
+        "qwen2": [
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<tool_response>",
+            "</tool_response>",
+        ],
+        "llama": [
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+        ],
+    }[arch]
     ids = [tok(n, add_special_tokens=False)["input_ids"] for n in names]
     assert all(len(i) == 1 for i in ids)
     assert sorted(i[0] for i in ids) == list(range(len(tok) - len(names), len(tok)))
@@ -69,12 +94,18 @@ def test_special_tokens_are_single_ids_after_the_bpe_vocab(ckpts, arch):
 
 
 TEXTS = [
-    "Hello world", "  leading and   inner   spaces\t\ttabs\n\n\nnewlines \r\n", "x = 1234567890 + 3.14159e-7",
+    "Hello world",
+    "  leading and   inner   spaces\t\ttabs\n\n\nnewlines \r\n",
+    "x = 1234567890 + 3.14159e-7",
     '{"name": "mv", "arguments": {"source": "a.txt", "destination": "b/"}}',
-    "café naïve Zürich — “quotes” ‘single’ …", "e\u0301 versus \u00e9, A\u030a, \ufb01 ligature",  # NFC matters
-    "Ελληνικά русский 中文文本 日本語のテキスト 한국어 العربية हिन्दी", "emoji 🚀✨👩‍👩‍👧 flags 🇩🇪",
-    "I'm, you're, they'LL, it's, we'VE", "<|im_start|>user\nhi<|im_end|>\n<tool_call>x</tool_call>",
-    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhey<|eot_id|>", "\u0000\u001f\u007f\ufeff",
+    "café naïve Zürich — “quotes” ‘single’ …",
+    "e\u0301 versus \u00e9, A\u030a, \ufb01 ligature",  # NFC matters
+    "Ελληνικά русский 中文文本 日本語のテキスト 한국어 العربية हिन्दी",
+    "emoji 🚀✨👩‍👩‍👧 flags 🇩🇪",
+    "I'm, you're, they'LL, it's, we'VE",
+    "<|im_start|>user\nhi<|im_end|>\n<tool_call>x</tool_call>",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhey<|eot_id|>",
+    "\u0000\u001f\u007f\ufeff",
 ]
 
 
@@ -83,8 +114,9 @@ def test_both_tokenizer_loading_paths_give_identical_ids(ckpts, arch):
     auto, raw = ckpts[arch]["auto"], ckpts[arch]["raw"]
     for text in TEXTS:
         for special in (False, True):
-            assert auto(text, add_special_tokens=special)["input_ids"] == \
-                raw.encode(text, add_special_tokens=special).ids, (text, special)
+            assert (
+                auto(text, add_special_tokens=special)["input_ids"] == raw.encode(text, add_special_tokens=special).ids
+            ), (text, special)
     if arch == "llama":  # the BOS post-processor is part of tokenizer.json and survives loading
         assert auto("hi")["input_ids"][0] == auto.bos_token_id
     else:
@@ -116,43 +148,85 @@ def test_same_seed_same_files_other_seed_other_weights(tmp_path):
 
 
 def test_padded_vocab_rope_scaling_and_custom_corpus(tmp_path):
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     corpus = ["alpha beta gamma delta"] * 50
-    path = build_tiny_checkpoint(tmp_path / "p", arch="llama", hidden_size=16, num_layers=1, num_heads=2,
-                                 num_kv_heads=1, intermediate_size=32, vocab_size=512, corpus=corpus,
-                                 rope_scaling=scaling, tie_word_embeddings=True)
+    path = build_tiny_checkpoint(
+        tmp_path / "p",
+        arch="llama",
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=32,
+        vocab_size=512,
+        corpus=corpus,
+        rope_scaling=scaling,
+        tie_word_embeddings=True,
+    )
     tok = transformers.AutoTokenizer.from_pretrained(path)
     cfg = transformers.AutoConfig.from_pretrained(path)
     assert cfg.vocab_size == 512 > len(tok) and cfg.tie_word_embeddings
     assert cfg.rope_parameters["rope_type"] == "llama3" and cfg.rope_parameters["factor"] == 8.0
     assert json.load(open(os.path.join(path, "config.json")))["rope_scaling"] == scaling
-    assert tok("alpha beta", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids("alpha"),
-                                                                        tok.convert_tokens_to_ids("Ġbeta")]
+    assert tok("alpha beta", add_special_tokens=False)["input_ids"] == [
+        tok.convert_tokens_to_ids("alpha"),
+        tok.convert_tokens_to_ids("Ġbeta"),
+    ]
     with pytest.raises(ValueError, match="smaller than the tokenizer"):
         build_tiny_checkpoint(tmp_path / "q", arch="qwen2", vocab_size=10)
     with pytest.raises(ValueError, match="arch"):
         build_tiny_checkpoint(tmp_path / "r", arch="gpt2")
 
 
-CHAT = {"messages": [{"role": "user", "content": 'Move "bako.txt" to "ri".'},
-                     {"role": "assistant", "content": "", "tool_calls": [
-                         {"type": "function", "function": {"name": "mv", "arguments": {"source": "bako.txt",
-                                                                                        "destination": "ri"}}}]},
-                     {"role": "tool", "content": "None"}],
-        "tools": [{"type": "function", "function": {"name": "mv", "description": "Move a file.", "parameters": {
-            "type": "object", "properties": {"source": {"type": "string"}, "destination": {"type": "string"}},
-            "required": ["source", "destination"]}}},
-                  {"type": "function", "function": {"name": "ls", "description": "List.",
-                                                    "parameters": {"type": "object", "properties": {}}}}]}
+CHAT = {
+    "messages": [
+        {"role": "user", "content": 'Move "bako.txt" to "ri".'},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "mv", "arguments": {"source": "bako.txt", "destination": "ri"}},
+                }
+            ],
+        },
+        {"role": "tool", "content": "None"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "mv",
+                "description": "Move a file.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"source": {"type": "string"}, "destination": {"type": "string"}},
+                    "required": ["source", "destination"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {"name": "ls", "description": "List.", "parameters": {"type": "object", "properties": {}}},
+        },
+    ],
+}
 
 
 def test_signature_tool_list_and_chats_in_the_tokenizer_corpus(tmp_path):
     from rcgrpo_jax.chat import get_parser
     from rcgrpo_jax.models.tiny import chat_template, render_chats
 
-    small = dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
-                 tokenizer_vocab_size=400)
+    small = dict(
+        hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32, tokenizer_vocab_size=400
+    )
     plain = build_tiny_checkpoint(tmp_path / "plain", tools_format="signatures", **small)
     trained = build_tiny_checkpoint(tmp_path / "chats", tools_format="signatures", chats=[CHAT] * 20, **small)
     tok = transformers.AutoTokenizer.from_pretrained(trained)

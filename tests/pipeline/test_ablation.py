@@ -1,5 +1,6 @@
 """The ablation pipeline: every stage end to end on the smoke budget (a few steps each), the report's
 contents, resume by DONE markers, and the pieces (config overrides, verdict wording) by hand."""
+
 from __future__ import annotations
 
 import json
@@ -12,82 +13,94 @@ from rcgrpo_jax.pipeline import ablation, budgets, summary
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("ablation"))
-  payload = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
-  return workdir, payload
+    workdir = str(tmp_path_factory.mktemp("ablation"))
+    payload = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
+    return workdir, payload
 
 
 def test_end_to_end_smoke(smoke_run):
-  workdir, payload = smoke_run
-  assert list(payload["rows"]) == list(ablation.ROWS)  # the paper's five rows, in its order
-  assert list(payload["stage1"]) == ["SFT", "RCTP-FT"]
-  n_test = 4 * 2  # four trained task types x test_per_type=2
-  for row, runs in payload["rows"].items():
-    assert len(runs) == 1
-    s = runs[0]
-    assert s["n"] == n_test and set(s["categories"]) == {"fs_move", "fs_read_then_act", "math_chain",
-                                                          "fs_count_math"}
-    assert s["heldout"]["n"] == 2 and 0.0 <= s["overall"] <= 1.0
-  for d in ("sft", "rctp_ft") + tuple(f"rl/{i}_{a}_s0" for i in ("sft", "rctp_ft") for a in ("grpo", "rc_grpo")):
-    assert os.path.exists(os.path.join(workdir, d, "hf", "config.json")), d
-    assert os.path.exists(os.path.join(workdir, d, ablation.DONE)), d
-  md = open(os.path.join(workdir, "report.md")).read()
-  for row in ablation.ROWS:
-    assert f"| {row} |" in md
-  assert "## Verdict" in md and "at this scale" in md
-  assert payload["plots"], "the RL runs logged none of the diagnostics"
-  for path in payload["plots"].values():
-    with open(path, "rb") as f:
-      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  with open(os.path.join(workdir, "report.json")) as f:
-    assert json.load(f)["rows"].keys() == payload["rows"].keys()
-  # RCTP-FT data: experts and failures 1:1, each with its reward goal.
-  with open(os.path.join(workdir, "data", "rctp_ft.jsonl")) as f:
-    goals = [json.loads(line)["reward_goal"] for line in f]
-  assert goals.count("<|high_reward|>") == goals.count("<|low_reward|>") > 0
+    workdir, payload = smoke_run
+    assert list(payload["rows"]) == list(ablation.ROWS)  # the paper's five rows, in its order
+    assert list(payload["stage1"]) == ["SFT", "RCTP-FT"]
+    n_test = 4 * 2  # four trained task types x test_per_type=2
+    for row, runs in payload["rows"].items():
+        assert len(runs) == 1
+        s = runs[0]
+        assert s["n"] == n_test and set(s["categories"]) == {
+            "fs_move",
+            "fs_read_then_act",
+            "math_chain",
+            "fs_count_math",
+        }
+        assert s["heldout"]["n"] == 2 and 0.0 <= s["overall"] <= 1.0
+    for d in ("sft", "rctp_ft") + tuple(f"rl/{i}_{a}_s0" for i in ("sft", "rctp_ft") for a in ("grpo", "rc_grpo")):
+        assert os.path.exists(os.path.join(workdir, d, "hf", "config.json")), d
+        assert os.path.exists(os.path.join(workdir, d, ablation.DONE)), d
+    md = open(os.path.join(workdir, "report.md")).read()
+    for row in ablation.ROWS:
+        assert f"| {row} |" in md
+    assert "## Verdict" in md and "at this scale" in md
+    assert payload["plots"], "the RL runs logged none of the diagnostics"
+    for path in payload["plots"].values():
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(os.path.join(workdir, "report.json")) as f:
+        assert json.load(f)["rows"].keys() == payload["rows"].keys()
+    # RCTP-FT data: experts and failures 1:1, each with its reward goal.
+    with open(os.path.join(workdir, "data", "rctp_ft.jsonl")) as f:
+        goals = [json.loads(line)["reward_goal"] for line in f]
+    assert goals.count("<|high_reward|>") == goals.count("<|low_reward|>") > 0
 
 
 def test_rerun_resumes_without_training(smoke_run):
-  workdir, payload = smoke_run
-  stamps = {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in ("sft", "rctp_ft", "rl/sft_grpo_s0")}
-  again = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
-  assert again["table"] == payload["table"]
-  assert stamps == {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in stamps}
+    workdir, payload = smoke_run
+    stamps = {
+        d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in ("sft", "rctp_ft", "rl/sft_grpo_s0")
+    }
+    again = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
+    assert again["table"] == payload["table"]
+    assert stamps == {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in stamps}
 
 
 def test_set_dotted_names_missing_fields():
-  cfg = ablation.stage_config("sft", budgets.SMOKE, {"train.max_steps": 3})
-  assert cfg.train.max_steps == 3 and cfg.data.source == "world" and cfg.data.world.train_per_type == 4
-  with pytest.raises(KeyError, match="train.max_stpes"):
-    ablation.set_dotted(cfg, {"train.max_stpes": 3})
-  with pytest.raises(KeyError, match="trian.max_steps"):
-    ablation.set_dotted(cfg, {"trian.max_steps": 3})
+    cfg = ablation.stage_config("sft", budgets.SMOKE, {"train.max_steps": 3})
+    assert cfg.train.max_steps == 3 and cfg.data.source == "world" and cfg.data.world.train_per_type == 4
+    with pytest.raises(KeyError, match="train.max_stpes"):
+        ablation.set_dotted(cfg, {"train.max_stpes": 3})
+    with pytest.raises(KeyError, match="trian.max_steps"):
+        ablation.set_dotted(cfg, {"trian.max_steps": 3})
 
 
 def _s(overall: float, n: int = 16) -> dict:
-  return {"overall": overall, "reward_mean": overall, "error_kinds": {}, "heldout": None, "n": 4 * n,
-          "categories": {c: {"n": n, "accuracy": overall, "reward_mean": overall} for c in "abcd"}}
+    return {
+        "overall": overall,
+        "reward_mean": overall,
+        "error_kinds": {},
+        "heldout": None,
+        "n": 4 * n,
+        "categories": {c: {"n": n, "accuracy": overall, "reward_mean": overall} for c in "abcd"},
+    }
 
 
 def test_verdict_wording_by_hand():
-  # One task of 16 in one of 4 categories = 1/64 = 1.5625 points: the smallest difference that counts.
-  beat = summary.verdict({"SFT+GRPO": [_s(0.50)], "SFT+RC-GRPO": [_s(0.55)]})
-  assert "+5.00 points" in beat and "**RC-GRPO beat GRPO**" in beat and "threshold 1.56" in beat
-  tie = summary.verdict({"RCTP-FT+GRPO": [_s(0.50)], "RCTP-FT+RC-GRPO": [_s(0.51)]})
-  assert "**no clear difference" in tie
-  lose = summary.verdict({"RCTP-FT+GRPO": [_s(0.60)], "RCTP-FT+RC-GRPO": [_s(0.50)]})
-  assert "did NOT beat" in lose
-  # With seeds, the spread raises the bar: means 0.55 vs 0.50, sample stds 0.0707 each -> 14.14 points.
-  noisy = summary.verdict({"SFT+GRPO": [_s(0.45), _s(0.55)], "SFT+RC-GRPO": [_s(0.50), _s(0.60)]})
-  assert "2 seeds" in noisy and "threshold 14.14" in noisy and "no clear difference" in noisy
+    # One task of 16 in one of 4 categories = 1/64 = 1.5625 points: the smallest difference that counts.
+    beat = summary.verdict({"SFT+GRPO": [_s(0.50)], "SFT+RC-GRPO": [_s(0.55)]})
+    assert "+5.00 points" in beat and "**RC-GRPO beat GRPO**" in beat and "threshold 1.56" in beat
+    tie = summary.verdict({"RCTP-FT+GRPO": [_s(0.50)], "RCTP-FT+RC-GRPO": [_s(0.51)]})
+    assert "**no clear difference" in tie
+    lose = summary.verdict({"RCTP-FT+GRPO": [_s(0.60)], "RCTP-FT+RC-GRPO": [_s(0.50)]})
+    assert "did NOT beat" in lose
+    # With seeds, the spread raises the bar: means 0.55 vs 0.50, sample stds 0.0707 each -> 14.14 points.
+    noisy = summary.verdict({"SFT+GRPO": [_s(0.45), _s(0.55)], "SFT+RC-GRPO": [_s(0.50), _s(0.60)]})
+    assert "2 seeds" in noisy and "threshold 14.14" in noisy and "no clear difference" in noisy
 
 
 def test_console_eta_rescales_by_measured_speed(capsys):
-  c = ablation.Console([("a", 10.0), ("b", 30.0)])
-  t = c.start("a")
-  c.t0 -= 20.0  # pretend stage a took 20 s instead of the planned 10: the run is 2x slower than planned
-  c.end("a", t)
-  c.start("b")
-  out = capsys.readouterr().out
-  assert "[1/2] a" in out and "ETA ~0m40s" in out  # first ETA: the plan as is
-  assert "[2/2] b" in out and "ETA ~1m00s" in out  # 30 s planned x 2
+    c = ablation.Console([("a", 10.0), ("b", 30.0)])
+    t = c.start("a")
+    c.t0 -= 20.0  # pretend stage a took 20 s instead of the planned 10: the run is 2x slower than planned
+    c.end("a", t)
+    c.start("b")
+    out = capsys.readouterr().out
+    assert "[1/2] a" in out and "ETA ~0m40s" in out  # first ETA: the plan as is
+    assert "[2/2] b" in out and "ETA ~1m00s" in out  # 30 s planned x 2

@@ -1,4 +1,5 @@
 """Advantage estimators: hand-computed values (chex variants), properties (hypothesis), registry."""
+
 import functools
 
 import chex
@@ -8,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl.testing import parameterized
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rcgrpo_jax.rl import advantages as adv_lib
 from rcgrpo_jax.rl import losses
@@ -30,7 +32,6 @@ EXPECTED = {
 
 
 class EstimatorValuesTest(parameterized.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.named_parameters(*[(n, n) for n in EXPECTED])
     def test_hand_values(self, name):
@@ -82,7 +83,6 @@ def _norm(x):
 
 
 class AwpoTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_hand_values(self):
         a, m = self.variant(adv_lib.get("awpo"))(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
@@ -116,8 +116,7 @@ class AwpoTest(chex.TestCase):
         np.testing.assert_allclose(adv_lib.awpo_difficulty(p, cfg)[:, 0], [1, 1, 1])
         cfg.mix = "convex"
         np.testing.assert_allclose(adv_lib.awpo_mixed_reward(r, jnp.asarray(S_AWPO), cfg)[0], [1, 0.25, 0, 0])
-        np.testing.assert_allclose(adv_lib.awpo_clip_scale(jnp.array([0.0, 0.5, 1.0, 2.0]), cfg),
-                                   [1.0, 0.75, 0.5, 0.5])
+        np.testing.assert_allclose(adv_lib.awpo_clip_scale(jnp.array([0.0, 0.5, 1.0, 2.0]), cfg), [1.0, 0.75, 0.5, 0.5])
 
     def test_gate_never_is_grpo(self):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
@@ -129,11 +128,13 @@ class AwpoTest(chex.TestCase):
         with pytest.raises(ValueError, match="reasoning"):
             adv_lib.get("awpo")(jnp.asarray(R_AWPO))
         with pytest.raises(ValueError, match="gate"):
-            adv_lib.get("awpo")(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)},
-                                config={"gate": "sometimes"})
+            adv_lib.get("awpo")(
+                jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)}, config={"gate": "sometimes"}
+            )
 
 
 # ---------------------------------------------------------------- registry
+
 
 def test_registry_errors_and_defaults():
     with pytest.raises(KeyError, match=r"unknown advantage estimator 'gpro'; known: awpo, .*rloo"):
@@ -173,8 +174,7 @@ def _centred_advantages_and_grads(rewards, num_tokens, seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(shape=st.sampled_from([(1, 2), (3, 5), (2, 8)]), value=st.floats(-10, 10, width=32),
-       seed=st.integers(0, 2**16))
+@given(shape=st.sampled_from([(1, 2), (3, 5), (2, 8)]), value=st.floats(-10, 10, width=32), seed=st.integers(0, 2**16))
 def test_all_equal_rewards_zero_advantage_and_gradient(shape, value, seed):
     """RC-GRPO Proposition 4.2: a group with equal rewards gives zero advantages and an exactly zero
     policy gradient, whatever the log-probs."""
@@ -185,8 +185,11 @@ def test_all_equal_rewards_zero_advantage_and_gradient(shape, value, seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(r=shapes.flatmap(lambda s: hnp.arrays(np.float32, s, elements=QUARTERS)),
-       shift=st.sampled_from([-3.0, 0.5, 7.25]), scale=st.sampled_from([0.5, 2.0, 10.0]))
+@given(
+    r=shapes.flatmap(lambda s: hnp.arrays(np.float32, s, elements=QUARTERS)),
+    shift=st.sampled_from([-3.0, 0.5, 7.25]),
+    scale=st.sampled_from([0.5, 2.0, 10.0]),
+)
 def test_grpo_zero_sum_and_invariances(r, shift, scale):
     grpo = adv_lib.get("grpo")
     a = np.asarray(grpo(jnp.asarray(r))[0])

@@ -1,4 +1,5 @@
 """Diagnostics: hand-computed values, stable key names."""
+
 import chex
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +8,6 @@ from rcgrpo_jax.rl import diagnostics
 
 
 class DiagnosticsTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_group_metrics(self):
         r = jnp.array([[1.0, 0.0], [1.0, 1.0]])
@@ -15,7 +15,9 @@ class DiagnosticsTest(chex.TestCase):
         m = self.variant(diagnostics.group_metrics)(r, a)
         np.testing.assert_allclose(
             [m["frac_zero_var_groups"], m["reward_mean"], m["reward_std"], m["adv_std"], m["adv_abs_mean"]],
-            [0.5, 0.75, np.sqrt(0.1875), np.sqrt(0.5), 0.5], rtol=1e-6)
+            [0.5, 0.75, np.sqrt(0.1875), np.sqrt(0.5), 0.5],
+            rtol=1e-6,
+        )
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_correlations(self):
@@ -24,8 +26,9 @@ class DiagnosticsTest(chex.TestCase):
         # Spearman = 1 - 6 * sum d^2 / (n (n^2 - 1)) = 1 - 12 / 60
         np.testing.assert_allclose(self.variant(diagnostics.spearman)(x, y), 0.8, rtol=1e-6)
         np.testing.assert_allclose(self.variant(diagnostics.pearson)(x, y), 0.8, rtol=1e-6)
-        np.testing.assert_allclose(self.variant(diagnostics.average_ranks)(jnp.array([5.0, 1.0, 1.0, 2.0])),
-                                   [4.0, 1.5, 1.5, 3.0])
+        np.testing.assert_allclose(
+            self.variant(diagnostics.average_ranks)(jnp.array([5.0, 1.0, 1.0, 2.0])), [4.0, 1.5, 1.5, 3.0]
+        )
         np.testing.assert_allclose(self.variant(diagnostics.spearman)(x, x**3), 1.0, rtol=1e-6)
         np.testing.assert_allclose(self.variant(diagnostics.pearson)(x, jnp.ones(4)), 0.0)
 
@@ -39,30 +42,52 @@ class DiagnosticsTest(chex.TestCase):
         # per-rollout entropies [2, 0.5, 4] vs rewards [1, 0, 1]
         e, r = np.array([2.0, 0.5, 4.0]), np.array([1.0, 0.0, 1.0])
         np.testing.assert_allclose(m["entropy_reward_pearson"], np.corrcoef(e, r)[0, 1], rtol=1e-5)
-        np.testing.assert_allclose(m["entropy_reward_spearman"],
-                                   np.corrcoef([2.0, 1.0, 3.0], [2.5, 1.0, 2.5])[0, 1], rtol=1e-5)
+        np.testing.assert_allclose(
+            m["entropy_reward_spearman"], np.corrcoef([2.0, 1.0, 3.0], [2.5, 1.0, 2.5])[0, 1], rtol=1e-5
+        )
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_reward_token_and_grad_metrics(self):
         r = jnp.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
         tokens = jnp.array([[1, 0, 1], [1, 0, 0]])
         m = self.variant(diagnostics.reward_token_metrics)(r, tokens)
-        np.testing.assert_allclose([m["reward_mean_high_token"], m["reward_mean_low_token"], m["frac_high_token"]],
-                                   [2 / 3, 1 / 3, 0.5], rtol=1e-6)
+        np.testing.assert_allclose(
+            [m["reward_mean_high_token"], m["reward_mean_low_token"], m["frac_high_token"]],
+            [2 / 3, 1 / 3, 0.5],
+            rtol=1e-6,
+        )
         g = self.variant(diagnostics.grad_metrics)({"a": jnp.array([3.0]), "b": {"c": jnp.array([[4.0]])}})
         np.testing.assert_allclose(g["grad_norm"], 5.0)
 
 
 def test_step_diagnostics_keys():
     r = jnp.array([[1.0, 0.0]])
-    out = diagnostics.step_diagnostics(r, r, jnp.ones((2, 3)), jnp.ones((2, 3)),
-                                       loss_metrics={"kl": 0.1, "clip_frac_low": 0.0, "clip_frac_high": 0.2,
-                                                     "clip_frac_dual": 0.0, "pg_loss": 1.0},
-                                       reward_tokens=jnp.array([[1, 0]]), grads={"w": jnp.ones(4)})
+    out = diagnostics.step_diagnostics(
+        r,
+        r,
+        jnp.ones((2, 3)),
+        jnp.ones((2, 3)),
+        loss_metrics={"kl": 0.1, "clip_frac_low": 0.0, "clip_frac_high": 0.2, "clip_frac_dual": 0.0, "pg_loss": 1.0},
+        reward_tokens=jnp.array([[1, 0]]),
+        grads={"w": jnp.ones(4)},
+    )
     assert set(out) == {
-        "frac_zero_var_groups", "reward_mean", "reward_std", "adv_std", "adv_abs_mean", "entropy_mean",
-        "entropy_reward_pearson", "entropy_reward_spearman", "reward_mean_high_token",
-        "reward_mean_low_token", "frac_high_token", "grad_norm", "kl", "clip_frac_low", "clip_frac_high",
-        "clip_frac_dual"}
+        "frac_zero_var_groups",
+        "reward_mean",
+        "reward_std",
+        "adv_std",
+        "adv_abs_mean",
+        "entropy_mean",
+        "entropy_reward_pearson",
+        "entropy_reward_spearman",
+        "reward_mean_high_token",
+        "reward_mean_low_token",
+        "frac_high_token",
+        "grad_norm",
+        "kl",
+        "clip_frac_low",
+        "clip_frac_high",
+        "clip_frac_dual",
+    }
     assert all(np.ndim(v) == 0 for v in out.values())
     np.testing.assert_allclose(out["grad_norm"], 2.0)

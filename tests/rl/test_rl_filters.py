@@ -1,4 +1,5 @@
 """DAPO group filter and overlong reward shaping."""
+
 import functools
 
 import chex
@@ -12,7 +13,6 @@ R = jnp.array([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5
 
 
 class FilterTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_group_filter(self):
         keep, m = self.variant(filters.dapo_group_filter)(R)

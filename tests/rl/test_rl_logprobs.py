@@ -1,5 +1,6 @@
 """Chunked log-probs/entropy equal the full-logits computation (values and gradients), and never
 build a [B, T, V] array."""
+
 import functools
 
 import chex
@@ -12,26 +13,33 @@ from rcgrpo_jax.rl import logprobs
 B, T, D, V = 2, 7, 8, 37
 
 CASES = [  # (vocab chunk, sequence chunk): padded vocab, exact split, one chunk, padded sequence
-    (8, None), (37, None), (64, None), (5, 3), (16, 7),
+    (8, None),
+    (37, None),
+    (64, None),
+    (5, 3),
+    (16, 7),
 ]
 
 
 def _inputs():
     """Sharp distributions (hidden x3) exercise the streaming max."""
     k = jax.random.split(jax.random.PRNGKey(0), 3)
-    return (3.0 * jax.random.normal(k[0], (B, T, D)), jax.random.normal(k[1], (D, V)),
-            jax.random.randint(k[2], (B, T), 0, V))
+    return (
+        3.0 * jax.random.normal(k[0], (B, T, D)),
+        jax.random.normal(k[1], (D, V)),
+        jax.random.randint(k[2], (B, T), 0, V),
+    )
 
 
 class ChunkedTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_matches_full_logits(self):
         hidden, embedding, targets = _inputs()
         ref_lp, ref_ent = logprobs.logprobs_and_entropy(hidden, embedding, targets)
         for chunk, seq_chunk in CASES:
-            fn = self.variant(functools.partial(logprobs.chunked_logprobs_and_entropy,
-                                                chunk=chunk, seq_chunk=seq_chunk))
+            fn = self.variant(
+                functools.partial(logprobs.chunked_logprobs_and_entropy, chunk=chunk, seq_chunk=seq_chunk)
+            )
             lp, ent = fn(hidden, embedding, targets)
             chex.assert_shape([lp, ent], (B, T))
             chex.assert_type([lp, ent], jnp.float32)

@@ -1,4 +1,5 @@
 """Policy losses, KL estimators and aggregation: hand values, gradients, micro-batch exactness."""
+
 import functools
 
 import chex
@@ -33,13 +34,13 @@ def _loss(name, **config):
 
 
 class PPOClipTest(parameterized.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.named_parameters(*[(m.replace("-", "_"), m) for m in AGG_EXPECTED])
     def test_hand_values_per_mode(self, mode):
         fn = self.variant(_loss("ppo_clip", agg_mode=mode, norm_const=4.0))
-        loss_sum, denom, m = fn(jnp.asarray(OLD + LOG_RATIO), jnp.asarray(OLD), None,
-                                jnp.asarray(ADV), jnp.asarray(MASK))
+        loss_sum, denom, m = fn(
+            jnp.asarray(OLD + LOG_RATIO), jnp.asarray(OLD), None, jnp.asarray(ADV), jnp.asarray(MASK)
+        )
         chex.assert_rank([loss_sum, denom], 0)
         chex.assert_type([loss_sum, denom], jnp.float32)
         np.testing.assert_allclose([loss_sum, denom], AGG_EXPECTED[mode], rtol=1e-5, atol=1e-6)
@@ -50,8 +51,13 @@ class PPOClipTest(parameterized.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_on_policy_gradient_is_minus_a_over_denominator(self):
         adv = jax.random.normal(jax.random.PRNGKey(0), (2, 3))
-        fn = self.variant(jax.grad(lambda lp: losses.finalize(
-            *losses.get("ppo_clip")(lp, jnp.asarray(OLD), None, adv, jnp.asarray(MASK))[:2])))
+        fn = self.variant(
+            jax.grad(
+                lambda lp: losses.finalize(
+                    *losses.get("ppo_clip")(lp, jnp.asarray(OLD), None, adv, jnp.asarray(MASK))[:2]
+                )
+            )
+        )
         grad = fn(jnp.asarray(OLD))
         np.testing.assert_allclose(grad, -np.asarray(adv) * MASK / MASK.sum(), rtol=1e-6, atol=1e-7)
 
@@ -112,7 +118,6 @@ class PPOClipTest(parameterized.TestCase):
 
 
 class KLAndGSPOTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_kl_estimators(self):
         logp, ref = jnp.array([-1.0, -0.5]), jnp.array([-2.0, -0.5])

@@ -1,4 +1,5 @@
 """Reward-token sampling (RC-GRPO stage 2) and the paper's Proposition 4.3 by Monte Carlo."""
+
 import functools
 
 import chex
@@ -11,12 +12,12 @@ from rcgrpo_jax.rl import reward_tokens
 
 
 class SampleTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     def test_shape_dtype_determinism(self):
         for mode in reward_tokens.MODES:
-            fn = self.variant(functools.partial(reward_tokens.sample, num_groups=6, group_size=5,
-                                                p_high=0.5, mode=mode))
+            fn = self.variant(
+                functools.partial(reward_tokens.sample, num_groups=6, group_size=5, p_high=0.5, mode=mode)
+            )
             a = fn(jax.random.PRNGKey(3))
             chex.assert_shape(a, (6, 5))
             chex.assert_type(a, jnp.int32)
@@ -36,8 +37,7 @@ class SampleTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_stratified_has_both_tokens(self):
         for g in (2, 5):
-            fn = self.variant(functools.partial(reward_tokens.sample, num_groups=500, group_size=g,
-                                                mode="stratified"))
+            fn = self.variant(functools.partial(reward_tokens.sample, num_groups=500, group_size=g, mode="stratified"))
             for p in (0.0, 0.1, 0.5, 1.0):
                 counts = np.asarray(fn(jax.random.PRNGKey(g), p_high=jnp.float32(p))).sum(axis=1)
                 assert counts.min() >= 1 and counts.max() <= g - 1, (g, p)
@@ -51,8 +51,9 @@ def test_bad_mode():
         reward_tokens.sample(jax.random.PRNGKey(0), 2, 2, 0.5, "random")
 
 
-@pytest.mark.parametrize("group_size,p,mu_h,mu_l", [(5, 0.5, 0.8, 0.2), (5, 0.3, 0.6, 0.5),
-                                                     (3, 0.5, 1.0, 0.0), (8, 0.7, 0.9, 0.05)])
+@pytest.mark.parametrize(
+    "group_size,p,mu_h,mu_l", [(5, 0.5, 0.8, 0.2), (5, 0.3, 0.6, 0.5), (3, 0.5, 1.0, 0.0), (8, 0.7, 0.9, 0.05)]
+)
 def test_proposition_4_3_group_variance_bound(group_size, p, mu_h, mu_l):
     """With tokens ~ Bernoulli(p) and binary rewards of mean mu_h / mu_l given the token, the expected
     population variance of a group is >= (G-1)/G p(1-p)(mu_h - mu_l)^2 (RC-GRPO Prop. 4.3).

@@ -1,4 +1,5 @@
 """Swapping works: a new estimator registered here, in under ten lines, runs through the loss."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np

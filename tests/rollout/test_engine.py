@@ -1,30 +1,60 @@
 """The multi-turn engine with a model policy: the KV cache kept across steps/turns/groups matches a
 full forward, slot modes and prefix sharing change nothing, truncation and garbage end cleanly."""
+
 import jax
 import numpy as np
 import pytest
+from fake_env import AdderEnv
 
 from rcgrpo_jax import chat, models
-from rcgrpo_jax.rollout import (KEEP, SHRINK, EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, run_episodes,
-                                with_reward_goal)
+from rcgrpo_jax.rollout import (
+    KEEP,
+    SHRINK,
+    EpisodeSpec,
+    ModelPolicy,
+    RolloutConfig,
+    ScriptedPolicy,
+    run_episodes,
+    with_reward_goal,
+)
 from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.sampling import SamplingParams
-from fake_env import AdderEnv
 
 TOKENS = ("<|high_reward|>", "<|low_reward|>")
 
 
 def _specs(groups=2, g=2, **env_kw):
-    return [EpisodeSpec(AdderEnv(**env_kw), f"adder_{k}", group=k, rollout_index=j, reward_token=TOKENS[j % 2])
-            for k in range(groups) for j in range(g)]
+    return [
+        EpisodeSpec(AdderEnv(**env_kw), f"adder_{k}", group=k, rollout_index=j, reward_token=TOKENS[j % 2])
+        for k in range(groups)
+        for j in range(g)
+    ]
 
 
-def _run(tiny, specs, *, sampling=SamplingParams(), slot_mode=SHRINK, share_prefix=True, max_context=1024,
-         max_step_tokens=24, rng=0):
+def _run(
+    tiny,
+    specs,
+    *,
+    sampling=SamplingParams(),
+    slot_mode=SHRINK,
+    share_prefix=True,
+    max_context=1024,
+    max_step_tokens=24,
+    rng=0,
+):
     _, config, params, tok, parser = tiny
-    policy = ModelPolicy(config, params, stop_ids=chat.end_of_turn_ids(tok), max_step_tokens=max_step_tokens,
-                         max_context=max_context, sampling=sampling, prefill_chunk=64, slot_mode=slot_mode,
-                         share_prefix=share_prefix, rng=jax.random.key(rng))
+    policy = ModelPolicy(
+        config,
+        params,
+        stop_ids=chat.end_of_turn_ids(tok),
+        max_step_tokens=max_step_tokens,
+        max_context=max_context,
+        sampling=sampling,
+        prefill_chunk=64,
+        slot_mode=slot_mode,
+        share_prefix=share_prefix,
+        rng=jax.random.key(rng),
+    )
     rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
     episodes, split = run_episodes(specs, policy, tok, parser, rc)
     return episodes, split, policy
@@ -57,8 +87,10 @@ def test_records_line_up_and_logprobs_match_a_full_forward(tiny_qwen, sampled):
 
 
 def test_slot_modes_and_prefix_sharing_agree(tiny_qwen):
-    runs = [_run(tiny_qwen, _specs(g=3), slot_mode=m, share_prefix=s) for m, s in
-            ((SHRINK, True), (KEEP, True), (SHRINK, False))]
+    runs = [
+        _run(tiny_qwen, _specs(g=3), slot_mode=m, share_prefix=s)
+        for m, s in ((SHRINK, True), (KEEP, True), (SHRINK, False))
+    ]
     ref = [e.tokens for e in runs[0][0]]
     for eps, _, _ in runs[1:]:
         assert [e.tokens for e in eps] == ref

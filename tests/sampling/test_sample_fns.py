@@ -1,4 +1,5 @@
 """Selection rules and the log-probs they report, on hand-computed distributions."""
+
 import math
 
 import chex
@@ -7,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rcgrpo_jax.sampling import buckets
 from rcgrpo_jax.sampling.sample_fns import SamplingParams, filtered_logits, sample
@@ -78,6 +80,15 @@ def test_sampled_token_is_a_kept_candidate(logits, top_k, top_p, seed):
 
 def test_buckets():
     assert [buckets.length_bucket(n) for n in (1, 16, 17, 33, 48, 49, 100, 129, 200)] == [
-        16, 16, 32, 48, 48, 64, 128, 192, 256]
+        16,
+        16,
+        32,
+        48,
+        48,
+        64,
+        128,
+        192,
+        256,
+    ]
     assert [buckets.batch_bucket(n) for n in (1, 3, 8, 9)] == [1, 4, 8, 16]
     assert buckets.batch_bucket(3, multiple=8) == 8

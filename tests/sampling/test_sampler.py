@@ -1,4 +1,5 @@
 """The jitted sampler against HF transformers (PyTorch CPU) on tiny random Qwen2 and LLaMA checkpoints."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,8 +9,8 @@ import transformers
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, generate
-from rcgrpo_jax.sampling.sampler import Sampler, left_pad, new_cache, stop_table
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
+from rcgrpo_jax.sampling.sampler import Sampler, left_pad, new_cache, stop_table
 from rcgrpo_jax.sampling.session import DecodeSession
 
 PROMPT_LENS = (3, 11, 7, 20)
@@ -18,17 +19,31 @@ NEW = 12
 
 def _hf_model(arch: str, path: str):
     common = dict(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3, tie_word_embeddings=False,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
     )
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
     else:
         cfg = transformers.LlamaConfig(
-            **common, rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
-                                       "rope_theta": 500000.0})
+            **common,
+            rope_parameters={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "rope_theta": 500000.0,
+            },
+        )
         cls = transformers.LlamaForCausalLM
     torch.manual_seed(0)
     model = cls(cfg).eval()
@@ -51,10 +66,17 @@ def _hf_greedy(hf, prompts, new):
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                      do_sample=False, pad_token_id=0, eos_token_id=None)
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    out = hf.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     return out[:, width:].tolist()
 
 
@@ -89,13 +111,29 @@ def test_stop_tokens_per_row_and_chunked_prefill(checkpoint):
 def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
     _, config, params, prompts = checkpoint
     sp = SamplingParams(temperature=1.3, top_k=20, top_p=0.9)
-    res = generate(config, params, prompts, max_new_tokens=NEW, temperature=sp.temperature, top_k=sp.top_k,
-                   top_p=sp.top_p, rng=jax.random.key(7))
-    again = generate(config, params, prompts, max_new_tokens=NEW, temperature=sp.temperature, top_k=sp.top_k,
-                     top_p=sp.top_p, rng=jax.random.key(7))
+    res = generate(
+        config,
+        params,
+        prompts,
+        max_new_tokens=NEW,
+        temperature=sp.temperature,
+        top_k=sp.top_k,
+        top_p=sp.top_p,
+        rng=jax.random.key(7),
+    )
+    again = generate(
+        config,
+        params,
+        prompts,
+        max_new_tokens=NEW,
+        temperature=sp.temperature,
+        top_k=sp.top_k,
+        top_p=sp.top_p,
+        rng=jax.random.key(7),
+    )
     assert res.tokens == again.tokens  # same key, same draw
     for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
-        logits = models.apply(config, params, jnp.asarray([p + toks]))[0, len(p) - 1: -1]
+        logits = models.apply(config, params, jnp.asarray([p + toks]))[0, len(p) - 1 : -1]
         vals, ids = filtered_logits(logits, sp)
         logp = np.asarray(jax.nn.log_softmax(vals, -1))
         ids = np.asarray(ids)
@@ -107,8 +145,9 @@ def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
 def test_session_append_continues_like_a_fresh_prompt(checkpoint):
     """Decode, append deltas of different lengths to the live cache, decode again; compaction included."""
     _, config, params, prompts = checkpoint
-    sess = DecodeSession(config, params, len(prompts), capacity=64, sampling=SamplingParams(),
-                         max_new_tokens=8, prefill_chunk=16)
+    sess = DecodeSession(
+        config, params, len(prompts), capacity=64, sampling=SamplingParams(), max_new_tokens=8, prefill_chunk=16
+    )
     sess.append(prompts)
     first = sess.decode([5, 8, 3, 6], ())
     deltas = [[5, 6, 7], [9], list(range(10, 30)), [40, 41]]
@@ -143,9 +182,16 @@ def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
     for span in (None, 48):
         cache = new_cache(config, len(prompts), 96)
         logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache)
-        out = sampler.decode(params, logits, jnp.asarray([len(p) for p in prompts]), cache,
-                             jnp.asarray(stop_table((), len(prompts))), jnp.full((len(prompts),), 8), jax.random.key(3),
-                             span=span)
+        out = sampler.decode(
+            params,
+            logits,
+            jnp.asarray([len(p) for p in prompts]),
+            cache,
+            jnp.asarray(stop_table((), len(prompts))),
+            jnp.full((len(prompts),), 8),
+            jax.random.key(3),
+            span=span,
+        )
         outs.append(jax.device_get(out))
     full, part = outs
     np.testing.assert_array_equal(part.tokens, full.tokens)
@@ -153,5 +199,7 @@ def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
     assert int(part.cache.index) == int(full.cache.index) == 40
     np.testing.assert_array_equal(part.cache.mask, full.cache.mask)
     assert part.cache.mask[:, 32:40].all() and not part.cache.mask[:, 40:].any()
-    np.testing.assert_allclose(part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5)  # attention over 48 vs 96 slots: summation order
+    np.testing.assert_allclose(
+        part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5
+    )  # attention over 48 vs 96 slots: summation order
     np.testing.assert_allclose(part.cache.v, full.cache.v, rtol=1e-5, atol=1e-5)

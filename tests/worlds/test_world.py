@@ -1,11 +1,12 @@
 """The miniature world: format, determinism, vocabulary split, official-checker agreement, and that
 the reading types really depend on what the tools print."""
+
 from __future__ import annotations
 
 import copy
 import itertools
-import keyword
 import json
+import keyword
 import re
 
 import pytest
@@ -14,8 +15,21 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcgrpo_jax.worlds import (HELDOUT_TYPES, READS_RESULTS, TEST, TRAIN, TRAIN_TYPES, category_of, corpus,
-                               format_call, generate_world, parse_call, render_episode, replay, tool_docs)
+from rcgrpo_jax.worlds import (
+    HELDOUT_TYPES,
+    READS_RESULTS,
+    TEST,
+    TRAIN,
+    TRAIN_TYPES,
+    category_of,
+    corpus,
+    format_call,
+    generate_world,
+    parse_call,
+    render_episode,
+    replay,
+    tool_docs,
+)
 from rcgrpo_jax.worlds.replay import make_instances, public_methods
 
 N_TRAIN, N_TEST = 6, 4
@@ -56,6 +70,7 @@ def texts(task: dict) -> list[str]:
 
 # --- format --------------------------------------------------------------------------------------
 
+
 def test_sizes_categories_and_unique_ids(world):
     train, test = world
     assert len(train) == N_TRAIN * len(TRAIN_TYPES)
@@ -68,8 +83,15 @@ def test_sizes_categories_and_unique_ids(world):
 
 def test_bfcl_entry_format(world):
     for task in world[0] + world[1]:
-        assert set(task) == {"id", "question", "initial_config", "involved_classes", "ground_truth",
-                             "allowed_functions", "compact_docs"}
+        assert set(task) == {
+            "id",
+            "question",
+            "initial_config",
+            "involved_classes",
+            "ground_truth",
+            "allowed_functions",
+            "compact_docs",
+        }
         assert 2 <= len(task["question"]) == len(task["ground_truth"]) <= 3
         for turn, calls in zip(task["question"], task["ground_truth"]):
             assert len(turn) == 1 and turn[0]["role"] == "user" and turn[0]["content"]
@@ -96,6 +118,7 @@ def test_listings_are_short_with_one_answer(world):
 
 
 # --- determinism and vocabulary split -----------------------------------------------------------
+
 
 def test_deterministic_for_a_seed(world):
     again = generate_world(0, N_TRAIN, N_TEST)
@@ -125,14 +148,34 @@ def test_tasks_use_only_their_split(world, split):
         assert {n.split(".")[0] for n in names} <= vocab.names(), task["id"]
         for text in texts(task):
             for word in re.findall(r"[a-z]+(?=\.\w+\b)|\b[a-z]{3,}\b", text):
-                if word not in {"go", "and", "make", "folder", "move", "copy", "the", "file", "list", "files",
-                                "count", "lines", "add", "subtract", "from", "result", "multiply", "txt",
-                                "csv", "log"}:
+                if word not in {
+                    "go",
+                    "and",
+                    "make",
+                    "folder",
+                    "move",
+                    "copy",
+                    "the",
+                    "file",
+                    "list",
+                    "files",
+                    "count",
+                    "lines",
+                    "add",
+                    "subtract",
+                    "from",
+                    "result",
+                    "multiply",
+                    "txt",
+                    "csv",
+                    "log",
+                }:
                     assert word in vocab.names(), (task["id"], word)
             assert {int(n) for n in re.findall(r"\d+", text)} <= set(vocab.numbers) | set(vocab.factors)
 
 
 # --- the official checker -------------------------------------------------------------------------
+
 
 def test_ground_truth_passes_official_checker(world):
     for task in world[0] + world[1]:
@@ -165,6 +208,7 @@ def test_checker_cache_is_cleaned(world):
 
 
 # --- reading types depend on the tool output ------------------------------------------------------
+
 
 def _rename_file(config: dict, old: str, new: str) -> dict:
     config = copy.deepcopy(config)
@@ -245,16 +289,28 @@ _IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(lambda s:
 
 
 @settings(max_examples=50, deadline=None)
-@given(name=_IDENT,
-       kwargs=st.dictionaries(_IDENT,
-                              st.one_of(st.integers(-10**6, 10**6), st.text(max_size=12), st.booleans()),
-                              max_size=3))
+@given(
+    name=_IDENT,
+    kwargs=st.dictionaries(
+        _IDENT, st.one_of(st.integers(-(10**6), 10**6), st.text(max_size=12), st.booleans()), max_size=3
+    ),
+)
 def test_format_parse_round_trip(name, kwargs):
     assert parse_call(format_call(name, kwargs)) == (name, kwargs)
 
 
-@pytest.mark.parametrize("bad", ["__import__('os').system('x')", "mv(source=x)", "mv('a', 'b')", "a.b(c=1)",
-                                 "mv(**{'a': 1})", "mv(source='a'", "mv(a={[1]: 2})"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "__import__('os').system('x')",
+        "mv(source=x)",
+        "mv('a', 'b')",
+        "a.b(c=1)",
+        "mv(**{'a': 1})",
+        "mv(source='a'",
+        "mv(a={[1]: 2})",
+    ],
+)
 def test_parse_call_rejects_non_literals(bad):
     with pytest.raises(ValueError):
         parse_call(bad)
