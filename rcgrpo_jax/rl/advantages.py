@@ -40,6 +40,7 @@ register = _REGISTRY.register
 get = _REGISTRY.get
 names = _REGISTRY.names
 default_config = _REGISTRY.default_config
+check = _REGISTRY.check
 
 
 # ---------------------------------------------------------------- group statistics

@@ -2,7 +2,13 @@
 (and reusable by the environment reward registry).
 
 A config string picks the function; an optional `default_config` callable gives the function's
-ml_collections defaults, which `resolve` merges with a user's (partial) config.
+ml_collections defaults, which `resolve` merges with a user's (partial) config; an optional
+`validate` callable checks a resolved config at start-up (`Registry.check`), so a bad string option
+fails before the first rollout, naming the field:
+
+    def validate(cfg):  # cfg: the entry's resolved options
+        if cfg.std not in ("population", "sample"):
+            raise OptionError("std", f"{cfg.std!r} is not one of population, sample")
 """
 
 from __future__ import annotations
@@ -13,6 +19,21 @@ import ml_collections
 
 F = TypeVar("F", bound=Callable)
 DefaultsFn = Callable[[], ml_collections.ConfigDict]
+ValidateFn = Callable[[ml_collections.ConfigDict], None]
+
+
+class OptionError(ValueError):
+    """A bad option of a registry entry; `field` is the option's name inside the entry's config."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def check_choice(cfg: ml_collections.ConfigDict, field: str, choices) -> None:
+    """Raises OptionError unless cfg[field] is one of `choices`."""
+    if cfg[field] not in choices:
+        raise OptionError(field, f"{cfg[field]!r} is not one of {', '.join(map(str, choices))}")
 
 
 class Registry(Generic[F]):
@@ -23,15 +44,22 @@ class Registry(Generic[F]):
         self.kind = kind
         self._fns: dict[str, F] = {}
         self._defaults: dict[str, DefaultsFn | None] = {}
+        self._validators: dict[str, ValidateFn | None] = {}
 
     def register(
-        self, name: str, *, default_config: DefaultsFn | None = None, override: bool = False
+        self,
+        name: str,
+        *,
+        default_config: DefaultsFn | None = None,
+        validate: ValidateFn | None = None,
+        override: bool = False,
     ) -> Callable[[F], F]:
         def deco(fn: F) -> F:
             if name in self._fns and not override:
                 raise ValueError(f"{self.kind} {name!r} is already registered (pass override=True to replace it)")
             self._fns[name] = fn
             self._defaults[name] = default_config
+            self._validators[name] = validate
             return fn
 
         return deco
@@ -53,6 +81,15 @@ class Registry(Generic[F]):
         self.get(name)  # clear error for unknown names
         fn = self._defaults[name]
         return fn() if fn is not None else ml_collections.ConfigDict()
+
+    def check(self, name: str, config: ml_collections.ConfigDict | dict | None = None) -> ml_collections.ConfigDict:
+        """`name`'s defaults overridden by `config`, validated; raises KeyError for an unknown name or
+        field and OptionError for a bad value. Returns the resolved options."""
+        cfg = resolve(config, self.default_config(name))
+        fn = self._validators[name]
+        if fn is not None:
+            fn(cfg)
+        return cfg
 
 
 def resolve(
