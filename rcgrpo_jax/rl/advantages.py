@@ -2,15 +2,19 @@
 
     fn(rewards [N, G] float32, *, aux=None, config=None) -> (advantages [N, G], metrics)
 
-N = groups (tasks), G = rollouts per group. `aux` is a dict of optional extra signals:
+N = groups (tasks), G = rollouts per group. `aux` is a dict of optional extra signals (SIGNALS):
   - "group_mask" [N] bool: groups to keep (e.g. the DAPO filter's output); others get zero advantage.
   - "reasoning"  [N, G]: an auxiliary (judge) reward, used by `awpo`.
   - "reward_tokens" [N, G] int (1 = high): logged per token by `rc_grpo`.
 `config` is the estimator's ml_collections sub-config; missing fields take the estimator's defaults
-(`default_config(name)`), unknown fields raise.
+(`default_config(name)`), unknown fields raise. `metrics` are scalars for logging.
 
-`metrics` holds scalars for logging, except the keys in PER_ROLLOUT_KEYS, which are [N, G] arrays
-the loss consumes (AWPO's clip scale); `split_metrics` separates the two.
+Each registry entry declares what it needs and gives beyond its advantages (`spec(name)`):
+  - `needs`: the aux signals it requires (the RL trainer runs the judge only for an estimator that
+    needs "reasoning");
+  - `per_rollout`: an optional `fn(rewards, *, aux, config) -> {field: [N, G]}` of per-rollout inputs
+    of the policy loss (PER_ROLLOUT_FIELDS: AWPO's clip-radius scale);
+  - `validate`: checks its options at start-up (`check(name, options)`).
 
 Adding a formula (see docs/advantages.md):
 
@@ -21,26 +25,74 @@ Adding a formula (see docs/advantages.md):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.rl.registry import Registry, resolve
+from rcgrpo_jax.rl.registry import Registry, check_choice, resolve
 
 Array = jax.Array
 Metrics = dict[str, Array]
 Estimator = Callable[..., tuple[Array, Metrics]]
+PerRollout = Callable[..., dict[str, Array]]
 
-PER_ROLLOUT_KEYS = ("clip_scale",)
+SIGNALS = ("group_mask", "reasoning", "reward_tokens")
+PER_ROLLOUT_FIELDS = ("clip_scale",)  # per-rollout inputs of the policy loss (rl.losses)
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorSpec:
+    needs: tuple[str, ...] = ()
+    per_rollout: PerRollout | None = None
+
 
 _REGISTRY: Registry[Estimator] = Registry("advantage estimator")
-register = _REGISTRY.register
+_SPECS: dict[str, EstimatorSpec] = {}
 get = _REGISTRY.get
 names = _REGISTRY.names
 default_config = _REGISTRY.default_config
 check = _REGISTRY.check
+
+
+def register(
+    name: str,
+    *,
+    default_config: Callable[[], ml_collections.ConfigDict] | None = None,
+    validate: Callable[[ml_collections.ConfigDict], None] | None = None,
+    needs: tuple[str, ...] = (),
+    per_rollout: PerRollout | None = None,
+    override: bool = False,
+) -> Callable[[Estimator], Estimator]:
+    """Registers an estimator under `name` (a decorator); see the module docstring for the fields."""
+    unknown = sorted(set(needs) - set(SIGNALS))
+    if unknown:
+        raise ValueError(f"estimator {name!r} needs unknown signals {unknown}; known: {', '.join(SIGNALS)}")
+    deco = _REGISTRY.register(name, default_config=default_config, validate=validate, override=override)
+
+    def wrap(fn: Estimator) -> Estimator:
+        fn = deco(fn)
+        _SPECS[name] = EstimatorSpec(tuple(needs), per_rollout)
+        return fn
+
+    return wrap
+
+
+def spec(name: str) -> EstimatorSpec:
+    get(name)  # clear error for unknown names
+    return _SPECS[name]
+
+
+def per_rollout(name: str, rewards: Array, *, aux: dict | None, config) -> dict[str, Array]:
+    """The estimator's per-rollout loss inputs ({} when it has none); unknown fields raise."""
+    fn = spec(name).per_rollout
+    out = {} if fn is None else dict(fn(rewards, aux=aux, config=config))
+    unknown = sorted(set(out) - set(PER_ROLLOUT_FIELDS))
+    if unknown:
+        raise ValueError(f"estimator {name!r} returned unknown per-rollout fields {unknown}")
+    return out
 
 
 # ---------------------------------------------------------------- group statistics
@@ -63,19 +115,6 @@ def group_std(rewards: Array, *, ddof: int = 0) -> Array:
 def group_normalize(rewards: Array, *, eps: float, ddof: int = 0) -> Array:
     """(r - mean_g) / (std_g + eps)."""
     return group_center(rewards) / (group_std(rewards, ddof=ddof) + eps)
-
-
-def broadcast_to_tokens(advantages: Array, num_tokens: int) -> Array:
-    """[N, G] trajectory advantages -> [N*G, T] per-token advantages (rollout order: group-major)."""
-    flat = advantages.reshape(-1)
-    return jnp.broadcast_to(flat[:, None], (flat.shape[0], num_tokens))
-
-
-def split_metrics(metrics: Metrics) -> tuple[Metrics, Metrics]:
-    """(scalar log metrics, per-rollout arrays such as AWPO's clip scale)."""
-    arrays = {k: v for k, v in metrics.items() if k in PER_ROLLOUT_KEYS}
-    scalars = {k: v for k, v in metrics.items() if k not in PER_ROLLOUT_KEYS}
-    return scalars, arrays
 
 
 def _group_mask(aux: dict[str, Any] | None, num_groups: int) -> Array:
@@ -111,13 +150,16 @@ def grpo_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({"eps": 1e-6, "std": "population"})
 
 
+def grpo_validate(config: ml_collections.ConfigDict) -> None:
+    check_choice(config, "std", ("population", "sample"))
+
+
 def _ddof(config: ml_collections.ConfigDict) -> int:
-    if config.std not in ("population", "sample"):
-        raise ValueError(f"config.std must be 'population' or 'sample', got {config.std!r}")
+    grpo_validate(config)
     return 0 if config.std == "population" else 1
 
 
-@register("grpo", default_config=grpo_config)
+@register("grpo", default_config=grpo_config, validate=grpo_validate)
 def grpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array, Metrics]:
     """A = (r - mean_g) / (std_g + eps), population std by default (RC-GRPO paper, Eq. 6)."""
     cfg = resolve(config, grpo_config())
@@ -125,7 +167,7 @@ def grpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
     return _finish(r, group_normalize(r, eps=cfg.eps, ddof=_ddof(cfg)), aux)
 
 
-@register("rc_grpo", default_config=grpo_config)
+@register("rc_grpo", default_config=grpo_config, validate=grpo_validate)
 def rc_grpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array, Metrics]:
     """GRPO's normalisation over a group whose rollouts were conditioned on different reward tokens.
 
@@ -270,7 +312,25 @@ def awpo_clip_scale(reliance: Array, cfg: ml_collections.ConfigDict) -> Array:
     return jnp.maximum(cfg.clip_scale_min, 1.0 - cfg.clip_tighten * reliance)
 
 
-@register("awpo", default_config=awpo_config)
+def _awpo_reliance(rewards: Array, aux: dict | None, config) -> tuple:
+    """(r, m, gate, reliance w = gate * difficulty) of `awpo`, shared by the advantage and the clip scale."""
+    cfg = resolve(config, awpo_config())
+    r = _f32(rewards)
+    if aux is None or aux.get("reasoning") is None:
+        raise ValueError("awpo needs aux['reasoning'], the [N, G] auxiliary (judge) reward")
+    s = jnp.asarray(aux["reasoning"], jnp.float32)
+    m = awpo_mixed_reward(r, s, cfg)
+    gate = awpo_gate(r, m, cfg)
+    return r, m, gate, gate * awpo_difficulty(r, cfg), cfg
+
+
+def awpo_per_rollout(rewards: Array, *, aux: dict | None = None, config=None) -> dict[str, Array]:
+    """{"clip_scale": [N, G]} = `awpo_clip_scale(w)` broadcast over each group, for the policy loss."""
+    r, _, _, reliance, cfg = _awpo_reliance(rewards, aux, config)
+    return {"clip_scale": jnp.broadcast_to(awpo_clip_scale(reliance, cfg), r.shape)}
+
+
+@register("awpo", default_config=awpo_config, needs=("reasoning",), per_rollout=awpo_per_rollout)
 def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array, Metrics]:
     """AWPO advantage, reconstructed from the paper's text (its equations are not available).
 
@@ -280,16 +340,8 @@ def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
 
         A = (1 - w_g) * A_out + w_g * A_mix,
 
-    so w = 0 is plain GRPO. metrics["clip_scale"] [N, G] = `awpo_clip_scale(w)`, for the loss.
+    so w = 0 is plain GRPO. The loss's clip scale per rollout is `awpo_per_rollout`.
     """
-    cfg = resolve(config, awpo_config())
-    r = _f32(rewards)
-    if aux is None or aux.get("reasoning") is None:
-        raise ValueError("awpo needs aux['reasoning'], the [N, G] auxiliary (judge) reward")
-    s = jnp.asarray(aux["reasoning"], jnp.float32)
-    m = awpo_mixed_reward(r, s, cfg)
-    gate = awpo_gate(r, m, cfg)
-    reliance = gate * awpo_difficulty(r, cfg)
+    r, m, gate, reliance, cfg = _awpo_reliance(rewards, aux, config)
     adv = (1.0 - reliance) * group_normalize(r, eps=cfg.eps) + reliance * group_normalize(m, eps=cfg.eps)
-    clip_scale = jnp.broadcast_to(awpo_clip_scale(reliance, cfg), r.shape)
-    return _finish(r, adv, aux, gate_open_frac=jnp.mean(gate), reliance_mean=jnp.mean(reliance), clip_scale=clip_scale)
+    return _finish(r, adv, aux, gate_open_frac=jnp.mean(gate), reliance_mean=jnp.mean(reliance))

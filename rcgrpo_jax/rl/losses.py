@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.rl.registry import Registry, resolve
+from rcgrpo_jax.rl.registry import OptionError, Registry, check_choice, resolve
 
 Array = jax.Array
 PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]
@@ -38,25 +38,37 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 
 
 # ---------------------------------------------------------------- KL estimators
-# Each returns a per-token estimate of KL(pi || pi_ref) from samples of pi, given log pi and log pi_ref.
+# Each returns a per-token estimate of KL(pi || pi_ref) from samples a ~ pi, given log pi and log pi_ref.
+# Their *values* estimate the same KL; as a loss term (differentiated through log pi, the samples fixed)
+# their *gradients* estimate different things. With r = pi_ref(a) / pi(a) and E over a ~ pi:
+#
+#   k1: grad = grad log pi             E[grad] = 0                                (no regularisation)
+#   k2: grad = log(pi/pi_ref) grad log pi   E[grad] = grad KL(pi || pi_ref)        (the reverse KL)
+#   k3: grad = (1 - r) grad log pi     E[grad] = -sum_a pi_ref grad log pi = grad KL(pi_ref || pi)  (forward)
+#
+# (tests/rl/test_rl_losses.py checks all three against exact gradients on a categorical policy).
+# So k1 is for logging only, and the config check refuses it as a loss term (kl_beta > 0).
 
 
 @kl_estimators.register("k1")
 def kl_k1(logp: Array, ref_logp: Array) -> Array:
-    """k1 = log pi - log pi_ref (unbiased, high variance, can be negative)."""
+    """k1 = log pi - log pi_ref: an unbiased estimate of KL(pi || pi_ref) (high variance, can be negative).
+    Its expected gradient as a loss term is zero: use it to log the KL, never as the penalty."""
     return logp - ref_logp
 
 
 @kl_estimators.register("k2")
 def kl_k2(logp: Array, ref_logp: Array) -> Array:
-    """k2 = (log pi - log pi_ref)^2 / 2 (biased, low variance, >= 0)."""
+    """k2 = (log pi - log pi_ref)^2 / 2: a biased, low-variance, >= 0 estimate of KL(pi || pi_ref). As a loss
+    term its expected gradient is exactly grad KL(pi || pi_ref), the reverse KL the objective names."""
     return 0.5 * (logp - ref_logp) ** 2
 
 
 @kl_estimators.register("k3")
 def kl_k3(logp: Array, ref_logp: Array) -> Array:
-    """k3 = exp(d) - d - 1 with d = log pi_ref - log pi (unbiased, >= 0, low variance).
-    Unclamped here; the loss clamps it to [-kl_clamp, kl_clamp]."""
+    """k3 = exp(d) - d - 1 with d = log pi_ref - log pi: an unbiased, >= 0, low-variance estimate of
+    KL(pi || pi_ref) (GRPO's choice). As a loss term its expected gradient is grad KL(pi_ref || pi), the
+    forward KL, not the reverse one. Unclamped here; the loss clamps it to [-kl_clamp, kl_clamp]."""
     d = ref_logp - logp
     return jnp.exp(d) - d - 1.0
 
@@ -106,13 +118,21 @@ def masked_mean(x: Array, mask: Array) -> Array:
 # ---------------------------------------------------------------- clipped surrogate
 
 
+RATIO_LEVELS = ("token", "sequence_mean", "trajectory")
+RATIO_BASELINES = ("old", "ref")
+
+
 def ppo_clip_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         {
             "eps_low": 0.2,
             "eps_high": 0.2,  # DAPO's clip-higher: 0.28
             "dual_clip": 0.0,  # c > 1 caps the loss of negative-advantage tokens at -c*A; 0 = off
-            "sequence_ratio": False,  # GSPO: one ratio per sequence
+            # The importance ratio (`log_ratio`): per token (PPO/GRPO), the mean over a sequence's tokens
+            # (GSPO), or the whole trajectory's pi(tau)/pi_base(tau) (RC-GRPO's Alg. 1 writes
+            # pi_theta(tau)/pi_ref(tau)); against the behaviour policy ("old") or the reference ("ref").
+            "ratio_level": "token",
+            "ratio_baseline": "old",
             "agg_mode": "token-mean",
             "norm_const": 1.0,  # seq-mean-token-sum-norm's constant (Dr.GRPO: the max response length)
             "kl_beta": 0.0,
@@ -125,19 +145,27 @@ def ppo_clip_config() -> ml_collections.ConfigDict:
 
 def gspo_config() -> ml_collections.ConfigDict:
     cfg = ppo_clip_config()
-    cfg.update({"sequence_ratio": True, "eps_low": 3e-4, "eps_high": 4e-4, "agg_mode": "seq-mean-token-mean"})
+    cfg.update({"ratio_level": "sequence_mean", "eps_low": 3e-4, "eps_high": 4e-4, "agg_mode": "seq-mean-token-mean"})
     return cfg
 
 
-def log_ratio(logp: Array, old_logp: Array, mask: Array, *, sequence_level: bool) -> Array:
-    """log pi/pi_old per token, or (GSPO) the masked mean over each sequence's tokens broadcast to
-    its tokens, so the ratio is exp(mean_t (logp - old_logp))."""
-    lr = logp - old_logp
-    if not sequence_level:
+def log_ratio(logp: Array, base_logp: Array, mask: Array, *, level: str = "token") -> Array:
+    """log pi/pi_base per token, broadcast to a sequence's tokens for the sequence levels:
+
+    token:          log pi(a_t) - log pi_base(a_t)
+    sequence_mean:  mean_t over the sequence's masked tokens (GSPO: the ratio is exp(mean_t ...))
+    trajectory:     sum_t over them, so the ratio is pi(tau) / pi_base(tau) (RC-GRPO Alg. 1)
+    """
+    lr = logp - base_logp
+    if level == "token":
         return lr
     m = mask.astype(jnp.float32)
-    seq = jnp.sum(lr * m, axis=1, keepdims=True) / jnp.maximum(m.sum(axis=1, keepdims=True), 1.0)
-    return jnp.broadcast_to(seq, lr.shape)
+    total = jnp.sum(lr * m, axis=1, keepdims=True)
+    if level == "sequence_mean":
+        total = total / jnp.maximum(m.sum(axis=1, keepdims=True), 1.0)
+    elif level != "trajectory":
+        raise ValueError(f"unknown ratio level {level!r}; known: {', '.join(RATIO_LEVELS)}")
+    return jnp.broadcast_to(total, lr.shape)
 
 
 def clipped_surrogate(
@@ -171,7 +199,13 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
     mask = mask.astype(jnp.float32)
     adv = jax.lax.stop_gradient(_token_advantages(advantages, logp.shape))
     old_logp = jax.lax.stop_gradient(old_logp)
-    lr = log_ratio(logp, old_logp, mask, sequence_level=cfg.sequence_ratio)
+    if cfg.ratio_baseline == "ref":
+        if ref_logp is None:
+            raise ValueError("ratio_baseline='ref' needs ref_logp")
+        base = jax.lax.stop_gradient(ref_logp)
+    else:
+        base = old_logp
+    lr = log_ratio(logp, base, mask, level=cfg.ratio_level)
     ratio = jnp.exp(jnp.clip(lr, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
     scale = jnp.ones((logp.shape[0], 1)) if clip_scale is None else jnp.asarray(clip_scale)[:, None]
     lo, hi = 1.0 - cfg.eps_low * scale, 1.0 + cfg.eps_high * scale
@@ -192,7 +226,32 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
     return loss_sum, denom, metrics
 
 
-@register("ppo_clip", default_config=ppo_clip_config)
+def clipped_validate(cfg: ml_collections.ConfigDict) -> None:
+    """Start-up checks of a clipped loss's options (`Registry.check`)."""
+    check_choice(cfg, "agg_mode", AGG_MODES)
+    check_choice(cfg, "ratio_level", RATIO_LEVELS)
+    check_choice(cfg, "ratio_baseline", RATIO_BASELINES)
+    check_choice(cfg, "kl_estimator", kl_estimators.names())
+    if cfg.kl_beta and cfg.kl_estimator == "k1":
+        raise OptionError(
+            "kl_estimator",
+            "k1's expected gradient is zero, so as a penalty (kl_beta > 0) it adds only noise; use k3 (gradient of "
+            "KL(pi_ref || pi)) or k2 (gradient of KL(pi || pi_ref)); k1 is fine for logging with kl_beta = 0",
+        )
+    if cfg.kl_beta < 0:
+        raise OptionError("kl_beta", f"must be >= 0, got {cfg.kl_beta}")
+    if cfg.dual_clip and cfg.dual_clip <= 1:
+        raise OptionError("dual_clip", f"must be > 1 (or 0 = off), got {cfg.dual_clip}")
+    if not (0 <= cfg.eps_low < 1 and cfg.eps_high >= 0):
+        raise OptionError("eps_low", f"need 0 <= eps_low < 1 and eps_high >= 0, got {cfg.eps_low}, {cfg.eps_high}")
+
+
+def needs_reference(cfg: ml_collections.ConfigDict) -> bool:
+    """Whether a clipped loss with these options reads ref_logp (a KL penalty, or the ratio against pi_ref)."""
+    return bool(cfg.get("kl_beta", 0.0)) or cfg.get("ratio_baseline", "old") == "ref"
+
+
+@register("ppo_clip", default_config=ppo_clip_config, validate=clipped_validate)
 def ppo_clip(
     logp: Array,
     old_logp: Array,
@@ -205,7 +264,9 @@ def ppo_clip(
 ) -> tuple[Array, Array, dict[str, Array]]:
     """PPO/GRPO/DAPO clipped surrogate + beta * KL(pi || pi_ref), aggregated by config.agg_mode.
 
-    ratio = exp(logp - old_logp); per token -min(ratio A, clip(ratio, 1 - eps_low s, 1 + eps_high s) A)
+    ratio = exp(log_ratio(logp, base)) with base = old_logp (default) or ref_logp and the level of
+    `ratio_level` (per token by default; sequence mean; whole trajectory);
+    per token -min(ratio A, clip(ratio, 1 - eps_low s, 1 + eps_high s) A)
     with s = clip_scale (AWPO, per sequence; 1 if None), the dual clip for A < 0 when dual_clip > 0,
     and + kl_beta * clamp(k(logp, ref_logp)) when kl_beta > 0.
     """
@@ -213,7 +274,7 @@ def ppo_clip(
     return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale)
 
 
-@register("gspo", default_config=gspo_config)
+@register("gspo", default_config=gspo_config, validate=clipped_validate)
 def gspo(
     logp: Array,
     old_logp: Array,

@@ -101,3 +101,46 @@ def resolve(
     if config is not None:
         out.update(config)
     return out
+
+
+# ---------------------------------------------------------------- config sections that select an entry
+#
+# One shape everywhere a config picks a registry entry:
+#
+#     rl.advantage.name = "grpo"          # the entry (or "module:entry": the module is imported first)
+#     rl.advantage.grpo.eps = 1e-6        # each entry with options has its own subsection of defaults
+#     rl.advantage.awpo.gate = "..."
+#
+# so `--config.rl.advantage.name=rloo` swaps the estimator with one override, and
+# `--config.rl.advantage.awpo.mix_weight=0.5` sets an option of the entry it belongs to (a misspelt
+# option fails, since the config is locked). Entries registered by a user module ("module:entry") take
+# their registry defaults.
+
+
+def entry_name(name: str) -> str:
+    """`name`, importing `module` first when it is written "module:entry" (a user's own registry entry)."""
+    if ":" in name:
+        import importlib
+
+        module, name = name.split(":", 1)
+        importlib.import_module(module)
+    return name
+
+
+def selection(registry: Registry, name: str) -> ml_collections.ConfigDict:
+    """A config section selecting `name`, with a subsection of defaults for every entry that has options."""
+    section = ml_collections.ConfigDict({"name": name})
+    for entry in registry.names():
+        defaults = registry.default_config(entry)
+        if len(defaults):
+            section[entry] = defaults
+    return section
+
+
+def selected(registry: Registry, section) -> tuple[str, ml_collections.ConfigDict]:
+    """(entry name, its resolved and validated options) of a selection section.
+
+    Raises KeyError for an unknown entry or option, OptionError for a bad option value."""
+    name = entry_name(section["name"])
+    options = section[name] if name in section else None
+    return name, registry.check(name, options)

@@ -66,11 +66,6 @@ class EstimatorValuesTest(parameterized.TestCase):
         np.testing.assert_allclose(m["adv_mean_high"], (hi + lo) / 2, rtol=1e-5)
         np.testing.assert_allclose(m["adv_mean_low"], (hi + 2 * lo) / 3, rtol=1e-5)
 
-    def test_broadcast_to_tokens(self):
-        a = jnp.array([[1.0, 2.0], [3.0, 4.0]])
-        out = adv_lib.broadcast_to_tokens(a, 3)
-        np.testing.assert_array_equal(out, [[1, 1, 1], [2, 2, 2], [3, 3, 3], [4, 4, 4]])
-
 
 # ---------------------------------------------------------------- AWPO
 
@@ -97,8 +92,9 @@ class AwpoTest(chex.TestCase):
         # group 2: the judge disagrees, m = [1, .5, .5, .5] has sigma_mix = sigma_out / 2 -> rho = 2 > 1:
         # gate closed, plain GRPO.
         np.testing.assert_allclose(a[2], _norm(R_AWPO[2]), rtol=1e-5)
-        np.testing.assert_allclose(m["clip_scale"][:, 0], [1 - 0.5 * w, 1.0, 1.0], rtol=1e-6)
-        chex.assert_shape(m["clip_scale"], (3, 4))
+        extras = adv_lib.per_rollout("awpo", jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)}, config=None)
+        np.testing.assert_allclose(extras["clip_scale"][:, 0], [1 - 0.5 * w, 1.0, 1.0], rtol=1e-6)
+        chex.assert_shape(extras["clip_scale"], (3, 4))
         np.testing.assert_allclose(m["gate_open_frac"], 1 / 3, rtol=1e-6)
 
     def test_terms(self):
@@ -120,9 +116,10 @@ class AwpoTest(chex.TestCase):
 
     def test_gate_never_is_grpo(self):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
-        a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config={"gate": "never"})
+        a, _ = adv_lib.get("awpo")(r, aux={"reasoning": s}, config={"gate": "never"})
         np.testing.assert_allclose(a, adv_lib.get("grpo")(r)[0], rtol=1e-6)
-        np.testing.assert_allclose(m["clip_scale"], 1.0)
+        extras = adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config={"gate": "never"})
+        np.testing.assert_allclose(extras["clip_scale"], 1.0)
 
     def test_needs_reasoning_and_valid_choices(self):
         with pytest.raises(ValueError, match="reasoning"):
@@ -167,7 +164,7 @@ def _centred_advantages_and_grads(rewards, num_tokens, seed):
     out = {}
     for name in CENTRED:
         a, _ = adv_lib.get(name)(rewards)
-        tok = adv_lib.broadcast_to_tokens(a, num_tokens)
+        tok = a.reshape(-1)  # [B]: the loss broadcasts a rollout's advantage to its tokens
         loss = lambda lp: losses.finalize(*losses.get("ppo_clip")(lp, old, None, tok, mask)[:2])
         out[name] = (a, jax.grad(loss)(logp))
     return out

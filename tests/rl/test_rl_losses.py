@@ -165,3 +165,66 @@ def test_micro_batch_sums_are_exact(mode):
         "seq-mean-token-sum-norm": (tok * m).sum() / (len(rows) * 6.0),
     }[mode]
     np.testing.assert_allclose(full, direct, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- what each KL estimator's gradient estimates
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kl_estimator_gradients_exactly(seed):
+    """On a categorical policy, E_{a~pi}[grad k(a)] (samples fixed, the expectation taken exactly) is 0 for k1,
+    grad KL(pi || pi_ref) for k2 and grad KL(pi_ref || pi) for k3 (see the note above the estimators)."""
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    theta, theta_ref = jax.random.normal(k1, (6,)), jax.random.normal(k2, (6,))
+    log_ref = jax.nn.log_softmax(theta_ref)
+
+    def expected_grad(name):
+        def surrogate(t):
+            logp = jax.nn.log_softmax(t)
+            weights = jax.lax.stop_gradient(jnp.exp(logp))  # the sampling distribution is not differentiated
+            return jnp.sum(weights * losses.kl_estimators.get(name)(logp, log_ref))
+
+        return jax.grad(surrogate)(theta)
+
+    reverse = jax.grad(lambda t: jnp.sum(jnp.exp(jax.nn.log_softmax(t)) * (jax.nn.log_softmax(t) - log_ref)))(theta)
+    forward = jax.grad(lambda t: jnp.sum(jnp.exp(log_ref) * (log_ref - jax.nn.log_softmax(t))))(theta)
+    scale = float(jnp.max(jnp.abs(reverse)) + jnp.max(jnp.abs(forward)))
+    np.testing.assert_allclose(expected_grad("k1"), 0.0, atol=1e-6 * scale)
+    np.testing.assert_allclose(expected_grad("k2"), reverse, atol=1e-5 * scale)
+    np.testing.assert_allclose(expected_grad("k3"), forward, atol=1e-5 * scale)
+    assert float(jnp.max(jnp.abs(reverse - forward))) > 1e-3 * scale  # the two targets really differ here
+
+
+def test_clipped_loss_options_fail_at_start_up():
+    from rcgrpo_jax.rl.registry import OptionError
+
+    assert losses.check("ppo_clip", {"kl_beta": 0.0, "kl_estimator": "k1"}).kl_estimator == "k1"  # logging only
+    bad = [
+        ({"kl_beta": 0.1, "kl_estimator": "k1"}, "kl_estimator: k1's expected gradient is zero"),
+        ({"agg_mode": "token_mean"}, "agg_mode: 'token_mean' is not one of"),
+        ({"kl_estimator": "k4"}, "kl_estimator: 'k4' is not one of k1, k2, k3"),
+        ({"ratio_level": "seq"}, "ratio_level"),
+        ({"dual_clip": 0.5}, "dual_clip"),
+    ]
+    for options, message in bad:
+        with pytest.raises(OptionError, match=message):
+            losses.check("ppo_clip", options)
+    with pytest.raises(KeyError, match="sequence_ratio"):
+        losses.check("gspo", {"sequence_ratio": True})
+
+
+class TrajectoryRatioTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_trajectory_ratio_against_the_reference(self):
+        """ratio = pi(tau) / pi_ref(tau) = exp(sum_t (logp - ref_logp)) over the loss tokens, one per sequence."""
+        logp = jnp.array([[-1.0, -2.0, -9.0], [-1.0, -1.0, -1.0]])
+        ref = jnp.array([[-1.2, -2.1, 0.0], [-1.0, -1.0, -1.0]])
+        mask = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+        fn = self.variant(_loss("ppo_clip", ratio_level="trajectory", ratio_baseline="ref", eps_low=0.5, eps_high=0.5))
+        s, d, m = fn(logp, jnp.zeros_like(logp), ref, jnp.array([1.0, -1.0]), mask)
+        ratio0 = np.exp(0.2 + 0.1)  # row 0: only its two masked tokens count
+        # per token -min(rA, clip(r)A): row 0 (A = 1, r = 1.35 < 1.5) -> -1.35 on 2 tokens; row 1 r = 1 -> +1 on 3.
+        np.testing.assert_allclose(m["ratio_mean"], (2 * ratio0 + 3) / 5, rtol=1e-6)
+        np.testing.assert_allclose([s, d], [-2 * ratio0 + 3.0, 5.0], rtol=1e-6)
+        with pytest.raises(ValueError, match="ref_logp"):
+            _loss("ppo_clip", ratio_baseline="ref")(logp, logp, None, jnp.array([1.0, -1.0]), mask)

@@ -18,7 +18,7 @@ def test_registered_estimator_runs_through_the_loss():
     assert fn is median_baseline and "zz_median_baseline" in advantages.names()
     adv, _ = fn(jnp.array([[1.0, 0.0, 0.0], [0.0, 0.5, 1.0]]))
     np.testing.assert_allclose(adv, [[1.0, 0.0, 0.0], [-0.5, 0.0, 0.5]])
-    tok_adv = advantages.broadcast_to_tokens(adv, 2)  # [6, 2]
+    tok_adv = jnp.broadcast_to(adv.reshape(-1, 1), (6, 2))  # each rollout's advantage on its 2 tokens
     old = -jnp.ones((6, 2))
     mask = jnp.ones((6, 2))
     loss = lambda lp: losses.finalize(*losses.get("ppo_clip")(lp, old, None, tok_adv, mask)[:2])
