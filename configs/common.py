@@ -60,7 +60,7 @@ def mesh(preset: str) -> ml_collections.ConfigDict:
     if preset == "tiny":  # one device: BFCL sequences are 4-8k tokens and CPU attention is not chunked
         c.data, c.fsdp, c.tensor = 1, 1, 1
     else:  # one 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads
-        # halve the per-device attention activations at 16k tokens (dry run: 86 GB/device Qwen2.5-7B, 97 GB LLaMA-3.1-8B)
+        # halve the per-device attention activations at 16k tokens (figures: the README's performance table)
         c.data, c.fsdp, c.tensor = 1, -1, 2
     return c
 
@@ -156,10 +156,17 @@ def supervised_budget(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     return c
 
 
-def base(stage: str, preset: str, *, lr: float) -> ml_collections.ConfigDict:
-    """Every section a stage needs, with the preset's defaults; the stage file overrides the rest."""
+TRAINERS = ("supervised", "rl", "eval")  # rcgrpo_jax.stages: the table from trainer kind to its entry points
+
+
+def base(stage: str, preset: str, *, lr: float, trainer: str) -> ml_collections.ConfigDict:
+    """Every section a stage needs, with the preset's defaults; the stage file overrides the rest.
+    `stage` names the run (logs, checkpoints); `trainer` (one of TRAINERS) says which code runs it."""
+    if trainer not in TRAINERS:
+        raise ValueError(f"unknown trainer {trainer!r}; choose one of {TRAINERS}")
     c = ml_collections.ConfigDict()
     c.stage = stage
+    c.trainer = trainer
     c.preset = preset
     c.seed = 0
     c.model = model(preset)

@@ -1,6 +1,8 @@
-"""DAPO: clip-higher (eps_low 0.2, eps_high 0.28), token-mean loss, no KL term, and the dynamic-sampling
-group filter: groups whose rewards are all equal carry no group-relative signal and get no loss (DAPO
-resamples to refill the batch; we keep shapes fixed and mask them, counted in dapo_frac_dropped)."""
+"""DAPO: clip-higher (eps_low 0.2, eps_high 0.28), token-mean loss, no KL term, the dynamic-sampling
+group filter (groups whose rewards are all equal carry no group-relative signal and get no loss; DAPO
+resamples to refill the batch, we keep shapes fixed and mask them, counted in dapo_frac_dropped), and
+the soft overlong punishment (an episode within the last eighth of rl.max_context loses up to 1 reward).
+"""
 
 import os
 import sys
@@ -11,8 +13,10 @@ from configs import common, grpo  # noqa: E402
 
 def get_config(arg: str | None = None):
     c = grpo.rl_config("dapo", common.parse_preset(arg), estimator="grpo")
-    c.rl.loss.eps_high = 0.28
-    c.rl.loss.kl_beta = 0.0
-    c.rl.loss.agg_mode = "token-mean"
+    c.rl.loss.ppo_clip.eps_high = 0.28
+    c.rl.loss.ppo_clip.kl_beta = 0.0
+    c.rl.loss.ppo_clip.agg_mode = "token-mean"
     c.rl.group_filter = "dapo"
+    c.rl.overlong.enabled = True
+    c.rl.overlong.cache_len = int(c.rl.max_context) // 8
     return c

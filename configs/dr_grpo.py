@@ -10,6 +10,6 @@ from configs import common, grpo  # noqa: E402
 
 def get_config(arg: str | None = None):
     c = grpo.rl_config("dr_grpo", common.parse_preset(arg), estimator="dr_grpo")
-    c.rl.loss.agg_mode = "seq-mean-token-sum-norm"
-    c.rl.loss.norm_const = float(c.rl.max_context)
+    c.rl.loss.ppo_clip.agg_mode = "seq-mean-token-sum-norm"
+    c.rl.loss.ppo_clip.norm_const = float(c.rl.max_context)
     return c

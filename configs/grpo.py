@@ -1,9 +1,21 @@
 """GRPO (stage 2 without reward conditioning), and the shared builder of every RL stage config.
 
-Paper setting (RC-GRPO, Table 12): AdamW lr 1e-6, KL beta 0.1 to the frozen stage-1 policy, group size
-5, batch 256, clip 0.2. The paper's batch counts tasks (as verl's train_batch_size counts prompts), so
-`train.batch_size` (rollouts) = 256 x 5 = 1280. Not stated by the paper, our choices: 4 PPO
-mini-batches per step, 1 PPO epoch, 5 passes over the 720 train tasks, k3 KL, token-mean loss.
+Paper setting (RC-GRPO, Table 12 for the GRPO baseline): AdamW lr 1e-6, KL beta 0.1 to the frozen
+stage-1 policy, group size 5, batch 64, clip 0.2 (RC-GRPO itself, Table 10: batch 256). The paper's
+batch counts tasks (as verl's train_batch_size counts prompts), so `train.batch_size` (rollouts) =
+tasks x 5. Run length: Table 10 prints "Epochs 400"; we read it as 400 passes over the 720 training
+tasks (verl's total_epochs), each pass visiting every task exactly once (`rl_data.task_indices`), so
+256 tasks per step give ceil(400 * 720 / 256) = 1125 steps (`train.max_steps` caps a run). Not stated
+by the paper, our choices: 4 PPO mini-batches per step, 1 PPO epoch, k3 KL, token-mean loss.
+
+Swapping (one override each; every entry's options sit in its own subsection, defaulted from its
+registry, and are validated at start-up):
+
+  --config.rl.advantage.name=rloo                 # rcgrpo_jax.rl.advantages (grpo, rc_grpo, dr_grpo, rloo, ...)
+  --config.rl.advantage.grpo.std=sample           # an option of the entry it belongs to
+  --config.rl.loss.name=gspo                      # rcgrpo_jax.rl.losses (ppo_clip, gspo)
+  --config.rl.loss.ppo_clip.kl_estimator=k2       # KL estimator, aggregation mode, ratio level: loss options
+  --config.rl.advantage.name=my_module:my_adv     # a formula registered in your own module (imported first)
 
   python -m rcgrpo_jax.main --config=configs/grpo.py:tiny --config.model.path=/tmp/sft/hf --workdir=/tmp/grpo
   python -m rcgrpo_jax.main --config=configs/grpo.py:qwen2_5_7b --config.model.path=/ckpt/rctp/hf --workdir=/ckpt/grpo
@@ -24,20 +36,27 @@ from configs import common  # noqa: E402
 
 
 def rl_config(
-    stage: str, preset: str, *, estimator: str, conditioning: str = "auto", policy_loss: str = "ppo_clip"
+    stage: str,
+    preset: str,
+    *,
+    estimator: str,
+    conditioning: str = "auto",
+    policy_loss: str = "ppo_clip",
+    tasks_per_step: int = 256,
 ) -> ml_collections.ConfigDict:
     """The sections of every RL stage with the paper's values; stage files override their own."""
     from rcgrpo_jax.rl import advantages, losses
+    from rcgrpo_jax.rl.registry import selection
 
-    c = common.base(stage, preset, lr=1e-6)
+    c = common.base(stage, preset, lr=1e-6, trainer="rl")
     c.reference = ml_collections.ConfigDict({"path": placeholder(str)})  # None = model.path (the stage-1 policy)
     rl = ml_collections.ConfigDict()
-    rl.estimator = estimator  # rcgrpo_jax.rl.advantages registry name
-    rl.advantage = advantages.default_config(estimator)  # the estimator's options
-    rl.policy_loss = policy_loss  # rcgrpo_jax.rl.losses registry name
-    rl.loss = losses.default_config(policy_loss)
-    rl.loss.eps_low, rl.loss.eps_high = 0.2, 0.2  # paper: clip 0.2
-    rl.loss.kl_beta = 0.1  # paper: KL beta 0.1 (k3 estimator, clamped)
+    rl.advantage = selection(advantages.REGISTRY, estimator)  # .name + one option subsection per estimator
+    rl.loss = selection(losses.REGISTRY, policy_loss)  # .name + one option subsection per policy loss
+    for name in rl.loss.keys():
+        if name != "name" and "kl_beta" in rl.loss[name]:
+            rl.loss[name].kl_beta = 0.1  # paper: KL beta 0.1 (k3 estimator, clamped)
+    rl.loss.ppo_clip.eps_low, rl.loss.ppo_clip.eps_high = 0.2, 0.2  # paper: clip 0.2
     rl.log_kl = True  # compute the reference pass (and log KL) even when kl_beta = 0
     rl.group_size = 5
     rl.reward = "rc_grpo"  # rcgrpo_jax.envs.rewards: state consistency x action coverage
@@ -48,9 +67,13 @@ def rl_config(
     rl.reward_token_mode = "iid"  # iid (paper) | stratified (both tokens in every group)
     rl.group_filter = "none"  # none | dapo (groups whose rewards are all equal get no loss)
     rl.filter_atol = 0.0
+    # DAPO's soft overlong punishment on an episode's length (rl.filters.overlong_penalty): 0 up to
+    # max_context - cache, a linear ramp to -penalty at max_context. Off unless enabled (configs/dapo.py).
+    rl.overlong = ml_collections.ConfigDict({"enabled": False, "cache_len": 0, "penalty": 1.0})
     rl.ppo_epochs = 1
     rl.num_minibatches = 4  # optimizer updates per epoch; must divide train.grad_accum
-    # Sampling: at temperature 1.0 without filters the sampler's log-probs are the training forward's.
+    # Sampling. The log-probs of the update, the reference and the recompute are taken at the sampling
+    # temperature, so they are the sampler's distribution at any temperature (top-k / top-p need the recompute).
     rl.temperature = 1.0
     rl.top_k = 0  # 0 = off
     rl.top_p = 1.0  # 1.0 = off
@@ -62,7 +85,7 @@ def rl_config(
     rl.rollout_chunk = 160  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
     rl.judge = ml_collections.ConfigDict(
-        {  # AWPO's reasoning judge (rcgrpo_jax.train.judge)
+        {  # AWPO's reasoning judge (rcgrpo_jax.train.judge); used only by estimators that need "reasoning"
             "kind": "rule",
             "path": placeholder(str),
             "max_new_tokens": 16,
@@ -72,9 +95,9 @@ def rl_config(
     )
     c.rl = rl
     c.data.kind = "rl"
-    c.train.batch_size = 1280  # rollouts: 256 tasks x group 5
-    c.train.grad_accum = 320  # micro-batch 4 = one 16k-token row per batch shard (data x fsdp = 4)
-    c.train.epochs = 5
+    c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5
+    c.train.grad_accum = c.train.batch_size // 4  # micro-batch 4 = one 16k-token row per batch shard (data x fsdp)
+    c.train.epochs = 400  # passes over the training tasks (Table 10)
     c.checkpoint.every_steps = 1  # a step is minutes of rollouts
 
     if preset == "tiny":  # the miniature world on the CPU: a couple of minutes from a fresh checkout
@@ -97,4 +120,4 @@ def rl_config(
 
 
 def get_config(arg: str | None = None):
-    return rl_config("grpo", common.parse_preset(arg), estimator="grpo")
+    return rl_config("grpo", common.parse_preset(arg), estimator="grpo", tasks_per_step=64)  # Table 12: batch 64

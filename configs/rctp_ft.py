@@ -16,7 +16,7 @@ from configs import common  # noqa: E402
 
 def get_config(arg: str | None = None):
     preset = common.parse_preset(arg)
-    c = common.base("rctp_ft", preset, lr=1e-5)
+    c = common.base("rctp_ft", preset, lr=1e-5, trainer="supervised")
     c.data.kind = "rctp"  # expert (high) + failure (low) trajectories with the reward goal text
     c.train.epochs = 5
     c.add_reward_tokens = True

@@ -14,6 +14,6 @@ from configs import common  # noqa: E402
 
 def get_config(arg: str | None = None):
     preset = common.parse_preset(arg)
-    c = common.base("sft", preset, lr=1e-5)
+    c = common.base("sft", preset, lr=1e-5, trainer="supervised")
     c.data.kind = "expert"
     return common.supervised_budget(c)

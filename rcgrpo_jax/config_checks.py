@@ -12,7 +12,6 @@ import math
 import os
 from typing import Any
 
-STAGES = ("sft", "rctp_ft", "grpo", "rc_grpo", "dr_grpo", "dapo", "awpo", "eval")
 MESH_AXES = ("data", "fsdp", "tensor")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -79,24 +78,12 @@ def _check_path(config, dotted: str, *, required: bool, must_have: str | None = 
         raise ConfigError(dotted, f"{path!r} has no {must_have} (expected an HF checkpoint directory)")
 
 
-def _check_registry(config, dotted: str, module: str) -> None:
-    name = _get(config, dotted)
-    if name is None:
-        return
-    import importlib
-
-    registry = importlib.import_module(module)
-    try:
-        registry.get(name)
-    except KeyError as e:
-        raise ConfigError(dotted, f"unknown name {name!r} ({e.args[0] if e.args else ''})") from None
-
-
 def check(config, num_devices: int) -> dict[str, int]:
     """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
-    stage = _require(config, "stage")
-    if stage not in STAGES:
-        raise ConfigError("stage", f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    from rcgrpo_jax import stages
+
+    _require(config, "stage")
+    stages.kind_of(config)  # config.trainer names a known trainer kind
     shape = mesh_shape(_require(config, "mesh"), num_devices)
     batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
 
@@ -138,8 +125,6 @@ def check(config, num_devices: int) -> dict[str, int]:
             raise ConfigError("rl.group_size", f"must be positive, got {group}")
         if batch % group:
             raise ConfigError("train.batch_size", f"{batch} is not divisible by rl.group_size={group}")
-        _check_registry(config, "rl.estimator", "rcgrpo_jax.rl.advantages")
-        _check_registry(config, "rl.policy_loss", "rcgrpo_jax.rl.losses")
 
     # Data, optimizer, run length, checkpoints, multi-host.
     _check_path(config, "data.path", required=False)

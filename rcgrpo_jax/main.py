@@ -1,61 +1,46 @@
 """The launcher: one entry point for every stage, driven by an ml_collections config file.
 
   python -m rcgrpo_jax.main --config=configs/sft.py:tiny --workdir=/tmp/sft [--config.train.max_steps=10]
+  python -m rcgrpo_jax.main --config=configs/grpo.py:tiny --config.rl.advantage.name=rloo --workdir=/tmp/rloo
   python -m rcgrpo_jax.main --config=configs/sft.py:qwen2_5_7b --dry_run     # will it fit? (no weights)
 
-The config is locked (a misspelt override fails), validated at start-up (config_checks: the error
-names the field), and dispatched by `config.stage` to the trainer registered in STAGES. A run resumes
-from the latest checkpoint in --workdir.
+The config is locked (a misspelt override fails), validated at start-up (the trainer kind's `check`:
+the error names the field), and dispatched by `config.trainer` through `rcgrpo_jax.stages.TRAINERS`.
+A run resumes from the latest checkpoint in --workdir. A bad config or flag ends the process with one
+line on stderr (`error: config.<field>: ...`) and exit code 2; `--verbose` keeps the traceback.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import sys
+from typing import Any, Sequence
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Stage config file and preset: configs/<stage>.py:<preset>.", lock_config=True
-)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, exported model.")
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run",
-    False,
-    "Compile the update step on abstract parameters and print the "
-    "per-device memory from XLA's memory analysis; allocates no model.",
-)
-
-# stage -> "module:function" taking (config, workdir); RL stages are filled in by the RL trainer.
-STAGES = {
-    "sft": "rcgrpo_jax.train.sft:run",
-    "rctp_ft": "rcgrpo_jax.train.sft:run",
-    "grpo": "rcgrpo_jax.train.rl:run",
-    "rc_grpo": "rcgrpo_jax.train.rl:run",
-    "dr_grpo": "rcgrpo_jax.train.rl:run",
-    "dapo": "rcgrpo_jax.train.rl:run",
-    "awpo": "rcgrpo_jax.train.rl:run",
-    "eval": "rcgrpo_jax.eval.run:run",
-}
-DRY_RUNS = {
-    "sft": "rcgrpo_jax.train.sft:dry_run",
-    "rctp_ft": "rcgrpo_jax.train.sft:dry_run",
-    "grpo": "rcgrpo_jax.train.rl:dry_run",
-    "rc_grpo": "rcgrpo_jax.train.rl:dry_run",
-    "dr_grpo": "rcgrpo_jax.train.rl:dry_run",
-    "dapo": "rcgrpo_jax.train.rl:dry_run",
-    "awpo": "rcgrpo_jax.train.rl:dry_run",
-}
-
 # Environment variables that mean "this process is one of several": then jax.distributed is initialised.
 _MULTIPROCESS_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
+USAGE_EXIT = 2
 
 
-def _resolve(target: str):
-    module, fn = target.split(":")
-    return getattr(importlib.import_module(module), fn)
+def define_flags(fv: flags.FlagValues) -> None:
+    config_flags.DEFINE_config_file(
+        "config", None, "Stage config file and preset: configs/<stage>.py:<preset>.", lock_config=True, flag_values=fv
+    )
+    flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, exported model.", flag_values=fv)
+    flags.DEFINE_bool(
+        "dry_run",
+        False,
+        "Compile the update step on abstract parameters and print the per-device memory from XLA's memory "
+        "analysis; allocates no model.",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool("verbose", False, "Show the full traceback of configuration errors.", flag_values=fv)
+
+
+define_flags(flags.FLAGS)
 
 
 def wants_distributed(mode: str, environ=os.environ) -> bool:
@@ -71,12 +56,11 @@ def wants_distributed(mode: str, environ=os.environ) -> bool:
     return False
 
 
-def main(argv) -> None:
-    del argv
-    config = _CONFIG.value
-    if config is None:
-        raise app.UsageError("--config=configs/<stage>.py:<preset> is required")
+def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, Any]:
+    """Validates `config`, then runs its stage (or its dry run). Returns what the process prints."""
     import jax
+
+    from rcgrpo_jax import config_checks, stages
 
     if wants_distributed(config.multihost.initialize):
         jax.distributed.initialize()  # reads SLURM / coordinator settings from the environment
@@ -87,25 +71,70 @@ def main(argv) -> None:
         jax.device_count(),
         jax.local_device_count(),
     )
-    from rcgrpo_jax import config_checks
-
-    if config.stage not in STAGES:
-        raise config_checks.ConfigError("stage", f"unknown stage {config.stage!r}; known: {', '.join(STAGES)}")
-    if _DRY_RUN.value:
-        if config.stage not in DRY_RUNS:
-            raise config_checks.ConfigError("stage", f"no dry run for stage {config.stage!r}")
-        report = _resolve(DRY_RUNS[config.stage])(config)
-        if jax.process_index() == 0:
-            print(json.dumps({"stage": config.stage, "preset": config.get("preset"), **report}))
+    kind = stages.kind_of(config)
+    if dry_run:
+        if kind.dry_run is None:
+            raise config_checks.ConfigError("trainer", f"no dry run for trainer kind {config.trainer!r}")
+        report = stages.resolve(kind.dry_run)(config)
         config_checks.check_memory("memory.device_bytes", int(report["peak_gb"] * 1e9), int(report["budget_gb"] * 1e9))
-        return
-    if not _WORKDIR.value:
+        return {"stage": config.stage, "preset": config.get("preset"), **report}
+    if not workdir:
         raise app.UsageError("--workdir is required")
-    summary = _resolve(STAGES[config.stage])(config, _WORKDIR.value)
+    stages.resolve(kind.check)(config, jax.device_count())
+    summary = stages.resolve(kind.run)(config, workdir)
+    logging.info("finished: %s", summary)
+    return {k: v for k, v in summary.items() if k != "metrics"}
+
+
+def _error_line(e: BaseException) -> str:
+    """One line for the user: the message, or for a chained report (a config file that raised while the
+    flag was parsed) its first line and its last (the original error)."""
+    text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return f"error: {type(e).__name__}"
+    if len(lines) == 1:
+        return f"error: {lines[0]}"
+    return f"error: {lines[0].rstrip(':')}: {lines[-1]}"
+
+
+def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
+    """The command line in-process: parse `argv` (argv[0] is the program name), launch, print the summary
+    as the last line. Returns the exit code (0, or 2 for a bad flag or config)."""
+    from rcgrpo_jax.config_checks import ConfigError
+
+    if fv is None:
+        fv = flags.FlagValues()
+        define_flags(fv)
+    verbose = "--verbose" in argv
+    try:
+        try:
+            fv(list(argv))  # loads the config file and applies the overrides: every error here is the user's
+        except Exception as e:
+            raise _UsageError(_error_line(e)) from e
+        config = fv["config"].value
+        if config is None:
+            raise app.UsageError("--config=configs/<stage>.py:<preset> is required")
+        out = launch(config, fv["workdir"].value, dry_run=fv["dry_run"].value)
+    except (_UsageError, app.UsageError, ConfigError) as e:
+        if verbose:
+            raise
+        print(str(e) if isinstance(e, _UsageError) else _error_line(e), file=sys.stderr)
+        return USAGE_EXIT
+    import jax
+
     if jax.process_index() == 0:
-        logging.info("finished: %s", summary)
-        print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}))
+        print(json.dumps(out))
+    return 0
+
+
+class _UsageError(Exception):
+    """A flag or config-file error found while parsing the command line (a misspelt override, a bad preset)."""
+
+
+def main() -> None:
+    sys.exit(cli(sys.argv, fv=flags.FLAGS))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()

@@ -1,5 +1,5 @@
-"""Multi-process (multi-host) helpers: which rows a process owns, global arrays from process-local rows,
-and reading global arrays back on the host.
+"""Multi-process (multi-host) helpers: which share of the work a process owns, global arrays from host
+arrays, and reading global arrays back on the host.
 
 In a multi-process run every process sees the global mesh but addresses only its own devices. A row-sharded
 array (rows over data x fsdp) is then assembled from each process's own rows, and a sharded result can not be
@@ -10,12 +10,12 @@ With one process every helper reduces to the plain single-process operation.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, Sharding
+from jax.sharding import Sharding
 
 T = TypeVar("T")
 
@@ -32,34 +32,22 @@ def process_slice(n: int, index: int | None = None, count: int | None = None) ->
     return slice(start, start + base + (index < extra))
 
 
-def local_rows(sharding: Sharding, num_rows: int) -> slice:
-    """The rows of a [num_rows, ...] array, split along dim 0 by `sharding`, that this process's devices hold.
+def place(tree: T, shardings: Any) -> T:
+    """Host arrays that every process holds whole -> global arrays: each device takes its block of each
+    leaf under `shardings` (one sharding for every leaf, or a tree of them matching `tree`). The one way
+    host batches reach the devices (SFT batches, RL micro-batches, sampler inputs). One process: device_put."""
+    if isinstance(shardings, Sharding):
+        shardings = jax.tree.map(lambda _: shardings, tree)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
 
-    Raises when they are not one contiguous block (then process-local data can not be a plain slice)."""
-    idx = sharding.addressable_devices_indices_map((num_rows,))
-    spans = sorted({(s[0].indices(num_rows)[:2]) for s in idx.values()})
-    start, stop = spans[0][0], spans[0][1]
-    for a, b in spans[1:]:
-        if a > stop:
-            raise ValueError(f"process {jax.process_index()} holds non-contiguous rows {spans} of {num_rows}")
-        stop = max(stop, b)
-    return slice(start, stop)
-
-
-def global_rows(
-    local: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding], num_rows: int
-) -> dict[str, jax.Array]:
-    """Global [num_rows, ...] arrays from this process's rows (`local[k]` = its `local_rows` block)."""
-    out = {}
-    for k, v in local.items():
+    def one(v, sh):
+        if isinstance(v, jax.Array):  # already global (the same value on every process)
+            return jax.device_put(v, sh)
         v = np.asarray(v)
-        out[k] = jax.make_array_from_process_local_data(shardings[k], v, (num_rows, *v.shape[1:]))
-    return out
+        return jax.make_array_from_callback(v.shape, sh, lambda idx: v[idx])
 
-
-def take_local(batch: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding]) -> dict[str, np.ndarray]:
-    """This process's rows of a host batch that every process holds whole."""
-    return {k: np.asarray(v)[local_rows(shardings[k], len(v))] for k, v in batch.items()}
+    return jax.tree.map(one, tree, shardings)
 
 
 def local_value(x: Any) -> np.ndarray:
@@ -73,18 +61,6 @@ def local_value(x: Any) -> np.ndarray:
         f"array of shape {x.shape} with sharding {x.sharding} is split across processes; "
         "use `gather` (a collective) or read its local rows"
     )
-
-
-def local_row_block(x: jax.Array) -> tuple[slice, np.ndarray]:
-    """(rows, values) of a row-sharded array: the contiguous rows this process holds and their values."""
-    rows = local_rows(x.sharding, x.shape[0])
-    if x.is_fully_addressable or x.is_fully_replicated:
-        return rows, local_value(x)[rows]
-    out = np.empty((rows.stop - rows.start, *x.shape[1:]), x.dtype)
-    for shard in x.addressable_shards:
-        r = slice(*shard.index[0].indices(x.shape[0])[:2])
-        out[r.start - rows.start : r.stop - rows.start] = np.asarray(shard.data)
-    return rows, out
 
 
 def gather(tree: T) -> T:

@@ -25,6 +25,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")  # a batch's rows are split over both (FSDP is data parallel too)
 
 LogicalAxes = tuple[str | None, ...]
 ParamRules = Sequence[tuple[str, LogicalAxes]]
@@ -235,3 +236,10 @@ __all__ = [
     "constrain",
     "replicated",
 ]
+
+
+def batch_sharding(mesh: Mesh, ndim: int, row_dim: int = 0) -> NamedSharding:
+    """Rows (dimension `row_dim` of an `ndim`-dimensional batch array) over BATCH_AXES, the rest whole."""
+    spec = [None] * ndim
+    spec[row_dim] = BATCH_AXES
+    return NamedSharding(mesh, PartitionSpec(*spec))

@@ -50,6 +50,7 @@ class EstimatorSpec:
 
 
 _REGISTRY: Registry[Estimator] = Registry("advantage estimator")
+REGISTRY = _REGISTRY
 _SPECS: dict[str, EstimatorSpec] = {}
 get = _REGISTRY.get
 names = _REGISTRY.names

@@ -31,34 +31,43 @@ def group_metrics(rewards: Array, advantages: Array) -> Scalars:
     }
 
 
-def pearson(x: Array, y: Array) -> Array:
-    x = x - x.mean()
-    y = y - y.mean()
+def pearson(x: Array, y: Array, w: Array | None = None) -> Array:
+    """Pearson correlation of x and y over the rows with w = 1 (all rows when w is None)."""
+    w = jnp.ones_like(x) if w is None else jnp.asarray(w, jnp.float32)
+    n = jnp.maximum(w.sum(), 1.0)
+    x = (x - jnp.sum(w * x) / n) * w
+    y = (y - jnp.sum(w * y) / n) * w
     den = jnp.sqrt(jnp.sum(x * x) * jnp.sum(y * y))
     return jnp.where(den > 0, jnp.sum(x * y) / jnp.where(den > 0, den, 1.0), 0.0)
 
 
-def average_ranks(x: Array) -> Array:
-    """Ranks 1..n with ties sharing their average rank (O(n^2), fine for a batch of rollouts)."""
-    less = jnp.sum(x[None, :] < x[:, None], axis=1)
-    equal = jnp.sum(x[None, :] == x[:, None], axis=1)
+def average_ranks(x: Array, w: Array | None = None) -> Array:
+    """Ranks 1..n among the rows with w = 1, ties sharing their average rank (O(n^2), fine for a batch of
+    rollouts); rows with w = 0 neither get a meaningful rank nor count in others'."""
+    w = jnp.ones_like(x) if w is None else jnp.asarray(w, jnp.float32)
+    less = jnp.sum(w[None, :] * (x[None, :] < x[:, None]), axis=1)
+    equal = jnp.sum(w[None, :] * (x[None, :] == x[:, None]), axis=1)
     return (less + (equal + 1) / 2.0).astype(jnp.float32)
 
 
-def spearman(x: Array, y: Array) -> Array:
-    return pearson(average_ranks(x), average_ranks(y))
+def spearman(x: Array, y: Array, w: Array | None = None) -> Array:
+    return pearson(average_ranks(x, w), average_ranks(y, w), w)
 
 
 def entropy_metrics(entropy: Array, mask: Array, rewards: Array) -> Scalars:
-    """Mean per-token entropy, and the Pearson and Spearman correlations between each rollout's
-    mean token entropy and its reward. entropy, mask: [B, T]; rewards: [B] or [N, G] (B = N*G)."""
+    """Mean per-token entropy, and the Pearson and Spearman correlations between each rollout's mean token
+    entropy and its reward, over the rollouts that have loss tokens (a rollout masked out of the loss, e.g.
+    by the DAPO filter or a prompt already past max_context, has no entropy to correlate).
+    entropy, mask: [B, T]; rewards: [B] or [N, G] (B = N*G)."""
     mask = mask.astype(jnp.float32)
-    per_seq = jnp.sum(entropy * mask, axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+    tokens = mask.sum(axis=1)
+    per_seq = jnp.sum(entropy * mask, axis=1) / jnp.maximum(tokens, 1.0)
+    has = (tokens > 0).astype(jnp.float32)
     r = jnp.asarray(rewards, jnp.float32).reshape(-1)
     return {
         "entropy_mean": masked_mean(entropy, mask),
-        "entropy_reward_pearson": pearson(per_seq, r),
-        "entropy_reward_spearman": spearman(per_seq, r),
+        "entropy_reward_pearson": pearson(per_seq, r, has),
+        "entropy_reward_spearman": spearman(per_seq, r, has),
     }
 
 
@@ -100,4 +109,24 @@ def step_diagnostics(
     for key in ("kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual"):
         if loss_metrics is not None and key in loss_metrics:
             out[key] = jnp.asarray(loss_metrics[key], jnp.float32)
+    return out
+
+
+def rollout_metrics(episodes) -> dict[str, float]:
+    """Episode shape (host side): lengths, steps, tool calls, parse errors, truncations, official validity,
+    end reasons."""
+    import numpy as np
+
+    n = max(len(episodes), 1)
+    out = {
+        "rollout/tokens_mean": float(np.mean([len(e.tokens) for e in episodes])),
+        "rollout/sampled_tokens_mean": float(np.mean([sum(e.loss_mask) for e in episodes])),
+        "rollout/steps_mean": float(np.mean([e.steps for e in episodes])),
+        "rollout/tool_calls_mean": float(np.mean([e.tool_calls for e in episodes])),
+        "rollout/parse_errors_mean": float(np.mean([e.parse_errors for e in episodes])),
+        "rollout/step_truncations_mean": float(np.mean([e.step_truncations for e in episodes])),
+        "rollout/official_valid": float(np.mean([bool(e.verdict.get("valid")) for e in episodes])),
+    }
+    for reason in ("completed", "max_context", "step_limit", "env_done", "render_error"):
+        out[f"rollout/end_{reason}"] = sum(e.done_reason == reason for e in episodes) / n
     return out

@@ -26,6 +26,7 @@ PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]
 KLEstimator = Callable[[Array, Array], Array]
 
 _REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
+REGISTRY = _REGISTRY
 register = _REGISTRY.register
 get = _REGISTRY.get
 names = _REGISTRY.names

@@ -30,7 +30,6 @@ from rcgrpo_jax.sampling.sample_fns import SamplingParams, sample
 from rcgrpo_jax.sampling.state import DecodeOutput, DecodeState
 
 PAD_ID = 0  # written into masked slots only; never attended to
-BATCH_AXES = ("data", "fsdp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +197,8 @@ def stop_table(stop_token_ids, rows: int) -> np.ndarray:
 def cache_sharding(config: ModelConfig, mesh: Mesh) -> KVCache:
     """Shardings for a KVCache: batch over data+fsdp, kv heads over tensor when they divide."""
     heads = "tensor" if config.num_kv_heads % mesh.shape.get("tensor", 1) == 0 else None
-    kv = NamedSharding(mesh, P(None, BATCH_AXES, None, heads, None))
-    return KVCache(k=kv, v=kv, mask=NamedSharding(mesh, P(BATCH_AXES, None)), index=NamedSharding(mesh, P()))
+    kv = NamedSharding(mesh, P(None, sharding.BATCH_AXES, None, heads, None))
+    return KVCache(k=kv, v=kv, mask=NamedSharding(mesh, P(sharding.BATCH_AXES, None)), index=NamedSharding(mesh, P()))
 
 
 @functools.lru_cache(maxsize=64)
@@ -220,13 +219,13 @@ def put_batch(x, mesh: Mesh | None):
     """Place a host array with its leading (batch) axis split over data+fsdp."""
     if mesh is None:
         return jnp.asarray(x)
-    return jax.device_put(x, NamedSharding(mesh, P(BATCH_AXES, *([None] * (np.ndim(x) - 1)))))
+    return multihost.place(x, sharding.batch_sharding(mesh, np.ndim(x)))
 
 
 def batch_multiple(mesh: Mesh | None) -> int:
     if mesh is None:
         return 1
-    return int(np.prod([mesh.shape.get(a, 1) for a in BATCH_AXES]))
+    return int(np.prod([mesh.shape.get(a, 1) for a in sharding.BATCH_AXES]))
 
 
 @dataclasses.dataclass

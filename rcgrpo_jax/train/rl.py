@@ -1,22 +1,19 @@
-"""The GRPO-family trainer (GRPO, RC-GRPO, Dr.GRPO, DAPO, AWPO): rollouts on the host's environments,
-advantages by name, a PPO update with a KL penalty to the frozen stage-1 reference.
+"""The GRPO-family trainer (GRPO, RC-GRPO, Dr.GRPO, DAPO, AWPO): rollouts on the task source's
+environments, advantages by name, a PPO update with a KL penalty to the frozen stage-1 reference.
 
-One step:
-  1. draw N = batch_size / G tasks (a seeded permutation per epoch: the step is the data position);
-  2. G rollouts per task with the current policy (temperature 1.0, no top-k/top-p by default, so the
-     sampler's log-probs are those of the training forward); with reward conditioning each rollout's
-     first user message carries `[Reward Goal: <token>]` exactly as the RCTP-FT data do, the token
-     drawn by `rl.reward_tokens.sample` (RC-GRPO) or fixed to the high token;
-  3. rewards from the environment (`rl.reward`), the optional DAPO group filter, the judge's reasoning
-     scores (AWPO), advantages by `rl.estimator`;
-  4. reference log-probs under the frozen reference (when a KL is used or logged), optionally
-     recomputed behaviour log-probs (`rl.recompute_old_logprobs`; their gap to the sampler's is logged
-     either way when recomputed);
-  5. `rl.ppo_epochs` passes over `rl.num_minibatches` mini-batches, each one optimizer update of
-     `rl.policy_loss` accumulated exactly over micro-batches (rl_step.py);
-  6. diagnostics (zero-variance groups, advantage spread, entropy and its correlation with reward, KL,
-     clip fractions, grad norm, reward per reward token), a timing split and tokens/s, to JSONL and
-     TensorBoard; an orbax checkpoint on the cadence (the rng lives in the state, so resume is exact).
+One step, as named phases:
+  1. rollouts (rl_rollouts.py): N = batch_size / G tasks (every epoch visits every task once:
+     rl_config.task_indices), G rollouts each with the current policy; with reward conditioning each
+     rollout's first user message carries `[Reward Goal: <token>]` exactly as the RCTP-FT data do, the
+     token drawn by `rl.reward_tokens.sample` (RC-GRPO) or fixed to the high token;
+  2. advantage inputs: rewards (non-finite ones marked, logged, kept out of their group's mean and out of
+     the loss), DAPO's overlong shaping and group filter, the judge's reasoning scores for estimators
+     that need them, advantages and per-rollout loss inputs by `rl.advantage.name`;
+  3. the batch (`rl_batch.RolloutBatch`), the reference log-probs (when a KL is used or logged) and the
+     optional recompute of the behaviour log-probs, all at the sampling temperature;
+  4. the PPO update: `rl.ppo_epochs` passes over `rl.num_minibatches` mini-batches, each one optimizer
+     update of `rl.loss.name` accumulated exactly over micro-batches (rl_step.py);
+  5. metrics (`rl.diagnostics.step_diagnostics` and the episodes' shape), a timing split and tokens/s.
 
 SFT + RC-GRPO (the paper's ablation): an SFT checkpoint has no reward tokens. They are added at the
 start of RL with `models.add_reward_tokens` (new embedding rows = the mean of the known rows) to the
@@ -25,10 +22,7 @@ policy and to the reference alike, so the untrained tokens act as generic tokens
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
-import os
+import dataclasses
 import time
 from typing import Any
 
@@ -36,280 +30,176 @@ import jax
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import config_checks, multihost
+from rcgrpo_jax import multihost
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_checks import ConfigError
-from rcgrpo_jax.data import datasets
-from rcgrpo_jax.train import checkpoint as ckpt_lib
-from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import loop as loop_lib
-from rcgrpo_jax.train import optim as optim_lib
-from rcgrpo_jax.train import rl_step, sft
+from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
 from rcgrpo_jax.train import state as state_lib
 
-CONDITIONING = ("sampled", "high", "none", "auto")
-GROUP_FILTERS = ("none", "dapo")
+
+@dataclasses.dataclass
+class AdvantageInputs:
+    """Phase 2's output: [N, G] arrays (group-major) and the step's scalars so far."""
+
+    rewards: np.ndarray  # finite: a non-finite reward is replaced by its group's finite mean
+    valid: np.ndarray  # bool: the reward was finite (invalid rollouts get no loss)
+    keep: np.ndarray  # [N] bool: groups the group filter keeps
+    advantages: np.ndarray
+    per_rollout: dict[str, np.ndarray]  # the estimator's per-rollout loss inputs (clip_scale)
+    metrics: dict[str, Any]
 
 
-# ----------------------------------------------------------------------------------------------------
-# Reward conditioning.
+def finite_rewards(rewards: np.ndarray, episodes, group: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(rewards with each non-finite value replaced by the mean of its group's finite ones (0 if none), the
+    finite mask, a description of each bad episode). The replacement leaves the group's mean unchanged."""
+    r = np.asarray(rewards, np.float64).reshape(-1, group)
+    valid = np.isfinite(r)
+    out = np.where(valid, r, 0.0)
+    means = out.sum(axis=1, keepdims=True) / np.maximum(valid.sum(axis=1, keepdims=True), 1)
+    out = np.where(valid, out, means)
+    bad = [
+        f"{e.task_id} (rollout {i % group}): reward {e.reward!r}, episode ended {e.done_reason!r}"
+        for i, e in enumerate(episodes)
+        if not valid.reshape(-1)[i]
+    ]
+    return out.astype(np.float32), valid, bad
 
 
-def has_reward_tokens(tokenizer) -> bool:
-    vocab = tokenizer.get_vocab()
-    return all(t in vocab for t in (datasets.HIGH_REWARD_TOKEN, datasets.LOW_REWARD_TOKEN))
+class RLTrainer:
+    """Everything one RL step needs, built once; `step()` is the host loop's body (train/runner.py)."""
 
-
-def conditioning_mode(config, tokenizer) -> str:
-    """'sampled' | 'high' | 'none' after resolving 'auto' (high when the checkpoint knows the tokens)."""
-    mode = config.rl.reward_conditioning
-    if mode == "auto":
-        return "high" if has_reward_tokens(tokenizer) else "none"
-    return mode
-
-
-# ----------------------------------------------------------------------------------------------------
-# Config.
-
-
-def resolve_config(config):
-    """A copy with `reference.path` defaulted to `model.path` (the stage-1 policy is the reference)."""
-    config = copy.deepcopy(config)
-    if not config.reference.path and config.model.path:
-        config.reference.path = config.model.path
-    return config
-
-
-def check(config, num_devices: int) -> dict[str, int]:
-    """config_checks.check plus the RL trainer's own fields; returns the mesh shape."""
-    shape = config_checks.check(config, num_devices)
-    rl = config.rl
-    g, accum = int(rl.group_size), int(config.train.grad_accum)
-    if rl.policy_loss is None:
-        raise ConfigError("rl.policy_loss", "missing")
-    if rl.reward_conditioning not in CONDITIONING:
-        raise ConfigError(
-            "rl.reward_conditioning", f"{rl.reward_conditioning!r} is not one of {', '.join(CONDITIONING)}"
-        )
-    if rl.reward_conditioning == "sampled" and not 0.0 <= float(rl.p_high) <= 1.0:
-        raise ConfigError("rl.p_high", f"must be in [0, 1], got {rl.p_high}")
-    from rcgrpo_jax.rl import reward_tokens
-
-    if rl.reward_token_mode not in reward_tokens.MODES:
-        raise ConfigError(
-            "rl.reward_token_mode", f"{rl.reward_token_mode!r} is not one of {', '.join(reward_tokens.MODES)}"
-        )
-    if rl.group_filter not in GROUP_FILTERS:
-        raise ConfigError("rl.group_filter", f"{rl.group_filter!r} is not one of {', '.join(GROUP_FILTERS)}")
-    from rcgrpo_jax.envs import rewards
-
-    if rl.reward not in rewards.names():
-        raise ConfigError("rl.reward", f"unknown reward {rl.reward!r}; known: {', '.join(rewards.names())}")
-    _check_sub(config, "rl.advantage", "rcgrpo_jax.rl.advantages", rl.estimator)
-    _check_sub(config, "rl.loss", "rcgrpo_jax.rl.losses", rl.policy_loss)
-    m = int(rl.num_minibatches)
-    if m <= 0 or accum % m:
-        raise ConfigError(
-            "rl.num_minibatches",
-            f"{m} must be positive and divide train.grad_accum={accum} "
-            "(a mini-batch is grad_accum / num_minibatches micro-batches)",
-        )
-    if int(rl.ppo_epochs) <= 0:
-        raise ConfigError("rl.ppo_epochs", f"must be positive, got {rl.ppo_epochs}")
-    if int(rl.rollout_chunk) < 0 or (int(rl.rollout_chunk) and int(rl.rollout_chunk) % g):
-        raise ConfigError("rl.rollout_chunk", f"{rl.rollout_chunk} must be 0 (all) or a multiple of rl.group_size={g}")
-    buckets = tuple(int(b) for b in config.data.buckets)
-    if int(rl.max_context) > buckets[-1]:
-        raise ConfigError("rl.max_context", f"{rl.max_context} exceeds the largest of data.buckets={buckets}")
-    if int(rl.max_step_tokens) <= 0:
-        raise ConfigError("rl.max_step_tokens", "must be positive")
-    exact = float(rl.temperature) == 1.0 and not int(rl.top_k or 0) and float(rl.top_p or 1.0) >= 1.0
-    if not exact and not rl.recompute_old_logprobs:
-        raise ConfigError(
-            "rl.recompute_old_logprobs",
-            "sampling with temperature != 1 or top-k/top-p gives log-probs of "
-            "another distribution than the training forward; set it True (or sample at 1.0)",
-        )
-    if float(rl.temperature) <= 0:
-        raise ConfigError("rl.temperature", "RL needs sampling (temperature > 0)")
-    if rl.estimator == "awpo":
-        from rcgrpo_jax.train import judge
-
-        if rl.judge.kind not in judge.JUDGES:
-            raise ConfigError("rl.judge.kind", f"unknown judge {rl.judge.kind!r}; known: {', '.join(judge.JUDGES)}")
-        if rl.judge.kind == "model":
-            config_checks._check_path(config, "rl.judge.path", required=True, must_have="config.json")
-    if config.data.get("source", "bfcl") not in ("bfcl", "world"):
-        raise ConfigError("data.source", f"unknown task source {config.data.source!r}")
-    return shape
-
-
-def _check_sub(config, dotted: str, module: str, name: str) -> None:
-    """The estimator's / loss's options: unknown fields fail here, not in the first step."""
-    import importlib
-
-    from rcgrpo_jax.rl.registry import resolve
-
-    reg = importlib.import_module(module)
-    try:
-        resolve(config_checks._get(config, dotted), reg.default_config(name))
-    except (KeyError, AttributeError) as e:
-        raise ConfigError(dotted, f"not an option of {name!r}: {e}") from None
-
-
-# ----------------------------------------------------------------------------------------------------
-# Task order (the data position is the step).
-
-
-def task_indices(num_tasks: int, tasks_per_step: int, seed: int, step: int) -> np.ndarray:
-    """Step `step`'s tasks: epoch e is a fresh permutation seeded by (seed, e)."""
-    per_epoch = num_tasks // tasks_per_step
-    epoch, i = divmod(int(step), per_epoch)
-    perm = np.random.default_rng([seed, epoch, 7]).permutation(num_tasks)
-    return perm[i * tasks_per_step : (i + 1) * tasks_per_step]
-
-
-def fingerprint(task_ids, config) -> str:
-    h = hashlib.sha256(
-        json.dumps([list(task_ids), int(config.rl.group_size), int(config.train.batch_size), int(config.seed)]).encode()
-    )
-    return h.hexdigest()[:16]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Model loading.
-
-
-def _load(config, path: str, mesh, rules_name: str):
-    from transformers import AutoTokenizer
-
-    from rcgrpo_jax.models.hf_io import load_hf
-
-    model_cfg = sft.model_config(config, path)
-    params = load_hf(path, dtype=model_cfg.param_dtype, mesh=mesh, rules=sft.rules(rules_name))[1]
-    return model_cfg, params, AutoTokenizer.from_pretrained(path)
-
-
-def _with_reward_tokens(model_cfg, params, tokenizer, mesh, rules_name):
-    """Adds the reward tokens when missing (mean rows), re-placing the params on their shardings."""
-    if has_reward_tokens(tokenizer) and model_cfg.vocab_size >= len(tokenizer):
-        return model_cfg, params, tokenizer
-    from rcgrpo_jax import models
-
-    model_cfg, params, tokenizer, _ = models.add_reward_tokens(model_cfg, params, tokenizer)
-    p_sh = sft.param_shardings(jax.eval_shape(lambda: params), mesh, rules_name)
-    return model_cfg, jax.device_put(params, p_sh), tokenizer
-
-
-# ----------------------------------------------------------------------------------------------------
-# The trainer.
-
-
-class Trainer:
-    """Everything one RL step needs, built once; `step()` is the host loop's body."""
+    progress_keys = ("reward_mean", "kl", "grad_norm")
 
     def __init__(self, config, workdir: str):
         from rcgrpo_jax import chat
         from rcgrpo_jax.data import sources
         from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
-        self.config = config
+        self.config, self.stage = config, config.stage
+        self.mesh = sharding_lib.make_mesh(rl_config.check(config, jax.device_count()))
+        self.choices = rl_config.choices(config)
         rl = config.rl
-        self.shape = check(config, jax.device_count())
-        self.mesh = sharding_lib.make_mesh(self.shape)
         self.tasks = sources.tasks(config.data, "train")
         self.group = int(rl.group_size)
-        self.batch = int(config.train.batch_size)
-        self.tasks_per_step = self.batch // self.group
+        self.tasks_per_step = int(config.train.batch_size) // self.group
         if self.tasks_per_step > len(self.tasks):
             raise ConfigError(
                 "train.batch_size",
-                f"{self.batch} rollouts = {self.tasks_per_step} tasks per step, more than "
-                f"the {len(self.tasks)} train tasks of data.source={config.data.source!r}",
+                f"{config.train.batch_size} rollouts = {self.tasks_per_step} tasks per step, more than the "
+                f"{len(self.tasks)} train tasks of data.source={config.data.source!r}",
             )
-        self.steps_per_epoch = len(self.tasks) // self.tasks_per_step
-        self.total_steps = sft.total_steps(config, self.steps_per_epoch)
+        self.total_steps = rl_config.total_steps(config, len(self.tasks), self.tasks_per_step)
 
-        # Policy and reference (the frozen stage-1 policy), both on the FSDP train shardings.
-        rules = config.sharding.train_rules
-        path = sft.model_dir(config, workdir)
-        ref_path = config.reference.path or path
-        self.model_cfg, params, self.tokenizer = _load(config, path, self.mesh, rules)
-        self.conditioning = conditioning_mode(config, self.tokenizer)
-        self.use_ref = float(rl.loss.kl_beta) > 0 or bool(rl.log_kl)
-        ref_cfg = ref_params = ref_tok = None
-        if self.use_ref:
-            ref_cfg, ref_params, ref_tok = _load(config, ref_path, self.mesh, rules)
-        if self.conditioning != "none":
-            self.model_cfg, params, self.tokenizer = _with_reward_tokens(
-                self.model_cfg, params, self.tokenizer, self.mesh, rules
-            )
-            if self.use_ref:
-                ref_cfg, ref_params, ref_tok = _with_reward_tokens(ref_cfg, ref_params, ref_tok, self.mesh, rules)
-        if self.use_ref and ref_cfg.vocab_size != self.model_cfg.vocab_size:
-            raise ConfigError(
-                "reference.path",
-                f"reference vocabulary {ref_cfg.vocab_size} differs from the policy's {self.model_cfg.vocab_size}",
-            )
-        self.ref_cfg, self.ref_params = ref_cfg, ref_params
+        self._load_models(config, workdir)
         self.parser = chat.get_parser(chat.family_for(self.model_cfg.model_type))
-        self.stop_ids = chat.end_of_turn_ids(self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
 
         # Optimizer, state shardings, jitted functions (cached per length bucket by jit).
+        rules = config.sharding.train_rules
         abstract_params = abstract_params_of(self.model_cfg)
-        p_sh = sft.param_shardings(abstract_params, self.mesh, rules)
-        self.decode_sh = sft.param_shardings(abstract_params, self.mesh, config.sharding.decode_rules)
+        p_sh = model_prep.param_shardings(abstract_params, self.mesh, rules)
         updates = self.total_steps * int(rl.ppo_epochs) * int(rl.num_minibatches)
-        self.tx = optim_lib.make_optimizer(config.optim, updates)
-        self.lr_fn = optim_lib.schedule(config.optim.lr, updates, config.optim.warmup_ratio, config.optim.end_lr_ratio)
+        self.tx = optim.make_optimizer(config.optim, updates)
+        self.lr_fn = optim.schedule(config.optim.lr, updates, config.optim.warmup_ratio, config.optim.end_lr_ratio)
         self.abstract = state_lib.abstract_state(abstract_params, self.tx)
         self.state_sh = state_lib.state_shardings(self.abstract, self.mesh, p_sh, self.tx)
-        self.logical = sft.rules(rules).logical
-        chunk = int(config.train.logprob_chunk)
-        self.keys = (
-            *rl_step.TOKEN_KEYS,
-            "loss_mask",
-            "old_logp",
-            *(("ref_logp",) if self.use_ref else ()),
-            *rl_step.ROW_KEYS,
-        )
+        self.logical = model_prep.rules(rules).logical
+        chunk, temp = int(config.train.logprob_chunk), float(rl.temperature)
+        c = self.choices
         self.updater = rl_step.Updater(
-            self.model_cfg, self.tx, rl.policy_loss, rl.loss, chunk, self.state_sh, self.mesh, self.keys
+            self.model_cfg, self.tx, c.loss, c.loss_options, chunk, self.state_sh, self.mesh, temp
         )
-        self.logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(self.model_cfg, chunk), p_sh, self.mesh)
-        self.ref_logprobs = (
-            rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg, chunk), p_sh, self.mesh) if self.use_ref else None
-        )
+        self.logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(self.model_cfg, chunk, temp), p_sh, self.mesh)
+        self.ref_logprobs = None
+        if c.use_ref:
+            self.ref_logprobs = rl_step.jit_logprobs(
+                rl_step.make_logprob_fn(self.ref_cfg, chunk, temp), p_sh, self.mesh
+            )
         self.judge = None
-        if rl.estimator == "awpo":
+        if c.uses_judge:
             from rcgrpo_jax.train import judge
 
             self.judge = judge.make_judge(rl.judge)
-        self._initial_params = params
+        self.rollout_setup = rl_rollouts.RolloutSetup(
+            self.model_cfg,
+            self.tokenizer,
+            self.parser,
+            chat.end_of_turn_ids(self.tokenizer),
+            model_prep.param_shardings(abstract_params, self.mesh, config.sharding.decode_rules),
+            self.mesh,
+            with_messages=self.judge is not None,
+        )
 
-    # -- state ------------------------------------------------------------------------------------------
+    def _load_models(self, config, workdir: str) -> None:
+        """Policy and reference (the frozen stage-1 policy), both on the FSDP train shardings; the reward
+        tokens are added to both when the run conditions on them."""
+        from transformers import AutoTokenizer
+
+        rules = config.sharding.train_rules
+        path = model_prep.model_dir(config, workdir)
+        self.conditioning = config.rl.reward_conditioning
+        if self.conditioning == "auto":
+            known = model_prep.has_reward_tokens(AutoTokenizer.from_pretrained(path))
+            self.conditioning = "high" if known else "none"
+        conditioned = self.conditioning != "none"
+        policy = model_prep.load(config, path, self.mesh, rules, reward_tokens=conditioned)
+        self.model_cfg, self.tokenizer, self._initial_params = policy.config, policy.tokenizer, policy.params
+        self.ref_cfg = self.ref_params = None
+        if self.choices.use_ref:
+            ref = model_prep.load(config, config.reference.path or path, self.mesh, rules, reward_tokens=conditioned)
+            if ref.config.vocab_size != self.model_cfg.vocab_size:
+                raise ConfigError(
+                    "reference.path",
+                    f"reference vocabulary {ref.config.vocab_size} differs from the policy's {self.model_cfg.vocab_size}",
+                )
+            self.ref_cfg, self.ref_params = ref.config, ref.params
+
+    # -- the runner's protocol ----------------------------------------------------------------------------
 
     def init_state(self) -> state_lib.TrainState:
         params, self._initial_params = self._initial_params, None
-        with jax.set_mesh(self.mesh):
-            return jax.jit(
-                lambda p: state_lib.create(p, self.tx, jax.random.PRNGKey(self.config.seed)),
-                out_shardings=self.state_sh,
-                donate_argnums=(0,),
-            )(params)
+        return jax.jit(
+            lambda p: state_lib.create(p, self.tx, jax.random.PRNGKey(self.config.seed)),
+            out_shardings=self.state_sh,
+            donate_argnums=(0,),
+        )(params)
 
     def restore_target(self):
         self._initial_params = None
         return state_lib.with_shardings(self.abstract, self.state_sh)
 
     def fingerprint(self) -> str:
-        return fingerprint([t.id for t in self.tasks], self.config)
+        return rl_config.fingerprint([t.id for t in self.tasks], self.config)
 
-    # -- rollouts ---------------------------------------------------------------------------------------
+    def export(self, state, path: str) -> None:
+        model_prep.export_hf(self.model_cfg, state.params, self.tokenizer, path)
 
-    def step_tasks(self, step: int):
-        return [self.tasks[i] for i in task_indices(len(self.tasks), self.tasks_per_step, int(self.config.seed), step)]
+    def step(self, state: state_lib.TrainState, step: int):
+        """Rollouts -> advantage inputs -> batch and reference -> PPO updates -> metrics."""
+        t0 = time.perf_counter()
+        base = jax.random.wrap_key_data(np.asarray(jax.device_get(state.rng), np.uint32))
+        k_tokens, k_sample = jax.random.split(jax.random.fold_in(base, step))
+        ro = rl_rollouts.collect(
+            self.rollout_setup,
+            self.config,
+            state.params,
+            self.step_tasks(step),
+            self.reward_token_draw(k_tokens),
+            k_sample,
+        )
+        adv = self.advantage_inputs(ro)
+        batch, plan, timing = self.batch_and_reference(state, ro, adv, step)
+        state, updates, row_stats, t_update = self.ppo_update(state, batch, plan)
+        metrics = self.step_metrics(state, ro, adv, batch, plan, updates, row_stats)
+        metrics.update(timing)
+        metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
+        return state, metrics
+
+    # -- phases ---------------------------------------------------------------------------------------------
+
+    def step_tasks(self, step: int) -> list:
+        idx = rl_config.task_indices(len(self.tasks), self.tasks_per_step, int(self.config.seed), step)
+        return [self.tasks[i] for i in idx]
 
     def reward_token_draw(self, key) -> np.ndarray | None:
         """[N, G] int (1 = high) or None without conditioning."""
@@ -323,364 +213,165 @@ class Trainer:
         rl = self.config.rl
         return np.asarray(reward_tokens.sample(key, n, g, float(rl.p_high), rl.reward_token_mode))
 
-    def rollouts(self, params, tasks, tokens: np.ndarray | None, key):
-        """Episodes (group-major: row = task * G + member) and the rollout engine's time split.
+    def advantage_inputs(self, ro: rl_rollouts.Rollouts) -> AdvantageInputs:
+        """Rewards (finite), shaping, the group filter, the judge, then the estimator and its per-rollout inputs."""
+        from rcgrpo_jax.rl import advantages, filters
 
-        Chunk by chunk through `rollout.distributed`: with several processes each one builds and steps only
-        the environments of its share of the chunk while the sampler runs over all of the chunk's episodes on
-        the global mesh, and every process ends with the same group-major list as a single-process run. The
-        time split is this process's own."""
-        from rcgrpo_jax.envs import bfcl
-        from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
-        from rcgrpo_jax.rollout.distributed import run_across_processes
-        from rcgrpo_jax.sampling import SamplingParams
-
-        rl = self.config.rl
-        env_cfg = bfcl.EnvConfig(reward=rl.reward)
-        rows = [(k, j) for k in range(len(tasks)) for j in range(self.group)]
-
-        def spec(row: int) -> EpisodeSpec:
-            k, j = rows[row]
-            token = (
-                None if tokens is None else (datasets.HIGH_REWARD_TOKEN if tokens[k, j] else datasets.LOW_REWARD_TOKEN)
-            )
-            return EpisodeSpec(
-                bfcl.BFCLEnv(tasks[k], env_cfg), tasks[k].id, group=k, rollout_index=j, reward_token=token
-            )
-
-        sampling = SamplingParams(
-            float(rl.temperature), int(rl.top_k or 0) or None, float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
-        )
-        rc = RolloutConfig(
-            max_context=int(rl.max_context),
-            max_step_tokens=int(rl.max_step_tokens),
-            max_steps_per_turn=rl.max_steps_per_turn,
-        )
-        chunk = int(rl.rollout_chunk) or len(rows)
-        episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
-        decode_params = jax.device_put(params, self.decode_sh)
-        # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
-        for c in range(0, len(rows), chunk):
-
-            def policy(_rows, c=c):
-                return ModelPolicy(
-                    self.model_cfg,
-                    decode_params,
-                    stop_ids=self.stop_ids,
-                    max_step_tokens=int(rl.max_step_tokens),
-                    max_context=int(rl.max_context),
-                    sampling=sampling,
-                    prefill_chunk=int(rl.prefill_chunk),
-                    mesh=self.mesh,
-                    rules=sharding_lib.DECODE_RULES,
-                    rng=jax.random.fold_in(key, c),
-                    slot_mode=rl.slot_mode,
-                )
-
-            eps, s = run_across_processes(
-                min(chunk, len(rows) - c),
-                lambda i, c=c: spec(c + i),
-                policy,
-                self.tokenizer,
-                self.parser,
-                rc,
-                with_messages=self.judge is not None,
-            )  # the judge reads them
-            episodes += eps
-            split = {k: split[k] + s.get(k, 0.0) for k in split}
-        return episodes, split
-
-    def _logprob_pass(self, fn, params, batch, micros, buckets) -> np.ndarray:
-        """log-probs [B, L - 1] of every row, one length-bucketed micro-batch at a time."""
-        out = np.zeros_like(batch["old_logp"])
-        for rows in micros:
-            mb = rl_step.put(rl_step.take(batch, rows, buckets, rl_step.TOKEN_KEYS), self.mesh)
-            lp = np.asarray(multihost.gather(fn(params, mb["tokens"], mb["token_mask"])))  # rows may span processes
-            out[rows, : lp.shape[1]] = lp
-        return out
-
-    # -- one step -----------------------------------------------------------------------------------------
-
-    def step(self, state: state_lib.TrainState, step: int):
-        """Rollouts -> rewards -> advantages -> reference -> PPO updates. Returns (state, metrics)."""
-        from rcgrpo_jax.rl import advantages as adv_lib
-        from rcgrpo_jax.rl import diagnostics, filters
-
-        rl = self.config.rl
+        rl, c = self.config.rl, self.choices
         n, g = self.tasks_per_step, self.group
-        t_start = time.perf_counter()
-        base = jax.random.wrap_key_data(np.asarray(jax.device_get(state.rng), np.uint32))
-        k_tokens, k_sample = jax.random.split(jax.random.fold_in(base, step))
-        tasks = self.step_tasks(step)
-        tokens = self.reward_token_draw(k_tokens)
-        episodes, split = self.rollouts(state.params, tasks, tokens, k_sample)
-        rewards = np.asarray([e.reward for e in episodes], np.float32).reshape(n, g)
-        t_rollout = time.perf_counter()
-
-        # Advantages (host-sized [N, G] math).
-        metrics: dict[str, Any] = {}
+        raw = np.asarray([e.reward for e in ro.episodes], np.float64)
+        rewards, valid, bad = finite_rewards(raw, ro.episodes, g)
+        metrics: dict[str, Any] = {"rollout/nonfinite_rewards": len(bad)}
+        for line in bad:
+            absl_logging.warning("non-finite reward, rollout kept out of the loss: %s", line)
+        if rl.overlong.enabled:
+            lengths = np.asarray([len(e.tokens) for e in ro.episodes]).reshape(n, g)
+            shaped = filters.overlong_penalty(
+                lengths,
+                max_len=int(rl.max_context),
+                cache_len=int(rl.overlong.cache_len),
+                penalty=float(rl.overlong.penalty),
+            )
+            rewards = rewards + np.asarray(shaped, np.float32)
+            metrics["overlong_penalty_mean"] = float(np.mean(shaped))
         aux: dict[str, Any] = {}
         keep = np.ones((n,), bool)
         if rl.group_filter == "dapo":
             keep_j, fm = filters.dapo_group_filter(rewards, atol=float(rl.filter_atol))
             keep = np.asarray(keep_j)
             aux["group_mask"] = keep
-            metrics.update(fm)
-        if tokens is not None:
-            aux["reward_tokens"] = tokens
+            metrics.update({k: float(v) for k, v in fm.items()})
+        if ro.reward_tokens is not None:
+            aux["reward_tokens"] = ro.reward_tokens
         if self.judge is not None:
             from rcgrpo_jax.train import judge
 
-            scores = self.judge([judge.from_episode(e) for e in episodes])
-            aux["reasoning"] = np.asarray(scores, np.float32).reshape(n, g)
+            scores = np.asarray(self.judge([judge.from_episode(e) for e in ro.episodes]), np.float32).reshape(n, g)
+            aux["reasoning"] = scores
             metrics["judge_score_mean"] = float(np.mean(scores))
-        adv, est_metrics = adv_lib.get(rl.estimator)(rewards, aux=aux, config=rl.advantage)
-        est_scalars, est_arrays = adv_lib.split_metrics(est_metrics)
-        metrics.update({f"estimator/{k}": v for k, v in est_scalars.items()})
-        adv = np.asarray(adv, np.float32)
-        clip_scale = np.asarray(est_arrays.get("clip_scale", np.ones((n, g))), np.float32)
+        missing = [s for s in c.needs if s not in aux]
+        if missing:
+            raise ConfigError("rl.advantage.name", f"{c.estimator!r} needs {missing}, which this run does not produce")
+        adv, est = advantages.get(c.estimator)(rewards, aux=aux, config=c.advantage_options)
+        extras = advantages.per_rollout(c.estimator, rewards, aux=aux, config=c.advantage_options)
+        metrics.update({f"estimator/{k}": float(v) for k, v in est.items()})
+        per_rollout = {k: np.asarray(v, np.float32) for k, v in extras.items()}
+        return AdvantageInputs(rewards, valid, keep, np.asarray(adv, np.float32), per_rollout, metrics)
 
-        # Arrays: rows permuted (seeded by the step) so mini-batches mix groups, then sorted by length inside
-        # each mini-batch into micro-batches at their own length bucket; dropped groups get no loss.
-        arrays = [e.arrays() for e in episodes]
+    def batch_and_reference(self, state, ro, adv: AdvantageInputs, step: int):
+        """The host batch (rows of dropped groups and invalid rollouts carry no loss), the PPO plan, and the
+        reference / recomputed behaviour log-probs."""
+        rl = self.config.rl
+        arrays = [e.arrays() for e in ro.episodes]
         lengths = np.asarray([len(a["tokens"]) for a in arrays])
         buckets = tuple(int(x) for x in self.config.data.buckets)
-        batch = rl_step.pack_rows(
+        clip = adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages))
+        batch = rl_batch.pack(
             [a["tokens"] for a in arrays],
             [a["loss_mask"] for a in arrays],
             [a["logprobs"] for a in arrays],
-            rl_step.bucket_for(int(lengths.max()), buckets),
-            self.pad_id,
+            adv.advantages,
+            clip,
+            length=rl_batch.bucket_for(int(lengths.max()), buckets),
+            pad_id=self.pad_id,
         )
-        batch["loss_mask"] *= np.repeat(keep, g)[:, None].astype(np.float32)
-        batch["advantages"] = adv.reshape(-1)
-        batch["clip_scale"] = clip_scale.reshape(-1)
-        perm = np.random.default_rng([int(self.config.seed), int(step), 11]).permutation(n * g)
-        micro = self.batch // int(self.config.train.grad_accum)
-        plan = rl_step.minibatch_plan(perm, lengths, int(rl.num_minibatches), micro)
+        live = (np.repeat(adv.keep, self.group) & adv.valid.reshape(-1)).astype(np.float32)
+        batch = batch.replace(loss_mask=batch.loss_mask * live[:, None])
+        perm = np.random.default_rng([int(self.config.seed), int(step), 11]).permutation(batch.rows)
+        micro = int(self.config.train.batch_size) // int(self.config.train.grad_accum)
+        plan = rl_batch.minibatch_plan(perm, lengths, int(rl.num_minibatches), micro)
         all_micro = [rows for mb in plan for rows in mb]
-
+        timing: dict[str, Any] = {"time/reference_s": 0.0, "time/recompute_s": 0.0}
         with jax.set_mesh(self.mesh), sharding_lib.axis_rules(self.logical):
             t0 = time.perf_counter()
-            if self.use_ref:
-                batch["ref_logp"] = self._logprob_pass(self.ref_logprobs, self.ref_params, batch, all_micro, buckets)
-            t_ref = time.perf_counter() - t0
+            if self.choices.use_ref:
+                batch = batch.replace(ref_logp=self._logprob_pass(self.ref_logprobs, self.ref_params, batch, all_micro))
+            timing["time/reference_s"] = time.perf_counter() - t0
             if rl.recompute_old_logprobs:
-                recomputed = self._logprob_pass(self.logprobs, state.params, batch, all_micro, buckets)
-                m = batch["loss_mask"]
-                metrics["old_logp_abs_diff"] = float(
-                    np.sum(np.abs(recomputed - batch["old_logp"]) * m) / max(m.sum(), 1.0)
-                )
-                batch["old_logp"] = recomputed
-            t_recompute = time.perf_counter() - t0 - t_ref
+                t0 = time.perf_counter()
+                recomputed = self._logprob_pass(self.logprobs, state.params, batch, all_micro)
+                m = batch.loss_mask
+                gap = float(np.sum(np.abs(recomputed - batch.old_logp) * m) / max(m.sum(), 1.0))
+                batch = batch.replace(old_logp=recomputed)
+                timing.update({"old_logp_abs_diff": gap, "time/recompute_s": time.perf_counter() - t0})
+        return batch, plan, timing
 
-            # PPO: epochs x mini-batches, each one optimizer update.
-            t0 = time.perf_counter()
-            updates, row_stats = [], []
-            for epoch in range(int(rl.ppo_epochs)):
+    def _logprob_pass(self, fn, params, batch: rl_batch.RolloutBatch, micros) -> np.ndarray:
+        """log-probs [B, L - 1] of every row, one length-bucketed micro-batch at a time."""
+        buckets = tuple(int(x) for x in self.config.data.buckets)
+        out = np.zeros_like(batch.old_logp)
+        for rows in micros:
+            mb = batch.take(rows, buckets)
+            placed = multihost.place((mb.tokens, mb.token_mask), sharding_lib.batch_sharding(self.mesh, 2))
+            lp = np.asarray(multihost.gather(fn(params, *placed)))  # rows may span processes
+            out[rows, : lp.shape[1]] = lp
+        return out
+
+    def ppo_update(self, state, batch: rl_batch.RolloutBatch, plan):
+        """epochs x mini-batches, each one optimizer update; returns (state, per-update metrics, first-epoch
+        per-micro-batch (entropy sum, count) rows, seconds)."""
+        buckets = tuple(int(x) for x in self.config.data.buckets)
+        t0 = time.perf_counter()
+        updates, row_stats = [], []
+        with jax.set_mesh(self.mesh), sharding_lib.axis_rules(self.logical):
+            for epoch in range(int(self.config.rl.ppo_epochs)):
                 for mb in plan:
-                    micros = [rl_step.put(rl_step.take(batch, rows, buckets, self.keys), self.mesh) for rows in mb]
-                    state, um, rows_out = self.updater(state, micros)
+                    state, um, rows_out = self.updater(state, [batch.take(rows, buckets).put(self.mesh) for rows in mb])
                     updates.append(um)
                     if epoch == 0:
                         row_stats += rows_out
             updates, row_stats = multihost.gather((updates, row_stats))  # row stats may span processes
-            t_update = time.perf_counter() - t0
+        return state, updates, row_stats, time.perf_counter() - t0
 
-        # Diagnostics.
-        ent_sum, count = np.zeros((n * g,)), np.zeros((n * g,))
-        for rows, (e_sum, c) in zip(all_micro, row_stats):
-            ent_sum[rows], count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(c)[: len(rows)]
-        per_seq = ent_sum / np.maximum(count, 1.0)  # group-major, as the rewards
-        metrics.update({k: float(v) for k, v in diagnostics.group_metrics(rewards, adv).items()})
-        em = diagnostics.entropy_metrics(per_seq[:, None], (count > 0)[:, None], rewards)
-        metrics.update({k: float(v) for k, v in em.items()})
+    def step_metrics(self, state, ro, adv: AdvantageInputs, batch, plan, updates, row_stats) -> dict[str, Any]:
+        """The paper's variance diagnostics (over rows with loss tokens), the loss's metrics, the episodes' shape."""
+        from rcgrpo_jax.rl import diagnostics
+
+        b = batch.rows
+        ent_sum, count = np.zeros((b,)), np.zeros((b,))
+        for rows, (e_sum, cnt) in zip([r for mb in plan for r in mb], row_stats):
+            ent_sum[rows], count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(cnt)[: len(rows)]
+        per_token_ent = (ent_sum / np.maximum(count, 1.0))[:, None]
+        loss_metrics = {k: float(np.mean([u[k] for u in updates])) for k in rl_step.LOSS_METRICS}
+        metrics = dict(adv.metrics)
+        diag = diagnostics.step_diagnostics(
+            adv.rewards, adv.advantages, per_token_ent, (count > 0)[:, None], loss_metrics, ro.reward_tokens
+        )
+        metrics.update({k: float(v) for k, v in diag.items()})
         metrics["entropy_mean"] = float(ent_sum.sum() / max(count.sum(), 1.0))  # token mean, not sequence mean
-        if tokens is not None:
-            metrics.update({k: float(v) for k, v in diagnostics.reward_token_metrics(rewards, tokens).items()})
-        last = updates[-1]
         for k in ("loss", "grad_norm", "loss_tokens", *rl_step.LOSS_METRICS):
             metrics[k] = float(np.mean([u[k] for u in updates]))
-        if not self.use_ref:
+        if not self.choices.use_ref:
             metrics.pop("kl")
         metrics.update(
             {
                 "finite": int(all(bool(u["finite"]) for u in updates)),
-                "nonfinite_in_row": int(last["nonfinite_in_row"]),
+                "nonfinite_in_row": int(updates[-1]["nonfinite_in_row"]),
                 "updates": len(updates),
-                "lr": float(self.lr_fn(jax.device_get(sft._applied_updates(state.opt_state)))),
-                "seq_len": int(batch["tokens"].shape[1]),
+                "lr": float(self.lr_fn(jax.device_get(state_lib.applied_updates(state.opt_state)))),
+                "seq_len": batch.length,
             }
         )
-        metrics.update(rollout_metrics(episodes))
-        sampled = int(sum(int(np.sum(a["loss_mask"])) for a in arrays))
-        total_tokens = int(sum(len(a["tokens"]) for a in arrays))
-        dt = time.perf_counter() - t_start
-        metrics.update(
-            {
-                "time/step_s": dt,
-                "time/rollout_s": split["policy"],
-                "time/env_s": split["env"] + split["chat"],
-                "time/rollout_wall_s": t_rollout - t_start,
-                "time/reference_s": t_ref,
-                "time/recompute_s": t_recompute,
-                "time/update_s": t_update,
-                "time/tokens_per_s": total_tokens / max(dt, 1e-9),
-                "time/sampled_tokens_per_s": sampled / max(split["policy"], 1e-9),
-                "time/train_tokens_per_s": total_tokens
-                * len(updates)
-                / max(t_update, 1e-9)
-                / max(int(rl.ppo_epochs), 1),
-            }
-        )
-        return state, metrics, episodes
+        metrics.update(diagnostics.rollout_metrics(ro.episodes))
+        return metrics
 
 
-def rollout_metrics(episodes) -> dict[str, float]:
-    """Episode shape: lengths, steps, tool calls, parse errors, truncations, official validity, end reasons."""
-    n = max(len(episodes), 1)
-    out = {
-        "rollout/tokens_mean": float(np.mean([len(e.tokens) for e in episodes])),
-        "rollout/sampled_tokens_mean": float(np.mean([sum(e.loss_mask) for e in episodes])),
-        "rollout/steps_mean": float(np.mean([e.steps for e in episodes])),
-        "rollout/tool_calls_mean": float(np.mean([e.tool_calls for e in episodes])),
-        "rollout/parse_errors_mean": float(np.mean([e.parse_errors for e in episodes])),
-        "rollout/step_truncations_mean": float(np.mean([e.step_truncations for e in episodes])),
-        "rollout/official_valid": float(np.mean([bool(e.verdict.get("valid")) for e in episodes])),
+def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update_s: float, updates, ppo_epochs: int) -> dict[str, float]:
+    sampled = int(sum(int(np.sum(e.loss_mask)) for e in ro.episodes))
+    total = int(sum(len(e.tokens) for e in ro.episodes))
+    return {
+        "time/step_s": step_s,
+        "time/rollout_s": ro.time_split["policy"],
+        "time/env_s": ro.time_split["env"] + ro.time_split["chat"],
+        "time/rollout_wall_s": ro.wall_s,
+        "time/update_s": update_s,
+        "time/tokens_per_s": total / max(step_s, 1e-9),
+        "time/sampled_tokens_per_s": sampled / max(ro.time_split["policy"], 1e-9),
+        "time/train_tokens_per_s": total * len(updates) / max(update_s, 1e-9) / max(ppo_epochs, 1),
     }
-    for reason in ("completed", "max_context", "step_limit", "env_done"):
-        out[f"rollout/end_{reason}"] = sum(e.done_reason == reason for e in episodes) / n
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# The run.
 
 
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
-    """Trains from the latest checkpoint in `workdir` (or from `model.path`); writes workdir/metrics.jsonl,
-    checkpoints, and the final policy as an HF directory (workdir/hf). `stop_after` ends this call after
-    that many steps without a final save (tests: a crash). Returns {step, reason, metrics, total_steps}."""
-    config = resolve_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    is_main = jax.process_index() == 0
-    trainer = Trainer(config, workdir)
-    n_steps = trainer.total_steps
-    ckpt = ckpt_lib.Checkpointer(
-        os.path.join(workdir, "checkpoints"),
-        every_steps=config.checkpoint.every_steps,
-        max_to_keep=config.checkpoint.max_to_keep,
-        async_save=config.checkpoint.async_save,
-    )
-    start = ckpt.latest_step()
-    if start is None:
-        state, start = trainer.init_state(), 0
-    else:
-        state, meta = ckpt.restore(start, trainer.restore_target())
-        if meta.get("data_fingerprint") != trainer.fingerprint():
-            raise ConfigError("data.source", "the tasks differ from those of the checkpoint being resumed")
-        absl_logging.info("resumed from step %d", start)
-    logger = log_lib.MetricsLogger(
-        workdir, is_main=is_main, tensorboard=config.log.tensorboard, resume_step=start if start > 0 else None
-    )
-    progress = log_lib.Progress(n_steps, start, enabled=is_main and config.log.progress, desc=config.stage)
-    meta = lambda s: {
-        "step": int(s),
-        "data_position": int(s),
-        "data_fingerprint": trainer.fingerprint(),
-        "total_steps": n_steps,
-        "stage": config.stage,
-    }
-
-    def one_step(state, step):
-        state, metrics, _ = trainer.step(state, step)
-        return state, metrics
-
-    try:
-        state, step, reason, last = loop_lib.run_steps(
-            one_step,
-            state,
-            start=start,
-            n_steps=n_steps,
-            config=config,
-            ckpt=ckpt,
-            logger=logger,
-            progress=progress,
-            meta=meta,
-            stop_after=stop_after,
-            progress_keys=("reward_mean", "kl", "grad_norm"),
-        )
-    finally:
-        ckpt.close()
-        logger.close()
-        progress.close()
-    if reason == "done" and config.checkpoint.export_hf:
-        sft.export_hf(trainer.model_cfg, state.params, trainer.tokenizer, os.path.join(workdir, "hf"))
-    return {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
-
-
-# ----------------------------------------------------------------------------------------------------
-# Will it fit? The update step on abstract parameters at the largest bucket.
-
-
-def jnp_itemsize(dtype: str) -> int:
-    import jax.numpy as jnp
-
-    return jnp.dtype(dtype).itemsize
-
-
-def dry_run(config) -> dict[str, float]:
-    """Per-device memory of one PPO mini-batch update at the largest bucket, without weights."""
-    import dataclasses
-
-    import ml_collections
-
-    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-
-    config = resolve_config(config)
-    if not config.model.path:  # size the published architecture as if its weights were given
-        config = ml_collections.ConfigDict(config.to_dict())
-        config.model.build_tiny = True
-    shape = check(config, jax.device_count())
-    mesh = sharding_lib.make_mesh(shape)
-    if config.model.path:
-        hf = config.model.path
-    else:
-        from configs import common
-
-        hf = common.hf_architecture(config.preset)
-    model_cfg = sft.model_config(config, hf)
-    if config.rl.reward_conditioning == "sampled":
-        model_cfg = dataclasses.replace(model_cfg, vocab_size=model_cfg.vocab_size + 2)
-    abstract_params = abstract_params_of(model_cfg)
-    p_sh = sft.param_shardings(abstract_params, mesh, config.sharding.train_rules)
-    tx = optim_lib.make_optimizer(config.optim, 1000)
-    abstract = state_lib.abstract_state(abstract_params, tx)
-    state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
-    use_ref = float(config.rl.loss.kl_beta) > 0 or bool(config.rl.log_kl)
-    keys = (*rl_step.TOKEN_KEYS, "loss_mask", "old_logp", *(("ref_logp",) if use_ref else ()), *rl_step.ROW_KEYS)
-    updater = rl_step.Updater(
-        model_cfg, tx, config.rl.policy_loss, config.rl.loss, int(config.train.logprob_chunk), state_sh, mesh, keys
-    )
-    micro = int(config.train.batch_size) // int(config.train.grad_accum)
-    length = int(config.data.buckets[-1])
-    with jax.set_mesh(mesh), sharding_lib.axis_rules(sft.rules(config.sharding.train_rules).logical):
-        grads_c, apply_c = updater.lower(
-            state_lib.with_shardings(abstract, state_sh), rl_step.abstract_micro(mesh, keys, micro, length)
-        )
-    # Peak: the micro-batch gradient step (params + activations + its float32 gradient output) while the
-    # optimizer moments, the gradient accumulator and the frozen reference are resident too.
-    report = sft.memory_report(grads_c, abstract, state_sh)
-    apply_peak = sft.memory_report(apply_c, abstract, state_sh)["peak_gb"]
-    accum_gb = report["params_gb"] * 4 / jnp_itemsize(model_cfg.param_dtype)
-    ref_gb = report["params_gb"] if use_ref else 0.0
-    report["peak_gb"] = max(report["peak_gb"] + report["opt_state_gb"] + accum_gb + ref_gb, apply_peak + ref_gb)
-    report.update(
-        {
-            "devices": jax.device_count(),
-            "seq_len": length,
-            "micro_batch": micro,
-            "budget_gb": sft.device_budget(config) / 1e9,
-        }
-    )
-    return report
+    """Trains from the latest checkpoint in `workdir` (or from `model.path`); see train/runner.py."""
+    config = rl_config.resolve_config(config)
+    return runner.run(RLTrainer(config, workdir), config, workdir, stop_after=stop_after)

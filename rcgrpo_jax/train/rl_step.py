@@ -1,108 +1,30 @@
-"""The device side of one RL step: rollout rows as arrays, per-token log-probs, the PPO update.
-
-Layout. A micro-batch is m rollouts at one length bucket L: tokens, token_mask [m, L]; targets are
-shifted, so column t of a [m, L - 1] array belongs to token t + 1 (the token predicted at position t):
-`loss_mask[:, t]` is 1 when token t + 1 was sampled and `old_logp[:, t]` is the sampler's log-prob of it;
-advantages and AWPO's clip scale are [m]. Rows are split over the data x fsdp mesh axes.
+"""The device side of one RL step: per-token log-probs and the PPO update over `rl_batch.RolloutBatch`.
 
 Update. A PPO mini-batch is a list of micro-batches, each at the smallest bucket holding its rows
 (rows are sorted by length first, so short rollouts are not padded to the longest). `Updater` sums the
 policy loss's (sum, denominator) pairs and the gradients of the sums over the micro-batches, then
 divides once, so any split into micro-batches (and any sharding) gives the same loss and gradient.
+
+Every log-prob (update, reference, recompute) is taken at the sampling temperature: the sampler draws
+from softmax(logits / T) and reports that distribution's log-probs, so the ratio starts at 1 for any T.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.rl import losses as losses_lib
 from rcgrpo_jax.train import state as state_lib
+from rcgrpo_jax.train.rl_batch import RolloutBatch
 
-BATCH_AXES = ("data", "fsdp")
-TOKEN_KEYS = ("tokens", "token_mask")  # [m, L]
-TARGET_KEYS = ("loss_mask", "old_logp", "ref_logp")  # [m, L - 1]
-ROW_KEYS = ("advantages", "clip_scale")  # [m]
 LOSS_METRICS = ("pg_loss", "ratio_mean", "kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual")
-
-
-# ----------------------------------------------------------------------------------------------------
-# Host side: rollouts -> padded micro-batches.
-
-
-def pack_rows(
-    tokens: list[np.ndarray], loss_mask: list[np.ndarray], logprobs: list[np.ndarray], length: int, pad_id: int
-) -> dict[str, np.ndarray]:
-    """Rows as [B, L] / [B, L - 1] arrays (right padding; targets shifted by one)."""
-    b = len(tokens)
-    out = {
-        "tokens": np.full((b, length), pad_id, np.int32),
-        "token_mask": np.zeros((b, length), bool),
-        "loss_mask": np.zeros((b, length - 1), np.float32),
-        "old_logp": np.zeros((b, length - 1), np.float32),
-    }
-    for r, (t, m, lp) in enumerate(zip(tokens, loss_mask, logprobs)):
-        n = min(len(t), length)
-        out["tokens"][r, :n] = t[:n]
-        out["token_mask"][r, :n] = True
-        out["loss_mask"][r, : n - 1] = m[1:n]
-        out["old_logp"][r, : n - 1] = lp[1:n]
-    return out
-
-
-def bucket_for(length: int, buckets) -> int:
-    for b in buckets:
-        if b >= length:
-            return int(b)
-    raise ValueError(f"a rollout of {length} tokens exceeds the largest bucket {buckets[-1]}")
-
-
-def minibatch_plan(perm: np.ndarray, lengths: np.ndarray, num_minibatches: int, micro: int) -> list[list[np.ndarray]]:
-    """perm: a permutation of the B rows (mixes groups across mini-batches). Mini-batch k takes the k-th
-    B / num_minibatches rows of perm; within it rows are sorted by length (longest first, stable) and cut
-    into micro-batches of `micro` rows. Returns row indices per micro-batch per mini-batch."""
-    size = len(perm) // num_minibatches
-    plan = []
-    for k in range(num_minibatches):
-        rows = perm[k * size : (k + 1) * size]
-        rows = rows[np.argsort(-lengths[rows], kind="stable")]
-        plan.append([rows[i : i + micro] for i in range(0, len(rows), micro)])
-    return plan
-
-
-def row_shardings(mesh: Mesh, keys) -> dict[str, NamedSharding]:
-    """The row axis over data x fsdp, everything else whole."""
-    return {k: NamedSharding(mesh, P(BATCH_AXES) if k in ROW_KEYS else P(BATCH_AXES, None)) for k in keys}
-
-
-def put(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Host arrays -> global arrays. With several processes every process holds the whole host batch (the
-    rollouts are replicated), and each device takes its rows."""
-    sh = row_shardings(mesh, batch.keys())
-    if jax.process_count() == 1:
-        return {k: jax.device_put(v, sh[k]) for k, v in batch.items()}
-    return {k: jax.make_array_from_callback(v.shape, sh[k], lambda idx, v=v: v[idx]) for k, v in batch.items()}
-
-
-def take(batch: dict[str, np.ndarray], rows: np.ndarray, buckets, keys) -> dict[str, np.ndarray]:
-    """The micro-batch of `rows`, cut to the smallest bucket holding its longest row."""
-    longest = int(batch["token_mask"][rows].sum(axis=1).max())
-    length = bucket_for(max(longest, 2), buckets)
-    out = {}
-    for k in keys:
-        v = batch[k][rows]
-        if k in TOKEN_KEYS:
-            v = v[:, :length]
-        elif k in TARGET_KEYS:
-            v = v[:, : length - 1]
-        out[k] = np.ascontiguousarray(v)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -135,26 +57,25 @@ def make_logprob_fn(model_cfg, chunk: int, temperature: float = 1.0) -> Callable
     )[0]
 
 
-def make_micro_grads(model_cfg, loss_name: str, loss_cfg, chunk: int) -> Callable:
-    """`fn(params, micro) -> (grads, sums)` for one micro-batch of m rows at its own length L.
+def make_micro_grads(model_cfg, loss_name: str, loss_cfg, chunk: int, temperature: float = 1.0) -> Callable:
+    """`fn(params, micro: RolloutBatch) -> (grads, sums)` for one micro-batch of m rows at its own length L.
 
-    micro: tokens, token_mask [m, L]; loss_mask, old_logp, ref_logp (absent when no KL is wanted)
-    [m, L - 1]; advantages, clip_scale [m]. grads = d(loss sum)/d(params); sums = {loss_sum, denom,
-    tokens, <loss metric> x tokens} scalars and per-row entropy sums / target counts under the
-    pre-update policy (entropy diagnostics without another forward pass)."""
+    grads = d(loss sum)/d(params); sums = {loss_sum, denom, tokens, <loss metric> x tokens} scalars and
+    per-row entropy sums / target counts under the pre-update policy (entropy diagnostics without another
+    forward pass)."""
     policy_loss = losses_lib.get(loss_name)
 
-    def loss(params, micro):
-        logp, entropy = sequence_logprobs(model_cfg, params, micro["tokens"], micro["token_mask"], chunk)
-        mask = micro["loss_mask"]
+    def loss(params, micro: RolloutBatch):
+        logp, entropy = sequence_logprobs(model_cfg, params, micro.tokens, micro.token_mask, chunk, temperature)
+        mask = micro.loss_mask
         s, d, metrics = policy_loss(
             logp,
-            micro["old_logp"],
-            micro.get("ref_logp"),
-            micro["advantages"],
+            micro.old_logp,
+            micro.ref_logp,
+            micro.advantages,
             mask,
             config=loss_cfg,
-            clip_scale=micro["clip_scale"],
+            clip_scale=micro.clip_scale,
         )
         n = mask.sum()
         sums = {
@@ -209,15 +130,15 @@ class Updater:
     bucket), their running sum, and the optimizer step. Micro-batches of one mini-batch may have
     different lengths, so short rollouts are not padded to the longest of the batch."""
 
-    def __init__(self, model_cfg, tx, loss_name: str, loss_cfg, chunk: int, state_sh, mesh: Mesh, keys):
-        self.mesh, self.keys = mesh, tuple(keys)
+    def __init__(self, model_cfg, tx, loss_name: str, loss_cfg, chunk: int, state_sh, mesh: Mesh, temperature=1.0):
+        self.mesh = mesh
         rep = NamedSharding(mesh, P())
-        row = NamedSharding(mesh, P(BATCH_AXES))
+        row = sharding_lib.batch_sharding(mesh, 1)
         self.sums_sh = {**{k: rep for k in SCALAR_SUMS}, "row_entropy": row, "row_count": row}
         self.grads_sh = state_sh.params
+        # The micro-batch arrives placed by RolloutBatch.put (rows over data x fsdp); its shardings are kept.
         self._grads = jax.jit(
-            make_micro_grads(model_cfg, loss_name, loss_cfg, chunk),
-            in_shardings=(state_sh.params, row_shardings(mesh, self.keys)),
+            make_micro_grads(model_cfg, loss_name, loss_cfg, chunk, temperature),
             out_shardings=(self.grads_sh, self.sums_sh),
         )
         self._add = jax.jit(
@@ -230,7 +151,7 @@ class Updater:
             donate_argnums=(0,),
         )
 
-    def __call__(self, state, micros: list[dict[str, jax.Array]]):
+    def __call__(self, state, micros: list[RolloutBatch]):
         """Returns (state, metrics, [(row_entropy, row_count) per micro-batch])."""
         acc, rows = None, []
         for micro in micros:
@@ -252,20 +173,5 @@ class Updater:
 
 
 def jit_logprobs(fn, params_sh, mesh: Mesh) -> Callable:
-    tok = NamedSharding(mesh, P(BATCH_AXES, None))
+    tok = sharding_lib.batch_sharding(mesh, 2)
     return jax.jit(fn, in_shardings=(params_sh, tok, tok), out_shardings=tok)
-
-
-def abstract_micro(mesh: Mesh, keys, micro: int, length: int) -> dict[str, Any]:
-    """ShapeDtypeStructs of one micro-batch (AOT lowering in dry runs)."""
-    sh = row_shardings(mesh, keys)
-    out = {}
-    for k in keys:
-        if k in TOKEN_KEYS:
-            shape, dtype = (micro, length), (jnp.int32 if k == "tokens" else jnp.bool_)
-        elif k in TARGET_KEYS:
-            shape, dtype = (micro, length - 1), jnp.float32
-        else:
-            shape, dtype = (micro,), jnp.float32
-        out[k] = jax.ShapeDtypeStruct(shape, dtype, sharding=sh[k])
-    return out

@@ -76,3 +76,9 @@ def apply_gradients(state: TrainState, grads, tx: optax.GradientTransformation, 
         opt_state=keep(new_opt, state.opt_state),
         nonfinite=jnp.where(finite, 0, state.nonfinite + 1).astype(jnp.int32),
     ), finite
+
+
+def applied_updates(opt_state) -> jax.Array:
+    """The optimizer's own step count (skipped steps excluded), which drives the lr schedule."""
+    counts = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+    return counts[0][1] if counts else jnp.zeros((), jnp.int32)

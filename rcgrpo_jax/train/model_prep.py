@@ -1,0 +1,187 @@
+"""Model preparation shared by every trainer: where the checkpoint comes from, its ModelConfig, the
+parameters placed on their shardings, the reward tokens, the HF export, and the memory figures of a
+compiled step (dry runs and the start-up fit check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from rcgrpo_jax import config_checks
+from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.data import datasets
+
+
+def model_dir(config, workdir: str) -> str:
+    """The HF checkpoint to start from: `model.path`, or a tiny one built once under the workdir."""
+    if config.model.path:
+        return config.model.path
+    path = os.path.join(workdir, "tiny_model")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        if jax.process_index() == 0:
+            build_tiny(config, path)
+        sync("tiny_model")
+    return path
+
+
+def build_tiny(config, path: str, **sizes) -> str:
+    """A random tiny checkpoint of `model.tiny_arch` whose tokenizer is trained on the configured task
+    source's text, rendered through the checkpoint's own chat template (`model.tiny_tools_format`)."""
+    from rcgrpo_jax.data import sources
+    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(
+        path,
+        arch=config.model.tiny_arch,
+        tools_format=config.model.tiny_tools_format,
+        corpus=sources.tokenizer_corpus(config.data),
+        chats=sources.tokenizer_chats(config.data),
+        **sizes,
+    )
+
+
+def sync(name: str) -> None:
+    """A barrier across processes (no-op with one)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def model_config(config, path_or_dict) -> Any:
+    """ModelConfig of an HF directory (or config.json dict) with the run's dtype, remat and unroll."""
+    from rcgrpo_jax.models.config import ModelConfig
+
+    return ModelConfig.from_hf(
+        path_or_dict,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        remat=bool(config.model.remat),
+        scan_unroll=int(config.model.scan_unroll),
+    )
+
+
+def abstract_model_config(config, *, extra_tokens: int = 0) -> Any:
+    """The ModelConfig a dry run sizes: `model.path`'s, else the preset's published architecture."""
+    if config.model.path:
+        hf = config.model.path
+    else:
+        from configs import common
+
+        hf = common.hf_architecture(config.preset)
+    cfg = model_config(config, hf)
+    return dataclasses.replace(cfg, vocab_size=cfg.vocab_size + extra_tokens) if extra_tokens else cfg
+
+
+def rules(name: str):
+    """A rule set of rcgrpo_jax.sharding by config name (`sharding.train_rules` / `sharding.decode_rules`)."""
+    table = {"train": sharding_lib.TRAIN_RULES, "decode": sharding_lib.DECODE_RULES}
+    if name not in table:
+        raise config_checks.ConfigError("sharding.train_rules", f"unknown rule set {name!r}; known: {', '.join(table)}")
+    return table[name]
+
+
+def param_shardings(abstract_params, mesh: Mesh, rules_name: str):
+    r = rules(rules_name)
+    return sharding_lib.param_shardings(abstract_params, mesh, r.params, r.logical)
+
+
+def has_reward_tokens(tokenizer) -> bool:
+    vocab = tokenizer.get_vocab()
+    return all(t in vocab for t in (datasets.HIGH_REWARD_TOKEN, datasets.LOW_REWARD_TOKEN))
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A checkpoint loaded onto the mesh: its ModelConfig, parameters (on `rules_name`'s shardings) and tokenizer."""
+
+    config: Any
+    params: Any
+    tokenizer: Any
+
+
+def load(config, path: str, mesh: Mesh, rules_name: str, *, reward_tokens: bool = False) -> LoadedModel:
+    """The HF checkpoint at `path` on the mesh; with `reward_tokens` the two reward tokens are added when
+    missing (new embedding rows = the mean of the known rows) and the parameters re-placed."""
+    from transformers import AutoTokenizer
+
+    from rcgrpo_jax.models.hf_io import load_hf
+
+    model_cfg = model_config(config, path)
+    params = load_hf(path, dtype=model_cfg.param_dtype, mesh=mesh, rules=rules(rules_name))[1]
+    model = LoadedModel(model_cfg, params, AutoTokenizer.from_pretrained(path))
+    if reward_tokens and not (has_reward_tokens(model.tokenizer) and model_cfg.vocab_size >= len(model.tokenizer)):
+        from rcgrpo_jax import models
+
+        model_cfg, params, tokenizer, _ = models.add_reward_tokens(model_cfg, params, model.tokenizer)
+        p_sh = param_shardings(jax.eval_shape(lambda: params), mesh, rules_name)
+        model = LoadedModel(model_cfg, jax.device_put(params, p_sh), tokenizer)
+    return model
+
+
+def export_hf(model_cfg, params, tokenizer, path: str) -> None:
+    """The trained policy as an HF directory (safetensors + config + tokenizer) any HF server can load."""
+    from rcgrpo_jax.models.hf_io import save_hf
+
+    save_hf(model_cfg, params, path, tokenizer=tokenizer)
+
+
+# ---------------------------------------------------------------- memory figures
+
+
+def device_budget(config) -> int:
+    """Bytes one device may use: what the device reports, else `memory.device_bytes`."""
+    stats = None
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:  # CPU devices do not report
+        pass
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return int(config.memory.device_bytes)
+
+
+def shard_bytes(tree, shardings) -> int:
+    """Bytes one device holds of `tree` (abstract or concrete) under `shardings`."""
+    total = 0
+    for a, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)):
+        total += int(np.prod(s.shard_shape(a.shape))) * jnp.dtype(a.dtype).itemsize
+    return total
+
+
+def memory_report(compiled, abstract_state, state_sh) -> dict[str, float]:
+    """Per-device GB: parameters and optimizer state (from their shardings), and XLA's figures."""
+    ma = compiled.memory_analysis()
+    args = int(ma.argument_size_in_bytes)
+    out = int(ma.output_size_in_bytes)
+    alias = int(ma.alias_size_in_bytes)
+    temp = int(ma.temp_size_in_bytes)
+    code = int(getattr(ma, "generated_code_size_in_bytes", 0))
+    return {
+        "params_gb": shard_bytes(abstract_state.params, state_sh.params) / 1e9,
+        "opt_state_gb": shard_bytes(abstract_state.opt_state, state_sh.opt_state) / 1e9,
+        "arguments_gb": args / 1e9,
+        "outputs_gb": out / 1e9,
+        "aliased_gb": alias / 1e9,
+        "temp_gb": temp / 1e9,
+        "code_gb": code / 1e9,
+        "peak_gb": (args + out - alias + temp + code) / 1e9,
+    }
+
+
+def dry_run_config(config):
+    """Dry runs need no weights: a copy that validates as if a checkpoint were given."""
+    import ml_collections
+
+    if config.model.path:
+        return config
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.model.build_tiny = True
+    return c

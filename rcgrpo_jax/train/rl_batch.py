@@ -1,0 +1,140 @@
+"""The RL step's rollout batch: one typed pytree from the episodes to the PPO update.
+
+Layout. Row b is rollout b (group-major: b = task * G + member). A batch of m rows at length bucket L:
+tokens, token_mask [m, L]; the target arrays are shifted, so column t of a [m, L - 1] array belongs to
+token t + 1 (the token predicted at position t): `loss_mask[:, t]` is 1 when token t + 1 was sampled and
+counts in the loss, `old_logp[:, t]` is the sampler's log-prob of it, `ref_logp` the reference's (None
+when no reference pass is needed); `advantages` and `clip_scale` (the loss's per-rollout clip-radius
+scale, 1 unless the estimator gives one) are [m]. On the device rows are split over data x fsdp.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from rcgrpo_jax import multihost
+from rcgrpo_jax import sharding as sharding_lib
+
+
+@flax.struct.dataclass
+class RolloutBatch:
+    tokens: np.ndarray | jax.Array  # [m, L] int32
+    token_mask: np.ndarray | jax.Array  # [m, L] bool
+    loss_mask: np.ndarray | jax.Array  # [m, L - 1] float32
+    old_logp: np.ndarray | jax.Array  # [m, L - 1] float32
+    advantages: np.ndarray | jax.Array  # [m] float32
+    clip_scale: np.ndarray | jax.Array  # [m] float32
+    ref_logp: np.ndarray | jax.Array | None = None  # [m, L - 1] float32
+
+    @property
+    def rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def take(self, rows: np.ndarray, buckets: Sequence[int]) -> "RolloutBatch":
+        """The rows `rows`, cut to the smallest bucket holding the longest of them (host arrays)."""
+        longest = int(np.asarray(self.token_mask)[rows].sum(axis=1).max())
+        length = bucket_for(max(longest, 2), buckets)
+
+        def cut(v, width):
+            if v is None:
+                return None
+            v = np.asarray(v)[rows]
+            return np.ascontiguousarray(v if width is None else v[:, :width])
+
+        return RolloutBatch(
+            tokens=cut(self.tokens, length),
+            token_mask=cut(self.token_mask, length),
+            loss_mask=cut(self.loss_mask, length - 1),
+            old_logp=cut(self.old_logp, length - 1),
+            advantages=cut(self.advantages, None),
+            clip_scale=cut(self.clip_scale, None),
+            ref_logp=cut(self.ref_logp, length - 1),
+        )
+
+    def shardings(self, mesh: Mesh) -> "RolloutBatch":
+        """Each field's NamedSharding: rows over data x fsdp, everything else whole."""
+        return jax.tree.map(lambda v: sharding_lib.batch_sharding(mesh, len(v.shape)), self)
+
+    def put(self, mesh: Mesh) -> "RolloutBatch":
+        """Host arrays -> global arrays on `shardings(mesh)` (every process holds the whole host batch)."""
+        return multihost.place(self, self.shardings(mesh))
+
+    def abstract(self, mesh: Mesh) -> "RolloutBatch":
+        """ShapeDtypeStructs with shardings (AOT lowering in dry runs)."""
+        return jax.tree.map(lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s), self, self.shardings(mesh))
+
+
+def pack(
+    tokens: Sequence[np.ndarray],
+    loss_mask: Sequence[np.ndarray],
+    logprobs: Sequence[np.ndarray],
+    advantages: np.ndarray,
+    clip_scale: np.ndarray,
+    *,
+    length: int,
+    pad_id: int,
+) -> RolloutBatch:
+    """Rows as a host RolloutBatch (right padding; targets shifted by one); per-token inputs are [T_b] each."""
+    b = len(tokens)
+    out = {
+        "tokens": np.full((b, length), pad_id, np.int32),
+        "token_mask": np.zeros((b, length), bool),
+        "loss_mask": np.zeros((b, length - 1), np.float32),
+        "old_logp": np.zeros((b, length - 1), np.float32),
+    }
+    for r, (t, m, lp) in enumerate(zip(tokens, loss_mask, logprobs)):
+        n = min(len(t), length)
+        out["tokens"][r, :n] = t[:n]
+        out["token_mask"][r, :n] = True
+        out["loss_mask"][r, : n - 1] = m[1:n]
+        out["old_logp"][r, : n - 1] = lp[1:n]
+    return RolloutBatch(
+        **out,
+        advantages=np.asarray(advantages, np.float32).reshape(b),
+        clip_scale=np.asarray(clip_scale, np.float32).reshape(b),
+    )
+
+
+def abstract_batch(mesh: Mesh, rows: int, length: int, *, with_ref: bool) -> RolloutBatch:
+    """The abstract micro-batch of `rows` rows at `length` (dry runs)."""
+    host = RolloutBatch(
+        tokens=jax.ShapeDtypeStruct((rows, length), jnp.int32),
+        token_mask=jax.ShapeDtypeStruct((rows, length), jnp.bool_),
+        loss_mask=jax.ShapeDtypeStruct((rows, length - 1), jnp.float32),
+        old_logp=jax.ShapeDtypeStruct((rows, length - 1), jnp.float32),
+        advantages=jax.ShapeDtypeStruct((rows,), jnp.float32),
+        clip_scale=jax.ShapeDtypeStruct((rows,), jnp.float32),
+        ref_logp=jax.ShapeDtypeStruct((rows, length - 1), jnp.float32) if with_ref else None,
+    )
+    return host.abstract(mesh)
+
+
+def bucket_for(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= length."""
+    for b in buckets:
+        if b >= length:
+            return int(b)
+    raise ValueError(f"a rollout of {length} tokens exceeds the largest bucket {buckets[-1]}")
+
+
+def minibatch_plan(perm: np.ndarray, lengths: np.ndarray, num_minibatches: int, micro: int) -> list[list[np.ndarray]]:
+    """perm: a permutation of the B rows (mixes groups across mini-batches). Mini-batch k takes the k-th
+    B / num_minibatches rows of perm; within it rows are sorted by length (longest first, stable) and cut
+    into micro-batches of `micro` rows. Returns row indices per micro-batch per mini-batch."""
+    size = len(perm) // num_minibatches
+    plan = []
+    for k in range(num_minibatches):
+        rows = perm[k * size : (k + 1) * size]
+        rows = rows[np.argsort(-lengths[rows], kind="stable")]
+        plan.append([rows[i : i + micro] for i in range(0, len(rows), micro)])
+    return plan

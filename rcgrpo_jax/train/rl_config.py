@@ -1,0 +1,187 @@
+"""The RL stages' config: start-up validation of every field and selection, the resolved choices the
+trainer runs with (`RLChoices`), and the data order (the step is the data position).
+
+Every string option fails here, before a model is loaded, with a ConfigError naming the field: the
+advantage estimator and its options, the policy loss and its options (aggregation mode, KL estimator,
+ratio level), the judge (for estimators that need a reasoning signal), conditioning, the group filter,
+the reward, the task source.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from rcgrpo_jax import config_checks
+from rcgrpo_jax.config_checks import ConfigError
+
+CONDITIONING = ("sampled", "high", "none", "auto")
+GROUP_FILTERS = ("none", "dapo")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLChoices:
+    """What the RL section selected, resolved against the registries."""
+
+    estimator: str
+    advantage_options: ml_collections.ConfigDict
+    needs: tuple[str, ...]  # aux signals the estimator needs (rl.advantages.SIGNALS)
+    loss: str
+    loss_options: ml_collections.ConfigDict
+    use_ref: bool  # a reference pass: a KL penalty, a ratio against pi_ref, or KL logging
+
+    @property
+    def uses_judge(self) -> bool:
+        return "reasoning" in self.needs
+
+
+def _selected(config, dotted: str, registry) -> tuple[str, ml_collections.ConfigDict]:
+    """(entry, resolved options) of a selection section, errors naming the field."""
+    from rcgrpo_jax.rl.registry import OptionError, selected
+
+    section = config_checks._require(config, dotted)
+    name = section.get("name")
+    try:
+        return selected(registry, section)
+    except KeyError as e:
+        msg = e.args[0] if e.args else str(e)
+        known = registry_name(name) in registry
+        raise ConfigError(f"{dotted}.{registry_name(name)}" if known else f"{dotted}.name", str(msg)) from None
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"{dotted}.name", f"cannot import the module of {name!r}: {e}") from None
+    except OptionError as e:
+        raise ConfigError(f"{dotted}.{name}.{e.field}", str(e).split(": ", 1)[-1]) from None
+
+
+def registry_name(name: str) -> str:
+    """The entry of "module:entry" (the name itself otherwise)."""
+    return str(name).split(":", 1)[-1]
+
+
+def choices(config) -> RLChoices:
+    """The estimator and loss the config selects, validated (ConfigError naming the field)."""
+    from rcgrpo_jax.rl import advantages, losses
+
+    estimator, adv_options = _selected(config, "rl.advantage", advantages.REGISTRY)
+    loss, loss_options = _selected(config, "rl.loss", losses.REGISTRY)
+    needs = advantages.spec(estimator).needs
+    use_ref = losses.needs_reference(loss_options) or bool(config.rl.log_kl)
+    return RLChoices(estimator, adv_options, needs, loss, loss_options, use_ref)
+
+
+def resolve_config(config):
+    """A copy with `reference.path` defaulted to `model.path` (the stage-1 policy is the reference)."""
+    config = copy.deepcopy(config)
+    if not config.reference.path and config.model.path:
+        config.reference.path = config.model.path
+    return config
+
+
+def check(config, num_devices: int) -> dict[str, int]:
+    """config_checks.check plus every RL field; returns the mesh shape."""
+    from rcgrpo_jax.data import sources
+    from rcgrpo_jax.envs import rewards
+    from rcgrpo_jax.rl import reward_tokens
+
+    shape = config_checks.check(config, num_devices)
+    rl = config.rl
+    chosen = choices(config)
+    g, accum = int(rl.group_size), int(config.train.grad_accum)
+    _choice(rl.reward_conditioning, CONDITIONING, "rl.reward_conditioning")
+    if rl.reward_conditioning == "sampled" and not 0.0 <= float(rl.p_high) <= 1.0:
+        raise ConfigError("rl.p_high", f"must be in [0, 1], got {rl.p_high}")
+    _choice(rl.reward_token_mode, reward_tokens.MODES, "rl.reward_token_mode")
+    _choice(rl.group_filter, GROUP_FILTERS, "rl.group_filter")
+    _choice(rl.reward, rewards.names(), "rl.reward")
+    _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
+    if rl.overlong.enabled and not 0 < int(rl.overlong.cache_len) <= int(rl.max_context):
+        raise ConfigError("rl.overlong.cache_len", f"must be in (0, rl.max_context], got {rl.overlong.cache_len}")
+    m = int(rl.num_minibatches)
+    if m <= 0 or accum % m:
+        raise ConfigError(
+            "rl.num_minibatches",
+            f"{m} must be positive and divide train.grad_accum={accum} "
+            "(a mini-batch is grad_accum / num_minibatches micro-batches)",
+        )
+    if int(rl.ppo_epochs) <= 0:
+        raise ConfigError("rl.ppo_epochs", f"must be positive, got {rl.ppo_epochs}")
+    if int(rl.rollout_chunk) < 0 or (int(rl.rollout_chunk) and int(rl.rollout_chunk) % g):
+        raise ConfigError("rl.rollout_chunk", f"{rl.rollout_chunk} must be 0 (all) or a multiple of rl.group_size={g}")
+    buckets = tuple(int(b) for b in config.data.buckets)
+    if int(rl.max_context) > buckets[-1]:
+        raise ConfigError("rl.max_context", f"{rl.max_context} exceeds the largest of data.buckets={buckets}")
+    if int(rl.max_step_tokens) <= 0:
+        raise ConfigError("rl.max_step_tokens", "must be positive")
+    if float(rl.temperature) <= 0:
+        raise ConfigError("rl.temperature", "RL needs sampling (temperature > 0)")
+    filtered = int(rl.top_k or 0) > 0 or float(rl.top_p or 1.0) < 1.0
+    if filtered and not rl.recompute_old_logprobs:
+        raise ConfigError(
+            "rl.recompute_old_logprobs",
+            "top-k/top-p sampling gives log-probs of a truncated distribution, not the policy's; set it True "
+            "(the update then uses a recomputed forward at rl.temperature)",
+        )
+    if chosen.uses_judge:
+        _check_judge(config)
+    sources.check(config.data)
+    return shape
+
+
+def _choice(value: Any, options, field: str) -> None:
+    if value not in options:
+        raise ConfigError(field, f"{value!r} is not one of {', '.join(map(str, options))}")
+
+
+def _check_judge(config) -> None:
+    from rcgrpo_jax.train import judge
+
+    kind = config.rl.judge.kind
+    if kind not in judge.JUDGES:
+        raise ConfigError("rl.judge.kind", f"unknown judge {kind!r}; known: {', '.join(judge.JUDGES)}")
+    if kind == "model":
+        config_checks._check_path(config, "rl.judge.path", required=True, must_have="config.json")
+
+
+# ---------------------------------------------------------------- the data order
+
+
+def steps_for(num_tasks: int, tasks_per_step: int, epochs: int) -> int:
+    """Steps that make `epochs` passes over the tasks: ceil(epochs * num_tasks / tasks_per_step)."""
+    return math.ceil(epochs * num_tasks / tasks_per_step)
+
+
+def total_steps(config, num_tasks: int, tasks_per_step: int) -> int:
+    """`train.epochs` passes over the tasks, capped by `train.max_steps` when that is > 0 (alone when epochs <= 0)."""
+    n = steps_for(num_tasks, tasks_per_step, int(config.train.epochs)) if int(config.train.epochs) > 0 else 0
+    cap = int(config.train.max_steps)
+    return (min(n, cap) if n > 0 else cap) if cap > 0 else n
+
+
+def task_indices(num_tasks: int, tasks_per_step: int, seed: int, step: int) -> np.ndarray:
+    """Step `step`'s tasks: consecutive slices of an endless stream of permutations, epoch e's seeded by
+    (seed, e). Every epoch visits every task exactly once, and every step has `tasks_per_step` tasks (a step
+    that crosses an epoch boundary takes the end of one permutation and the start of the next)."""
+    if tasks_per_step > num_tasks:
+        raise ValueError(f"{tasks_per_step} tasks per step but only {num_tasks} tasks")
+    out: list[np.ndarray] = []
+    pos, need = int(step) * tasks_per_step, tasks_per_step
+    while need:
+        epoch, i = divmod(pos, num_tasks)
+        take = min(need, num_tasks - i)
+        out.append(np.random.default_rng([seed, epoch, 7]).permutation(num_tasks)[i : i + take])
+        pos, need = pos + take, need - take
+    return np.concatenate(out)
+
+
+def fingerprint(task_ids, config) -> str:
+    h = hashlib.sha256(
+        json.dumps([list(task_ids), int(config.rl.group_size), int(config.train.batch_size), int(config.seed)]).encode()
+    )
+    return h.hexdigest()[:16]

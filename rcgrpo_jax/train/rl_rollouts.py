@@ -1,0 +1,105 @@
+"""The rollout phase of an RL step: G rollouts of each of the step's tasks with the current policy, on the
+task source's environments, chunk by chunk through `rollout.distributed` (with several processes each
+one builds and steps only the environments of its share while the sampler runs over all of a chunk's
+episodes on the global mesh, and every process ends with the same group-major list).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.data import datasets, sources
+
+
+@dataclasses.dataclass
+class Rollouts:
+    """One step's episodes, group-major (row = task * G + member), and where the time went."""
+
+    tasks: list
+    episodes: list  # rollout.Episode
+    reward_tokens: np.ndarray | None  # [N, G] int (1 = high), None without conditioning
+    time_split: dict[str, float]  # this process's policy / env / chat seconds
+    wall_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSetup:
+    """What the rollout phase needs from the trainer, built once."""
+
+    model_cfg: Any
+    tokenizer: Any
+    parser: Any
+    stop_ids: Sequence[int]
+    decode_shardings: Any
+    mesh: Any
+    with_messages: bool  # keep each episode's conversation (the judge reads it)
+
+
+def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray | None, key) -> Rollouts:
+    """G rollouts per task with `params` (cast and placed for decoding once per step)."""
+    from rcgrpo_jax.envs import bfcl
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+    from rcgrpo_jax.rollout.distributed import run_across_processes
+    from rcgrpo_jax.sampling import SamplingParams
+
+    t0 = time.perf_counter()
+    rl = config.rl
+    group = int(rl.group_size)
+    env_cfg = bfcl.EnvConfig(reward=rl.reward)
+    rows = [(k, j) for k in range(len(tasks)) for j in range(group)]
+
+    def spec(row: int) -> EpisodeSpec:
+        k, j = rows[row]
+        token = None
+        if tokens is not None:
+            token = datasets.HIGH_REWARD_TOKEN if tokens[k, j] else datasets.LOW_REWARD_TOKEN
+        env = sources.make_env(config.data, tasks[k], env_cfg)
+        return EpisodeSpec(env, tasks[k].id, group=k, rollout_index=j, reward_token=token)
+
+    sampling = SamplingParams(
+        float(rl.temperature), int(rl.top_k or 0) or None, float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
+    )
+    rc = RolloutConfig(
+        max_context=int(rl.max_context),
+        max_step_tokens=int(rl.max_step_tokens),
+        max_steps_per_turn=rl.max_steps_per_turn,
+    )
+    chunk = int(rl.rollout_chunk) or len(rows)
+    episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
+    decode_params = jax.device_put(params, setup.decode_shardings)
+    # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
+    for c in range(0, len(rows), chunk):
+
+        def policy(_rows, c=c):
+            return ModelPolicy(
+                setup.model_cfg,
+                decode_params,
+                stop_ids=setup.stop_ids,
+                max_step_tokens=int(rl.max_step_tokens),
+                max_context=int(rl.max_context),
+                sampling=sampling,
+                prefill_chunk=int(rl.prefill_chunk),
+                mesh=setup.mesh,
+                rules=sharding_lib.DECODE_RULES,
+                rng=jax.random.fold_in(key, c),
+                slot_mode=rl.slot_mode,
+            )
+
+        eps, s = run_across_processes(
+            min(chunk, len(rows) - c),
+            lambda i, c=c: spec(c + i),
+            policy,
+            setup.tokenizer,
+            setup.parser,
+            rc,
+            with_messages=setup.with_messages,
+        )
+        episodes += eps
+        split = {k: split[k] + s.get(k, 0.0) for k in split}
+    return Rollouts(tasks, episodes, tokens, split, time.perf_counter() - t0)

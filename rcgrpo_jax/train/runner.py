@@ -1,0 +1,114 @@
+"""One stage runner for every trainer: checkpointer, restore-or-init, the data fingerprint check, the
+metrics logger and progress bar, the step loop (train/loop.py), and the final export.
+
+A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO family in rl.py):
+
+    stage: str; total_steps: int; mesh: Mesh; progress_keys: tuple[str, ...] | None
+    init_state() -> TrainState                       a fresh state (step 0)
+    restore_target() -> TrainState                   abstract state with shardings, for orbax
+    fingerprint() -> str                             identifies the data order; a resume must match it
+    step(state, step) -> (state, host metrics)       one optimizer step (metrics carry 'finite')
+    export(state, path) -> None                      the final policy as an HF directory
+
+`run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm' or 'stop_after'.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import jax
+from absl import logging as absl_logging
+
+from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.train import checkpoint as ckpt_lib
+from rcgrpo_jax.train import logging as log_lib
+from rcgrpo_jax.train import loop as loop_lib
+
+
+class Trainer(Protocol):
+    stage: str
+    total_steps: int
+    mesh: Any
+    progress_keys: tuple[str, ...] | None
+
+    def init_state(self) -> Any: ...
+
+    def restore_target(self) -> Any: ...
+
+    def fingerprint(self) -> str: ...
+
+    def step(self, state: Any, step: int) -> tuple[Any, dict[str, Any]]: ...
+
+    def export(self, state: Any, path: str) -> None: ...
+
+
+def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
+    """Trains from the latest checkpoint in `workdir/checkpoints` (or from `trainer.init_state()`), logging to
+    workdir/metrics.jsonl (+ TensorBoard), and exports workdir/hf when the run completes. `stop_after` ends
+    this call after that many steps without a final save (tests use it to simulate a crash)."""
+    os.makedirs(workdir, exist_ok=True)
+    is_main = jax.process_index() == 0
+    ckpt = ckpt_lib.Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        every_steps=config.checkpoint.every_steps,
+        max_to_keep=config.checkpoint.max_to_keep,
+        async_save=config.checkpoint.async_save,
+    )
+    fingerprint = trainer.fingerprint()
+    start = ckpt.latest_step()
+    with jax.set_mesh(trainer.mesh):
+        if start is None:
+            state, start = trainer.init_state(), 0
+        else:
+            state, meta = ckpt.restore(start, trainer.restore_target())
+            if meta.get("data_fingerprint") != fingerprint:
+                ckpt.close()
+                raise ConfigError("data", "the data differ from those of the checkpoint being resumed")
+            absl_logging.info("resumed from step %d", start)
+    n_steps = trainer.total_steps
+    logger = log_lib.MetricsLogger(
+        workdir, is_main=is_main, tensorboard=config.log.tensorboard, resume_step=start if start > 0 else None
+    )
+    progress = log_lib.Progress(n_steps, start, enabled=is_main and config.log.progress, desc=trainer.stage)
+
+    def meta(s: int) -> dict[str, Any]:
+        return {
+            "step": int(s),
+            "data_position": int(s),
+            "data_fingerprint": fingerprint,
+            "total_steps": n_steps,
+            "stage": trainer.stage,
+        }
+
+    try:
+        with jax.set_mesh(trainer.mesh):
+            state, step, reason, last = loop_lib.run_steps(
+                trainer.step,
+                state,
+                start=start,
+                n_steps=n_steps,
+                config=config,
+                ckpt=ckpt,
+                logger=logger,
+                progress=progress,
+                meta=meta,
+                stop_after=stop_after,
+                progress_keys=trainer.progress_keys,
+            )
+    finally:
+        ckpt.close()
+        logger.close()
+        progress.close()
+    if reason == "done" and config.checkpoint.export_hf:
+        trainer.export(state, os.path.join(workdir, "hf"))
+    return {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
+
+
+def total_steps(config, steps_per_epoch: int) -> int:
+    """epochs x steps per epoch, capped by `train.max_steps` when that is > 0."""
+    n = int(config.train.epochs) * steps_per_epoch
+    if int(config.train.max_steps) > 0:
+        n = min(n, int(config.train.max_steps)) if n > 0 else int(config.train.max_steps)
+    return n
