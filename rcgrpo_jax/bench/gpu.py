@@ -176,23 +176,26 @@ def make_rl_step(config, tx, chunk: int, loss_config: dict[str, Any]):
     return step
 
 
-def rl_batch(config, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
-    """Random tokens; the first quarter of each row is prompt (no loss), the rest sampled tokens."""
+def random_rollout_batch(config, batch: int, seq: int, seed: int = 0):
+    """A `train.rl_batch.RolloutBatch` of random tokens; the first quarter of each row is prompt (no loss),
+    the rest sampled tokens."""
     import jax.numpy as jnp
     import numpy as np
+
+    from rcgrpo_jax.train.rl_batch import RolloutBatch
 
     rng = np.random.default_rng(seed)
     loss_mask = np.zeros((batch, seq - 1), np.float32)  # targets: column t is token t + 1
     loss_mask[:, seq // 4 - 1 :] = 1
-    return {
-        "tokens": jnp.asarray(rng.integers(1, config.vocab_size, (batch, seq)), jnp.int32),
-        "token_mask": jnp.ones((batch, seq), bool),
-        "loss_mask": jnp.asarray(loss_mask),
-        "old_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
-        "ref_logp": jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
-        "advantages": jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
-        "clip_scale": jnp.ones((batch,), jnp.float32),
-    }
+    return RolloutBatch(
+        tokens=jnp.asarray(rng.integers(1, config.vocab_size, (batch, seq)), jnp.int32),
+        token_mask=jnp.ones((batch, seq), bool),
+        loss_mask=jnp.asarray(loss_mask),
+        old_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
+        ref_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
+        advantages=jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
+        clip_scale=jnp.ones((batch,), jnp.float32),
+    )
 
 
 def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
@@ -215,7 +218,7 @@ def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     n_params = common.param_count(state.params)
     state = jax.block_until_ready(state)
     init_s = time.perf_counter() - t
-    batch = rl_batch(config, plan.rl_batch, plan.rl_seq)
+    batch = random_rollout_batch(config, plan.rl_batch, plan.rl_seq)
     step = jax.jit(
         make_rl_step(config, tx, min(plan.logprob_chunk, config.vocab_size), {"kl_beta": 0.1}), donate_argnums=(0,)
     )

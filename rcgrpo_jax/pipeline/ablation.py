@@ -117,11 +117,11 @@ def _fmt(seconds: float) -> str:
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     """The tiny Qwen2 checkpoint, tokenizer trained on the world's train corpus (test names reach the
     model as pieces of trained tokens)."""
-    from rcgrpo_jax.train import sft
+    from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, "base_model")
     if not os.path.exists(os.path.join(path, "config.json")):
-        sft.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
+        model_prep.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
     return path
 
 

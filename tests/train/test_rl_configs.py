@@ -9,7 +9,7 @@ import pytest
 
 from configs import awpo, common, dapo, dr_grpo, grpo, rc_grpo
 from rcgrpo_jax.config_checks import ConfigError
-from rcgrpo_jax.train import rl
+from rcgrpo_jax.train import rl_config as rl
 
 STAGES = {"grpo": grpo, "rc_grpo": rc_grpo, "dr_grpo": dr_grpo, "dapo": dapo, "awpo": awpo}
 
@@ -29,13 +29,15 @@ def _check(c, n=8):
 @pytest.mark.parametrize("preset", common.PRESETS)
 def test_presets_load_and_pass_checks(stage, preset, hf_dir):
     c = STAGES[stage].get_config(preset)
-    assert c.stage == stage and c.preset == preset and c.rl.estimator in ("grpo", "rc_grpo", "dr_grpo", "awpo")
+    assert c.stage == stage and c.preset == preset and c.trainer == "rl"
+    assert c.rl.advantage.name in ("grpo", "rc_grpo", "dr_grpo", "awpo") and c.rl.loss.name == "ppo_clip"
     if preset != "tiny":
         c.model.path = hf_dir
-        assert c.optim.lr == 1e-6 and c.rl.group_size == 5  # paper Table 12
-        assert c.train.batch_size == 256 * 5  # 256 tasks x G rollouts
-        assert c.rl.loss.eps_low == 0.2
-        assert c.rl.loss.kl_beta == (0.0 if stage == "dapo" else 0.1)
+        assert c.optim.lr == 1e-6 and c.rl.group_size == 5  # paper Tables 10 and 12
+        assert c.train.batch_size == (64 if stage == "grpo" else 256) * 5  # tasks x G rollouts (Table 12 / 10)
+        assert c.train.epochs == 400  # Table 10's "Epochs 400": passes over the training tasks
+        assert c.rl.loss.ppo_clip.eps_low == 0.2
+        assert c.rl.loss.ppo_clip.kl_beta == (0.0 if stage == "dapo" else 0.1)
     shape = _check(c)
     assert shape["data"] * shape["fsdp"] * shape["tensor"] == (1 if preset == "tiny" else 8)
     assert rl.resolve_config(c).reference.path == c.model.path  # the reference defaults to the policy's start
@@ -45,8 +47,9 @@ def test_stage_specifics():
     assert rc_grpo.get_config().rl.reward_conditioning == "sampled" and rc_grpo.get_config().rl.p_high == 0.5
     assert grpo.get_config().rl.reward_conditioning == "auto"
     d = dapo.get_config()
-    assert (d.rl.group_filter, d.rl.loss.eps_high) == ("dapo", 0.28)
-    assert dr_grpo.get_config().rl.loss.agg_mode == "seq-mean-token-sum-norm"
+    assert (d.rl.group_filter, d.rl.loss.ppo_clip.eps_high, d.rl.overlong.enabled) == ("dapo", 0.28, True)
+    assert d.rl.overlong.cache_len == d.rl.max_context // 8
+    assert dr_grpo.get_config().rl.loss.ppo_clip.agg_mode == "seq-mean-token-sum-norm"
     assert awpo.get_config().rl.judge.kind == "rule"
 
 
@@ -73,12 +76,56 @@ def test_batch_not_divisible_by_data_axis():
 
 def test_unknown_estimator_and_loss_names():
     c = grpo.get_config("tiny")
-    c.rl.estimator = "grpoo"
+    c.rl.advantage.name = "grpoo"
     e = _err(c)
-    assert e.field == "rl.estimator" and "'grpoo'" in str(e) and "rc_grpo" in str(e)
+    assert e.field == "rl.advantage.name" and "'grpoo'" in str(e) and "rc_grpo" in str(e)
     c = grpo.get_config("tiny")
-    c.rl.policy_loss = "ppo"
-    assert _err(c).field == "rl.policy_loss"
+    c.rl.loss.name = "ppo"
+    assert _err(c).field == "rl.loss.name"
+    c = grpo.get_config("tiny")
+    c.rl.advantage.name = "no_such_module:my_adv"
+    e = _err(c)
+    assert e.field == "rl.advantage.name" and "no_such_module" in str(e)
+
+
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        ("advantage.grpo.std", "pop", "rl.advantage.grpo.std"),
+        ("advantage.awpo.gate", "sometimes", "rl.advantage.awpo.gate"),
+        ("loss.ppo_clip.agg_mode", "mean", "rl.loss.ppo_clip.agg_mode"),
+        ("loss.ppo_clip.kl_estimator", "k9", "rl.loss.ppo_clip.kl_estimator"),
+        ("loss.ppo_clip.kl_estimator", "k1", "rl.loss.ppo_clip.kl_estimator"),  # k1 as a penalty (kl_beta 0.1)
+        ("loss.ppo_clip.ratio_level", "sentence", "rl.loss.ppo_clip.ratio_level"),
+        ("group_filter", "dapo2", "rl.group_filter"),
+        ("reward_token_mode", "paired", "rl.reward_token_mode"),
+    ],
+)
+def test_every_string_option_fails_at_start_up(path, value, field):
+    """A bad string option stops the run in the start-up check, naming the field (before any rollout)."""
+    c = awpo.get_config("tiny") if "awpo" in path else grpo.get_config("tiny")
+    if "awpo" in path:
+        c.rl.advantage.name = "awpo"
+    node = c.rl
+    *parents, leaf = path.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+    e = _err(c)
+    assert e.field == field and (repr(value) in str(e) or value == "k1")
+
+
+def test_options_follow_the_selected_entry():
+    """Swapping the estimator swaps its options; an option set for the selected entry is checked against it."""
+    c = grpo.get_config("tiny")
+    c.rl.advantage.name = "reinforce_baseline"
+    c.rl.advantage.reinforce_baseline.eps = 1e-3
+    chosen = rl.choices(c)
+    assert chosen.estimator == "reinforce_baseline" and chosen.advantage_options.eps == 1e-3
+    c.rl.advantage.name = "rloo"  # no options: its registry defaults (none)
+    assert rl.choices(c).advantage_options.to_dict() == {}
+    c.rl.advantage.name = "awpo"
+    assert rl.choices(c).needs == ("reasoning",) and rl.choices(c).uses_judge
 
 
 def test_missing_checkpoint_path():
@@ -98,9 +145,11 @@ def test_rl_fields():
     c.rl.num_minibatches = 3  # grad_accum 4
     assert _err(c).field == "rl.num_minibatches"
     c = grpo.get_config("tiny")
-    c.rl.temperature = 0.7
+    c.rl.temperature = 0.7  # exact: every log-prob pass is taken at the sampling temperature
+    _check(c)
+    c.rl.top_k = 20
     e = _err(c)
-    assert e.field == "rl.recompute_old_logprobs" and "temperature" in str(e)
+    assert e.field == "rl.recompute_old_logprobs" and "top-k" in str(e)
     c.rl.recompute_old_logprobs = True
     _check(c)
     c = grpo.get_config("tiny")
@@ -113,9 +162,9 @@ def test_rl_fields():
     c.rl.reward = "accuracy"
     assert _err(c).field == "rl.reward"
     c = grpo.get_config("tiny")
-    c.rl.loss.unlock()
-    c.rl.loss.eps = 0.1  # not an option of ppo_clip
-    assert _err(c).field == "rl.loss"
+    c.rl.loss.ppo_clip.unlock()
+    c.rl.loss.ppo_clip.eps = 0.1  # not an option of ppo_clip
+    assert _err(c).field == "rl.loss.ppo_clip"
     c = awpo.get_config("tiny")
     c.rl.judge.kind = "model"
     assert _err(c).field == "rl.judge.path"

@@ -12,7 +12,7 @@ import pytest
 import train_helpers
 
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import rl
+from rcgrpo_jax.train import model_prep, rl, rl_config
 
 DIAGNOSTICS = (
     "frac_zero_var_groups",
@@ -46,10 +46,9 @@ DIAGNOSTICS = (
 def world_ckpt(tmp_path_factory):
     """A tiny random checkpoint whose tokenizer was trained on the world's text (short prompts)."""
     from configs import rc_grpo
-    from rcgrpo_jax.train import sft
 
     path = str(tmp_path_factory.mktemp("world") / "model")
-    return sft.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64)
+    return model_prep.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64)
 
 
 def _config(ckpt, **over):
@@ -98,7 +97,9 @@ def test_export_has_the_reward_tokens(straight, world_ckpt):
 
     workdir, _ = straight
     tok = AutoTokenizer.from_pretrained(os.path.join(workdir, "hf"))
-    assert rl.has_reward_tokens(tok) and not rl.has_reward_tokens(AutoTokenizer.from_pretrained(world_ckpt))
+    assert model_prep.has_reward_tokens(tok) and not model_prep.has_reward_tokens(
+        AutoTokenizer.from_pretrained(world_ckpt)
+    )
     cfg, params = load_hf(os.path.join(workdir, "hf"))
     assert cfg.vocab_size >= len(tok) and params["embed"]["embedding"].shape[0] == cfg.vocab_size
 
@@ -128,8 +129,35 @@ def test_rollout_conditioning_matches_the_rctp_data_format(world_ckpt):
     assert messages[0]["content"].endswith("\n\n[Reward Goal: <|low_reward|>]")
 
 
-def test_task_order_is_a_pure_function_of_the_step():
-    a = [rl.task_indices(10, 3, seed=0, step=s) for s in range(6)]
-    assert [list(x) for x in a] == [list(rl.task_indices(10, 3, seed=0, step=s)) for s in range(6)]
-    epoch0 = np.concatenate(a[:3])
-    assert len(set(epoch0.tolist())) == 9  # no task twice within an epoch
+def test_task_order_visits_every_task_once_per_epoch():
+    """The step is the data position; every epoch (10 tasks, 3 per step) is one whole permutation, and a
+    step that crosses an epoch boundary takes the end of one and the start of the next."""
+    a = [rl_config.task_indices(10, 3, seed=0, step=s) for s in range(20)]
+    assert [list(x) for x in a] == [list(rl_config.task_indices(10, 3, seed=0, step=s)) for s in range(20)]
+    assert all(len(x) == 3 for x in a)
+    stream = np.concatenate(a)
+    for e in range(6):  # 60 task slots = 6 whole epochs
+        assert sorted(stream[e * 10 : (e + 1) * 10].tolist()) == list(range(10)), e
+    assert stream[:10].tolist() != stream[10:20].tolist()  # each epoch its own permutation
+    assert rl_config.steps_for(720, 256, 400) == 1125  # Table 10's 400 epochs at batch 256
+
+
+def test_nonfinite_rewards_are_kept_out_of_the_group_and_the_loss():
+    """A NaN reward is replaced by the mean of its group's finite rewards (the group's mean and so every
+    other rollout's advantage under a centred estimator is unchanged) and marked invalid."""
+    from types import SimpleNamespace
+
+    eps = [
+        SimpleNamespace(task_id=f"t{i // 4}", reward=r, done_reason="completed")
+        for i, r in enumerate([1.0, 0.0, float("nan"), 1.0, float("inf"), float("nan"), float("nan"), float("nan")])
+    ]
+    rewards, valid, bad = rl.finite_rewards(np.array([e.reward for e in eps]), eps, 4)
+    np.testing.assert_allclose(rewards, [[1.0, 0.0, 2 / 3, 1.0], [0.0, 0.0, 0.0, 0.0]], rtol=1e-6)
+    assert valid.tolist() == [[True, True, False, True], [False] * 4]
+    assert len(bad) == 5 and "t0 (rollout 2): reward nan" in bad[0]
+    from rcgrpo_jax.rl import advantages
+
+    adv, _ = advantages.get("dr_grpo")(rewards)  # r - mean_g: the finite members' advantages are the clean group's
+    clean, _ = advantages.get("dr_grpo")(np.array([[1.0, 0.0, 1.0]]))
+    np.testing.assert_allclose(np.asarray(adv)[0, [0, 1, 3]], np.asarray(clean)[0], rtol=1e-6, atol=1e-7)
+    assert np.all(np.isfinite(np.asarray(adv)))

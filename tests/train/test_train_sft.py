@@ -11,20 +11,20 @@ import pytest
 import train_helpers
 from transformers import AutoTokenizer
 
-from rcgrpo_jax import sharding
+from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.chat import end_of_turn_ids
 from rcgrpo_jax.models.hf_io import load_hf
+from rcgrpo_jax.train import dry_run, model_prep, optim, sft, sft_data
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import optim, sft
 from rcgrpo_jax.train import state as state_lib
 
 
 def _one_step(config, ckpt, data, mesh_axes, grad_accum):
     """Loads the tiny model onto `mesh_axes`, takes one SFT step on batch 0; returns (metrics, params)."""
     mesh = sharding.make_mesh(mesh_axes)
-    model_cfg = sft.model_config(config, ckpt)
+    model_cfg = model_prep.model_config(config, ckpt)
     abstract_params = jax.eval_shape(lambda: load_hf(ckpt)[1])
-    p_sh = sft.param_shardings(abstract_params, mesh, "train")
+    p_sh = model_prep.param_shardings(abstract_params, mesh, "train")
     params = load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.TRAIN_RULES)[1]
     tx = optim.make_optimizer(config.optim, 10)
     lr_fn = optim.schedule(config.optim.lr, 10, 0.0, 1.0)
@@ -38,14 +38,14 @@ def _one_step(config, ckpt, data, mesh_axes, grad_accum):
     )
     with jax.set_mesh(mesh):
         state = jax.device_put(state_lib.create(params, tx, jax.random.PRNGKey(0)), state_sh)
-        state, metrics = step(state, sft.put_batch(batch, sft.batch_sharding(mesh)))
+        state, metrics = step(state, multihost.place(batch, sharding.batch_sharding(mesh, 3, row_dim=1)))
     return jax.device_get(metrics), jax.device_get(state.params)
 
 
 @pytest.fixture(scope="module")
 def small_data(tiny_ckpt, tokenizer, data_path):
-    return sft.build_data(
-        sft.read_jsonl(data_path),
+    return sft_data.build_data(
+        sft_data.read_jsonl(data_path),
         tokenizer,
         end_of_turn_ids(tokenizer),
         buckets=(64, 128),
@@ -96,7 +96,7 @@ def test_dry_run_reports_memory_and_start_up_refuses_what_cannot_fit(tiny_ckpt, 
     from rcgrpo_jax.config_checks import MemoryFitError
 
     config = train_helpers.make_config(tiny_ckpt, data_path)
-    report = sft.dry_run(config)
+    report = dry_run.supervised(config)
     n_params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(lambda: load_hf(tiny_ckpt)[1])))
     # FSDP over 'fsdp' (1 here) and tensor (1): every device holds all f32 params, and AdamW two moments.
     assert report["params_gb"] == pytest.approx(n_params * 4 / 1e9, rel=0.05)

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax.chat import NotAppendOnlyError, end_of_turn_ids
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import optim, sft
+from rcgrpo_jax.train import optim, sft_data
 from rcgrpo_jax.train import state as state_lib
 
 
@@ -101,7 +101,7 @@ def test_metrics_logger_truncates_on_resume(tmp_path):
 
 def test_tokenize_masks_exactly_the_assistant_turns(tokenizer):
     ex = train_helpers.conversation(3, tools=True)
-    tokens, mask = sft.tokenize_conversation(tokenizer, ex["messages"], ex["tools"], end_of_turn_ids(tokenizer))
+    tokens, mask = sft_data.tokenize_conversation(tokenizer, ex["messages"], ex["tools"], end_of_turn_ids(tokenizer))
     assert tokens.dtype == np.int32 and mask.shape == tokens.shape
     full = tokenizer.apply_chat_template(ex["messages"], tools=ex["tools"], tokenize=False)
     assert tokenizer.decode(tokens) == full
@@ -124,7 +124,7 @@ def test_tokenize_refuses_templates_that_rewrite_history(tokenizer):
     try:  # a template that renders the message count up front changes every prefix
         tokenizer.chat_template = "{{ messages|length }}{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
         with pytest.raises(NotAppendOnlyError):
-            sft.tokenize_conversation(tokenizer, ex["messages"], None, end_of_turn_ids(tokenizer))
+            sft_data.tokenize_conversation(tokenizer, ex["messages"], None, end_of_turn_ids(tokenizer))
     finally:
         tokenizer.chat_template = saved
 
@@ -132,7 +132,7 @@ def test_tokenize_refuses_templates_that_rewrite_history(tokenizer):
 def _toy_data(lengths, batch, accum, seed, buckets=(4, 8, 16)):
     toks = tuple(np.arange(1, n + 1, dtype=np.int32) for n in lengths)
     masks = tuple(np.ones(n, np.int32) for n in lengths)
-    return sft.SFTData(toks, masks, buckets, batch, accum, seed, pad_id=0)
+    return sft_data.SFTData(toks, masks, buckets, batch, accum, seed, pad_id=0)
 
 
 @settings(max_examples=25, deadline=None)
