@@ -25,9 +25,15 @@ _MULTIPROCESS_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
 USAGE_EXIT = 2
 
 
-def define_flags(fv: flags.FlagValues) -> None:
+def define_flags(fv: flags.FlagValues, sys_argv: Sequence[str] | None = None) -> None:
+    """The launcher's flags on `fv`; `sys_argv` (default sys.argv) is where ml_collections finds overrides."""
     config_flags.DEFINE_config_file(
-        "config", None, "Stage config file and preset: configs/<stage>.py:<preset>.", lock_config=True, flag_values=fv
+        "config",
+        None,
+        "Stage config file and preset: configs/<stage>.py:<preset>.",
+        lock_config=True,
+        flag_values=fv,
+        sys_argv=None if sys_argv is None else list(sys_argv),
     )
     flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, exported model.", flag_values=fv)
     flags.DEFINE_bool(
@@ -105,7 +111,7 @@ def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
 
     if fv is None:
         fv = flags.FlagValues()
-        define_flags(fv)
+        define_flags(fv, sys_argv=argv)
     verbose = "--verbose" in argv
     try:
         try:

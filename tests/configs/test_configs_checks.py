@@ -140,11 +140,13 @@ def test_locked_config_on_the_command_line():
         text=True,
         timeout=120,
     )
-    assert typo.returncode != 0 and "batchsize" in typo.stderr
+    assert typo.returncode == 2 and "batchsize" in typo.stderr and len(typo.stderr.strip().splitlines()) == 1
     missing = subprocess.run(
         base + ["--config=configs/sft.py:qwen2_5_7b"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
-    assert missing.returncode != 0 and "config.model.path: missing checkpoint path" in missing.stderr
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith(
+        "error: config.model.path: missing checkpoint path"
+    )
     assert not os.path.exists("/nonexistent/never-written")
 
 

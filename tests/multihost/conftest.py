@@ -17,7 +17,7 @@ def world_ckpt(tmp_path_factory) -> str:
     """A 1-layer, hidden-32 checkpoint whose tokenizer was trained on the miniature world's text (short
     prompts), for the RL step."""
     from configs import rc_grpo
-    from rcgrpo_jax.train import sft
+    from rcgrpo_jax.train import model_prep
 
     path = str(tmp_path_factory.mktemp("world") / "model")
-    return sft.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, num_layers=1, intermediate_size=64)
+    return model_prep.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, num_layers=1, intermediate_size=64)

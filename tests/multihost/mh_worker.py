@@ -4,8 +4,9 @@ reference) and, unchanged, as each of 2 processes x 4 devices joined by `jax.dis
   python tests/multihost/mh_worker.py update --coordinator localhost:PORT --num_processes 2 --process_id I \
       --ckpt DIR --inputs in.npz --out out_I.npz
 
-Each process feeds only its own rows (`multihost.global_rows`) and reads results back with
-`multihost.gather`, so the outputs of every process are the global values.
+Every process holds the whole host batch, each device takes its rows (`RolloutBatch.put`, i.e.
+`multihost.place`), and results are read back with `multihost.gather`, so the outputs of every process
+are the global values.
 
   python tests/multihost/mh_worker.py rl_run ... --ckpt MODEL --workdir DIR --out out_I.npz
 
@@ -55,26 +56,24 @@ def update(ckpt: str, batch: dict, micro_rows: list) -> dict:
 
     from rcgrpo_jax import multihost, sharding
     from rcgrpo_jax.models.hf_io import load_hf
-    from rcgrpo_jax.train import optim, rl_step, sft
+    from rcgrpo_jax.train import model_prep, optim, rl_step
     from rcgrpo_jax.train import state as state_lib
+    from rcgrpo_jax.train.rl_batch import RolloutBatch
 
-    keys = tuple(batch)
+    batch = RolloutBatch(**batch)
     config = _config()
     mesh = sharding.make_mesh(MESH)
-    model_cfg = sft.model_config(config, ckpt)
+    model_cfg = model_prep.model_config(config, ckpt)
     params = load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.TRAIN_RULES)[1]
     abstract_params = jax.eval_shape(lambda: params)
     tx = optim.make_optimizer(config.optim, 10)
     abstract = state_lib.abstract_state(abstract_params, tx)
-    state_sh = state_lib.state_shardings(abstract, mesh, sft.param_shardings(abstract_params, mesh, "train"), tx)
-    updater = rl_step.Updater(model_cfg, tx, "ppo_clip", loss_config(), CHUNK, state_sh, mesh, keys)
-    row_sh = rl_step.row_shardings(mesh, keys)
+    p_sh = model_prep.param_shardings(abstract_params, mesh, "train")
+    state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
+    updater = rl_step.Updater(model_cfg, tx, "ppo_clip", loss_config(), CHUNK, state_sh, mesh)
     with jax.set_mesh(mesh), sharding.axis_rules(sharding.TRAIN_RULES.logical):
         state = jax.jit(lambda p: state_lib.create(p, tx, jax.random.PRNGKey(0)), out_shardings=state_sh)(params)
-        micros = []
-        for rows in micro_rows:
-            micro = rl_step.take(batch, np.asarray(rows), BUCKETS, keys)
-            micros.append(multihost.global_rows(multihost.take_local(micro, row_sh), row_sh, len(rows)))
+        micros = [batch.take(np.asarray(rows), BUCKETS).put(mesh) for rows in micro_rows]
         state, metrics, row_stats = updater(state, micros)
         host = multihost.gather({"metrics": metrics, "rows": row_stats, "params": state.params})
     flat = {f"metrics/{k}": np.asarray(v) for k, v in host["metrics"].items()}
@@ -202,10 +201,10 @@ def rl_run(ckpt: str, workdir: str) -> dict:
         def reward(self, name=None):
             return 0.5 * (self.member % 2) + min(0.5, 0.25 * self.calls)
 
-    real_env, real_step = bfcl.BFCLEnv, rl.Trainer.step
+    real_env, real_collect = bfcl.BFCLEnv, rl.rl_rollouts.collect
 
-    def step(self, state, i):
-        state, metrics, episodes = real_step(self, state, i)
+    def collect(*args, **kwargs):
+        out = real_collect(*args, **kwargs)
         seen.extend(
             {
                 "task_id": e.task_id,
@@ -217,19 +216,19 @@ def rl_run(ckpt: str, workdir: str) -> dict:
                 "logprobs": list(e.logprobs),
                 "done_reason": e.done_reason,
             }
-            for e in episodes
+            for e in out.episodes
         )
-        return state, metrics, episodes
+        return out
 
-    bfcl.BFCLEnv, rl.Trainer.step = CountingEnv, step
+    bfcl.BFCLEnv, rl.rl_rollouts.collect = CountingEnv, collect
     try:
         out = rl.run(rl_config(ckpt), workdir)
     finally:
-        bfcl.BFCLEnv, rl.Trainer.step = real_env, real_step
+        bfcl.BFCLEnv, rl.rl_rollouts.collect = real_env, real_collect
 
     # Restore the checkpoint the run left (every process reads its own shards) and read the params back.
-    config = rl.resolve_config(rl_config(ckpt))
-    trainer = rl.Trainer(config, workdir)
+    config = rl.rl_config.resolve_config(rl_config(ckpt))
+    trainer = rl.RLTrainer(config, workdir)
     ckpt = ckpt_lib.Checkpointer(f"{workdir}/checkpoints", every_steps=1, max_to_keep=2)
     try:
         steps = ckpt.all_steps()

@@ -35,29 +35,17 @@ def test_process_slice_example():
     assert multihost.process_slice(10) == slice(0, 10)  # one process here
 
 
-def test_local_rows_gather_and_local_value_single_process():
+def test_place_gather_and_local_value_single_process():
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-    sh = NamedSharding(mesh, P(("data", "fsdp"), None))
-    assert multihost.local_rows(sh, 8) == slice(0, 8)
+    sh = sharding.batch_sharding(mesh, 2)
+    assert sh == NamedSharding(mesh, P(("data", "fsdp"), None))
     x = np.arange(24, dtype=np.float32).reshape(8, 3)
-    g = multihost.global_rows({"x": x}, {"x": sh}, 8)["x"]
+    g = multihost.place({"x": x}, sh)["x"]
     assert g.sharding == sh and g.shape == (8, 3)
-    rows, block = multihost.local_row_block(g)
-    assert rows == slice(0, 8)
-    np.testing.assert_array_equal(block, x)
     out = multihost.gather({"x": g, "s": jnp.float32(2.5)})
     np.testing.assert_array_equal(out["x"], x)
     assert float(out["s"]) == 2.5
     np.testing.assert_array_equal(multihost.local_value(g), x)
-
-
-def test_local_rows_rejects_non_contiguous_blocks():
-    class Fake:  # two blocks with a gap, as a process would hold under an interleaved device order
-        def addressable_devices_indices_map(self, shape):
-            return {0: (slice(0, 2),), 1: (slice(4, 6),)}
-
-    with pytest.raises(ValueError, match="non-contiguous"):
-        multihost.local_rows(Fake(), 8)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -68,10 +56,10 @@ def _inputs(ckpt: str) -> dict[str, np.ndarray]:
     """16 rows: 8 long ones (the 32 bucket) and 8 short ones (the 16 bucket) as two micro-batches; old
     log-probs = the model's own + noise so ratios spread across the clip range; a reference a little off."""
     from rcgrpo_jax.models.hf_io import load_hf
-    from rcgrpo_jax.train import rl_step, sft
+    from rcgrpo_jax.train import model_prep, rl_step
 
     rng = np.random.default_rng(0)
-    model_cfg, params = sft.model_config(mh_worker._config(), ckpt), load_hf(ckpt, dtype="float32")[1]
+    model_cfg, params = model_prep.model_config(mh_worker._config(), ckpt), load_hf(ckpt, dtype="float32")[1]
     rows, length = 16, 32
     lens = np.array([32, 30, 29, 27, 24, 21, 19, 17, 16, 15, 14, 13, 12, 11, 10, 9])
     tokens = rng.integers(3, model_cfg.vocab_size, (rows, length)).astype(np.int32)
@@ -172,9 +160,9 @@ def test_two_process_rollout_equals_single_process(rollout_runs):
 def test_episode_record_round_trips_through_json():
     import json
 
+    from rcgrpo_jax.rl import diagnostics
     from rcgrpo_jax.rollout import distributed
     from rcgrpo_jax.rollout.episode import Episode
-    from rcgrpo_jax.train import rl
 
     e = Episode("t1", group=3, rollout_index=1, reward_token="<|low_reward|>")
     e.add_context([5, 6, 7])
@@ -195,7 +183,7 @@ def test_episode_record_round_trips_through_json():
     assert back.messages == [] and back.tools == []  # the conversation only travels when a caller reads it
     with_msgs = distributed.from_record(json.loads(json.dumps(distributed.to_record(e, messages=True))))
     assert with_msgs.messages == e.messages and with_msgs.tools == e.tools
-    assert rl.rollout_metrics([with_msgs]) == rl.rollout_metrics([e])
+    assert diagnostics.rollout_metrics([with_msgs]) == diagnostics.rollout_metrics([e])
 
 
 # ----------------------------------------------------------------------------------------------------
