@@ -236,9 +236,9 @@ def checker_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict]:
     return [{c["name"]: copy.deepcopy(dict(c["arguments"]))} for c in calls]
 
 
-def _kind_of_error_type(error_type: str, error: Any) -> str:
-    if error_type.endswith(":wrong_count"):
-        return WRONG_COUNT
+def _kind_of_error_type(error_type: str, error: Any, names_match: bool = True) -> str:
+    if error_type.endswith(":wrong_count") or error_type == "relevance_error:decoder_failed":
+        return WRONG_COUNT  # (relevance: no call where at least one was due)
     if error_type == "simple_function_checker:wrong_func_name":
         return WRONG_FUNCTION
     if error_type in (
@@ -252,7 +252,10 @@ def _kind_of_error_type(error_type: str, error: Any) -> str:
     if error_type.startswith("value_error") or error_type in ("dict_checker:unclear", "list_dict_checker:unclear"):
         return WRONG_VALUE
     if error_type == "parallel_function_checker_no_order:cannot_find_match":
-        # The unmatched answer's candidates: a candidate with the right name says what was wrong.
+        # Unordered matching failed. Different function names than the answer's: wrong_function; else
+        # the first candidate with the right name says what was wrong with it.
+        if not names_match:
+            return WRONG_FUNCTION
         subs = [
             v.get("sub_error_type", "")
             for item in (error if isinstance(error, list) else [])
@@ -267,7 +270,7 @@ def _kind_of_error_type(error_type: str, error: Any) -> str:
     return error_type
 
 
-def error_kind(category: str, verdict: Mapping[str, Any], parsed) -> str | None:
+def error_kind(category: str, verdict: Mapping[str, Any], parsed, ground_truth=None) -> str | None:
     """None for a pass; else the error kind of a scored entry (see the module docstring)."""
     if verdict.get("valid") is True:
         return None
@@ -275,7 +278,10 @@ def error_kind(category: str, verdict: Mapping[str, Any], parsed) -> str | None:
         return IRRELEVANCE_VIOLATED
     if not parsed.calls and parsed.errors:
         return PARSE_ERROR
-    return _kind_of_error_type(str(verdict.get("error_type", "")), verdict.get("error"))
+    names_match = True
+    if ground_truth is not None:
+        names_match = sorted(c["name"] for c in parsed.calls) == sorted(n for a in ground_truth for n in a)
+    return _kind_of_error_type(str(verdict.get("error_type", "")), verdict.get("error"), names_match)
 
 
 def official_verdict(entry: Entry, parsed) -> dict[str, Any]:
@@ -299,7 +305,7 @@ def score(entry: Entry, text: str, parser) -> EntryResult:
         id=entry.id,
         category=entry.category,
         official_pass=verdict.get("valid") is True,
-        error_kind=error_kind(entry.category, verdict, parsed),
+        error_kind=error_kind(entry.category, verdict, parsed, entry.ground_truth),
         checker_error_type=None if verdict.get("valid") is True else verdict.get("error_type"),
         error_message=None if not message else json.dumps(message, default=str)[:300],
         calls=[dict(c) for c in parsed.calls],
@@ -505,3 +511,142 @@ def unanswerable(entry: Entry) -> str | None:
             ):
                 return f"{name}: Java {prop['type']} of any: the checker makes every element a string"
     return None
+
+
+# ------------------------------------------------------------------------------------ policies / run
+
+
+def read_replay(path: str) -> dict[str, str]:
+    """Outputs made elsewhere: JSON lines ``{"id": <BFCL entry id>, "output": "<raw assistant text>"}``.
+    Blank lines are skipped; a malformed line, a non-string field or an id given twice raises
+    ValueError naming the file and line."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not a JSON object: {err}") from None
+            if (
+                not isinstance(row, dict)
+                or not isinstance(row.get("id"), str)
+                or not isinstance(row.get("output"), str)
+            ):
+                raise ValueError(f'{path}:{n}: expected {{"id": str, "output": str}}, got {line.strip()[:120]}')
+            if row["id"] in out:
+                raise ValueError(f"{path}:{n}: id {row['id']!r} appears twice")
+            out[row["id"]] = row["output"]
+    return out
+
+
+def prompt_messages(entry: Entry, reward_token: str | None) -> list[dict]:
+    from rcgrpo_jax.rollout.engine import with_reward_goal
+
+    return with_reward_goal(messages_for(entry), reward_token)
+
+
+def render_prompts(entries: Sequence[Entry], tokenizer, reward_token: str | None) -> tuple[list[str | None], dict]:
+    """The chat template's prompt text of each entry (None where it failed) and the failures
+    (id -> EntryResult of kind render_error)."""
+    from rcgrpo_jax import chat
+
+    texts: list[str | None] = []
+    failures: dict[str, EntryResult] = {}
+    for e in entries:
+        try:
+            texts.append(
+                chat.render_text(tokenizer, prompt_messages(e, reward_token), tools_for(e), add_generation_prompt=True)
+            )
+        except Exception as err:  # noqa: BLE001 - one entry the template refuses must not stop the suite
+            texts.append(None)
+            failures[e.id] = failed(e, RENDER_ERROR, f"{type(err).__name__}: {err}")
+    return texts, failures
+
+
+def oracle_outputs(entries: Sequence[Entry], tokenizer, parser) -> dict[str, str]:
+    """The oracle's texts, through the tokenizer and back (as a model's sampled tokens would be)."""
+    texts = [oracle_text(e, parser) for e in entries]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return {e.id: tokenizer.decode(t, skip_special_tokens=False) for e, t in zip(entries, ids)}
+
+
+def generate_outputs(
+    entries: Sequence[Entry],
+    prompts: Sequence[str | None],
+    tokenizer,
+    model_cfg,
+    params,
+    eval_cfg,
+    *,
+    mesh=None,
+    progress: bool = False,
+) -> tuple[dict[str, str], dict[str, EntryResult]]:
+    """One greedy assistant message per entry with our sampler (`rollout.ModelPolicy`), in batches of
+    `eval.batch_size` entries of similar prompt length. Returns (id -> text, id -> failure) where a
+    prompt of `eval.max_context` tokens or more fails as truncated. Every process makes the same
+    device calls and gets the same texts."""
+    import time
+
+    from rcgrpo_jax import chat, sharding
+    from rcgrpo_jax.rollout import ModelPolicy
+    from rcgrpo_jax.sampling import SamplingParams
+
+    max_context, max_step = int(eval_cfg.max_context), int(eval_cfg.max_step_tokens)
+    stop_ids = chat.end_of_turn_ids(tokenizer)
+    outputs: dict[str, str] = {}
+    failures: dict[str, EntryResult] = {}
+    todo: list[tuple[int, list[int]]] = []
+    for i, (e, text) in enumerate(zip(entries, prompts)):
+        if text is None:
+            continue
+        tokens = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if len(tokens) >= max_context:
+            failures[e.id] = failed(e, TRUNCATED, f"prompt of {len(tokens)} tokens >= eval.max_context={max_context}")
+        else:
+            todo.append((i, tokens))
+    todo.sort(key=lambda x: len(x[1]))
+    batch = max(int(eval_cfg.batch_size), 1)
+    t0 = time.perf_counter()
+    for start in range(0, len(todo), batch):
+        chunk = todo[start : start + batch]
+        policy = ModelPolicy(
+            model_cfg,
+            params,
+            stop_ids=stop_ids,
+            max_step_tokens=max_step,
+            max_context=max_context,
+            sampling=SamplingParams(temperature=0.0),
+            prefill_chunk=int(eval_cfg.prefill_chunk),
+            mesh=mesh,
+            rules=sharding.DECODE_RULES,
+            share_prefix=False,
+        )
+        rows = list(range(len(chunk)))
+        policy.start([t for _, t in chunk], rows)
+        samples = policy.act(rows, [min(max_step, max_context - len(t) - 1) for _, t in chunk])
+        policy.finish(rows)
+        for (i, _), s in zip(chunk, samples):
+            body = s.tokens[:-1] if s.stopped else s.tokens
+            outputs[entries[i].id] = tokenizer.decode(body, skip_special_tokens=False)
+        if progress:
+            done = start + len(chunk)
+            eta = (time.perf_counter() - t0) / done * (len(todo) - done)
+            print(f"[eval] single-turn {done}/{len(todo)} entries, ETA {eta:.0f}s", flush=True)
+    return outputs, failures
+
+
+def score_all(
+    entries: Sequence[Entry], outputs: Mapping[str, str], parser, failures: Mapping[str, EntryResult] = {}
+) -> list[EntryResult]:
+    """Each entry's result: its failure if it has one, else its output scored, else missing_output."""
+    out = []
+    for e in entries:
+        if e.id in failures:
+            out.append(failures[e.id])
+        elif e.id in outputs:
+            out.append(score(e, outputs[e.id], parser))
+        else:
+            out.append(failed(e, MISSING_OUTPUT, "no output for this id"))
+    return out
