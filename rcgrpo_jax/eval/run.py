@@ -1,18 +1,31 @@
-"""The evaluation stage: greedy multi-turn rollouts on a split, BFCL's official verdict per episode.
+"""The evaluation stage: BFCL v4 with the official checkers, multi-turn episodes and single-turn entries.
 
-    python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR --workdir=DIR
+    python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR \
+        --config.eval.suite=single_turn|multi_turn|bfcl_v4 --config.eval.split=test|train|all --workdir=DIR
 
-Each test task is one episode through the same rollout engine and environment as training. A
-reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
-<|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none). The
-episode passes when BFCL's `multi_turn_checker` says so; we also keep our own reward and the kind of
-error (empty turn, state mismatch, response mismatch, force-terminated, truncated, ...).
+Suites (`eval.suite`):
+- multi_turn: each task of `eval.split` of `data.source` is one episode through the same rollout engine
+  and environment as training; it passes when BFCL's `multi_turn_checker` says so; we also keep our own
+  reward and the kind of error (empty turn, state mismatch, response mismatch, force-terminated,
+  truncated, ...). split=all is every task (BFCL: the 800).
+- single_turn: BFCL's 13 single-turn categories (`single_turn`), one greedy assistant message per
+  entry, scored by the package's `ast_checker` (irrelevance/relevance: whether a call decodes). Nothing
+  trains on them, so split test and all both mean every entry.
+- bfcl_v4: both; `overall` is BFCL's weighted overall over the offline groups (`aggregate`).
 
-`eval.policy = oracle` plays the scripted ground truth through the same path: it must score 100%
-in every category, which checks the environment, the chat rendering, the parser and the scoring.
+A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
+<|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none).
 
-`evaluate(...)` is the in-process core (the ablation pipeline calls it on parameters in memory);
-`run(config, workdir)` loads a checkpoint, calls it and writes workdir/eval.json and eval.md.
+Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
+family's format and parsed back through the same path: 100% on every multi-turn category, and on every
+single-turn entry but the six whose shipped answers no output can satisfy, `single_turn.unanswerable`);
+replay (single-turn only: raw assistant texts made elsewhere, JSONL `{"id", "output"}` at
+`eval.replay_path`, parsed by the family's parser; a missing id fails and is listed).
+
+`evaluate(...)` is the in-process multi-turn core (the ablation pipeline calls it on parameters in
+memory); `run(config, workdir)` loads a checkpoint, runs the suite, writes workdir/eval.json (one record
+per episode: id, category, official_pass, error_kind, ...) and eval.md, and returns the summary
+(`suite_summary`: categories, groups, overall, n, error_kinds) that main prints as its last line.
 """
 
 from __future__ import annotations

@@ -6,12 +6,14 @@ Data. `data/BFCL_v4_<category>.json` of the installed bfcl-eval package (JSON li
 "may be omitted"), aligned by index as BFCL's runner aligns them. Irrelevance and relevance categories
 have no answers.
 
-Prompt (`messages_for`, `tools_for`): the entry's messages, and its functions as OpenAI tools, as
-BFCL's local function-calling handlers (Qwen, LLaMA-3.1) hand them to the chat template: with BFCL's
-language-specific description hints and, for Java/JavaScript, every parameter typed ``string`` with
-the type named in its description (`hinted_docs`, the facts of BFCL's
-`_func_doc_language_specific_pre_processing`; a test compares the two), then the JSON-schema type
-names of `envs.schema.convert_schema` (``dict`` -> ``object``, ...), as the multi-turn tools are.
+Prompt (`messages_for`, `tools_for`): the entry's messages and its functions, rendered by the
+checkpoint's own chat template. The docs carry BFCL's language-specific description hints and, for
+Java/JavaScript, every parameter typed ``string`` with the type named in its description
+(`hinted_docs`: the facts of BFCL's `_func_doc_language_specific_pre_processing`; a test compares the
+two). One difference from BFCL's local handlers, which `json.dumps` those docs as they are into the tool
+block: we hand the template OpenAI-style tools with JSON-schema type names (`envs.schema.to_openai_tool`:
+``dict`` -> ``object``, ``float`` -> ``number``, ...), exactly as the multi-turn environment does, so a
+model trained here sees one tool format.
 
 Scoring (`score`). The raw assistant text is parsed by the checkpoint family's own parser
 (`chat.get_parser(family)`). A call that does not parse is dropped, as BFCL's Qwen handler drops a
@@ -33,7 +35,12 @@ Oracle (`oracle_calls`, `oracle_text`): the first accepted value of each argumen
 ``""`` is accepted and the argument is not required), nested dicts the same way, Java/JavaScript
 values written as source strings the checker's converters read back (`java_source`, `js_source`);
 irrelevance entries answer in plain text; relevance entries (no answers shipped) call the first
-function with its required arguments filled from the schema.
+function with its required arguments filled from the schema. It passes every entry but six whose
+shipped answers no output can satisfy (`unanswerable` says why for each: two Java ArrayList-of-any
+answers, two required arguments with no accepted value, an answer argument missing from the docs, a
+required parameter missing from the answer). One quirk of the checker the oracle follows: a Java
+``Array`` of ``String`` is read element by element without stripping quotes, so it is written
+``new String[]{a, b}``.
 """
 
 from __future__ import annotations
