@@ -284,6 +284,7 @@ def test_random_model_single_turn(tiny_world_model, tmp_path):
         ({"policy": "replay", "replay_path": ""}, "eval.replay_path"),
         ({"policy": "replay", "replay_path": "/nonexistent.jsonl"}, "eval.replay_path"),
         ({"policy": "oracle", "split": "train"}, "eval.split"),
+        ({"policy": "oracle", "split": "dev"}, "eval.split"),
     ],
 )
 def test_bad_eval_config_names_the_field(tiny_world_model, tmp_path, fields, field):
@@ -292,3 +293,34 @@ def test_bad_eval_config_names_the_field(tiny_world_model, tmp_path, fields, fie
     cfg = _single_turn_config(tiny_world_model, **fields)
     with pytest.raises(ConfigError, match=f"config.{field}"):
         eval_run.run(cfg, str(tmp_path))
+
+
+def test_suite_summary_by_hand():
+    def rec(cat, ok, n=1):
+        return [
+            {
+                "id": f"{cat}_{i}",
+                "category": cat,
+                "official_pass": ok,
+                "reward": float(ok),
+                "error_kind": None if ok else "x",
+            }
+            for i in range(n)
+        ]
+
+    single = (
+        rec("simple_python", True, 3)
+        + rec("simple_python", False)
+        + rec("irrelevance", True)
+        + rec("live_irrelevance", False)
+    )
+    s = eval_run.suite_summary(single, "single_turn")
+    assert s["categories"] == {"simple_python": 0.75, "irrelevance": 1.0, "live_irrelevance": 0.0}
+    assert s["groups"] == {"irrelevance": 0.5}  # non_live lacks five of its categories: not reported
+    assert s["overall"] == 0.5 and s["overall_covers"] == ["irrelevance"] and s["n"] == 6
+    assert s["overall_with_agentic_zero"] == pytest.approx(0.5 * 10 / 100)
+    assert s["error_kinds"] == {"x": 2} and s["reward_mean"] is None
+    multi = rec("multi_turn_base", True) + rec("multi_turn_miss_func", False) + rec("compose_heldout", True)
+    m = eval_run.suite_summary(multi, "multi_turn", heldout=("compose_heldout",))
+    assert m["groups"] == {"multi_turn": 0.5} and m["overall"] == 0.5 and m["heldout"] == 1.0 and m["n"] == 2
+    assert eval_run.suite_summary(rec("simple_python", True), "single_turn")["overall"] is None
