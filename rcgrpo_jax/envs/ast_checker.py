@@ -7,14 +7,15 @@ our install has. The checker reads the mapping in exactly one place, `convert_fu
 ``MODEL_CONFIG_MAPPING[model_name.replace("_", "/")].underscore_to_dot`` for a function name with a dot
 (FC handlers of APIs that forbid dots send ``math.factorial`` as ``math_factorial``).
 
-The way around it (`_model_config_module`): before importing the checker, when
-`bfcl_eval.constants.model_config` is not already imported, a minimal module of that name is put in
-`sys.modules`. It holds only `MODEL_CONFIG_MAPPING = {CHECKER_MODEL_NAME: <underscore_to_dot=False>}`
-and says what it is in its docstring. `underscore_to_dot=False` is right for us: our prompts show the
-function names as BFCL writes them (dots included), as BFCL's own local FC handlers (Qwen, LLaMA-3.1)
-do, whose registry entries have `underscore_to_dot=False`. When the real module is already imported
-(a full install), it is kept and our one entry is added to its mapping if absent. Nothing else of the
-package is replaced; the checker, its type converters and its constants are the package's own.
+The way around it (`checker_module`): when `bfcl_eval.constants.model_config` is not already imported,
+a minimal module of that name is put in `sys.modules` for the one import of the checker, and taken out
+again right after (the checker keeps its reference to the mapping; nothing else sees the stand-in). It
+holds only `MODEL_CONFIG_MAPPING = {CHECKER_MODEL_NAME: <underscore_to_dot=False>}` and says what it is
+in its docstring. `underscore_to_dot=False` is right for us: our prompts show the function names as
+BFCL writes them (dots included), as BFCL's own local FC handlers (Qwen, LLaMA-3.1) do, whose registry
+entries have `underscore_to_dot=False`. When the real module is already imported (a full install), it is
+used, and our one entry is added to its mapping. Nothing of the package is replaced: the checker, its
+type converters and its constants are the package's own.
 
 `check` runs the checker with the language BFCL's runner derives from the category (Java for
 `*java*`, JavaScript for `*javascript*`, else Python) and the raw function docs (the runner loads
@@ -44,28 +45,33 @@ class _CheckerModelConfig:
     underscore_to_dot: bool = False
 
 
-def _model_config_module() -> types.ModuleType:
-    """`bfcl_eval.constants.model_config` as the checker will see it (see the module docstring)."""
-    module = sys.modules.get(_MODEL_CONFIG)
-    if module is None:
-        import_bfcl("bfcl_eval.constants")  # the real parent package (a clear error when it is missing)
-        module = types.ModuleType(
-            _MODEL_CONFIG,
-            "Stand-in registered by rcgrpo_jax.envs.ast_checker: the real module imports every model "
-            "handler (and their API clients); the AST checker only reads "
-            "MODEL_CONFIG_MAPPING[name].underscore_to_dot.",
-        )
-        module.MODEL_CONFIG_MAPPING = {}
-        sys.modules[_MODEL_CONFIG] = module
-    module.MODEL_CONFIG_MAPPING.setdefault(CHECKER_MODEL_NAME, _CheckerModelConfig(underscore_to_dot=False))
+def _stand_in() -> types.ModuleType:
+    module = types.ModuleType(
+        _MODEL_CONFIG,
+        "Stand-in registered by rcgrpo_jax.envs.ast_checker for the import of the AST checker only: the real "
+        "module imports every model handler (and their API clients); the checker only reads "
+        "MODEL_CONFIG_MAPPING[name].underscore_to_dot.",
+    )
+    module.MODEL_CONFIG_MAPPING = {}
     return module
 
 
 def checker_module() -> types.ModuleType:
-    """The official `ast_checker` module (imported once, with the stand-in when needed)."""
-    if _CHECKER not in sys.modules:
-        _model_config_module()
-    return import_bfcl(_CHECKER)
+    """The official `ast_checker` module, imported once (with the stand-in when needed), its mapping
+    holding our model name."""
+    module = sys.modules.get(_CHECKER)
+    if module is None:
+        import_bfcl("bfcl_eval.constants")  # the real parent package (a clear error when it is missing)
+        if _MODEL_CONFIG in sys.modules:
+            module = import_bfcl(_CHECKER)
+        else:
+            sys.modules[_MODEL_CONFIG] = _stand_in()
+            try:
+                module = import_bfcl(_CHECKER)
+            finally:
+                del sys.modules[_MODEL_CONFIG]
+    module.MODEL_CONFIG_MAPPING.setdefault(CHECKER_MODEL_NAME, _CheckerModelConfig(underscore_to_dot=False))
+    return module
 
 
 def language_of(category: str):
