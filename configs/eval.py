@@ -1,12 +1,19 @@
-"""Evaluation: greedy multi-turn rollouts on the test split, scored by BFCL's official multi-turn checker.
+"""Evaluation on BFCL v4 with the official checkers: multi-turn episodes, single-turn AST categories, or both.
 
   python -m rcgrpo_jax.main --config=configs/eval.py:tiny --config.model.path=/tmp/rl/hf --workdir=/tmp/eval
   python -m rcgrpo_jax.main --config=configs/eval.py:qwen2_5_7b --config.model.path=/ckpt/rc_grpo/hf \
-      --workdir=/ckpt/eval
+      --config.eval.suite=bfcl_v4 --config.eval.split=all --workdir=/ckpt/eval
   python -m rcgrpo_jax.main --config=configs/eval.py:tiny --config.eval.policy=oracle --workdir=/tmp/oracle
+  python -m rcgrpo_jax.main --config=configs/eval.py:qwen2_5_7b --config.eval.suite=single_turn \
+      --config.eval.policy=replay --config.eval.replay_path=outputs.jsonl --workdir=/tmp/replay
 
-Writes workdir/eval.json (summary + one record per episode) and workdir/eval.md (the table), and prints
-the table. Reward-conditioned checkpoints (their tokenizer has `<|high_reward|>`) are evaluated with
+eval.suite: multi_turn (the episodes of `eval.split` of `data.source`), single_turn (BFCL's 13 single-turn
+categories) or bfcl_v4 (both). eval.split: test | train | all for multi-turn (all = the 800 tasks);
+single-turn entries are never trained on, so test and all both mean every entry (train is refused).
+
+Writes workdir/eval.json (summary + one record per episode) and workdir/eval.md (the tables); the last
+line printed is the summary as one JSON object (categories, groups, overall, n, error_kinds).
+Reward-conditioned checkpoints (their tokenizer has `<|high_reward|>`) are evaluated with
 `[Reward Goal: <|high_reward|>]` (eval.reward_token = auto); others without a goal.
 """
 
@@ -34,10 +41,14 @@ def eval_section(preset: str):
     from ml_collections.config_dict import placeholder
 
     c = ml_collections.ConfigDict()
-    c.policy = "model"  # model (greedy decoding) | oracle (scripted ground truth: checks the scoring path)
+    c.suite = "multi_turn"  # multi_turn | single_turn | bfcl_v4 (both; overall = BFCL's offline weighting)
+    # model (greedy decoding) | oracle (scripted ground truth: checks the scoring path) | replay (score
+    # raw assistant texts made elsewhere: single-turn only, JSONL {"id": ..., "output": ...} at replay_path)
+    c.policy = "model"
+    c.replay_path = ""
     c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
-    c.split = "test"  # test | train (train: tuning on the training split only)
-    c.max_tasks = -1  # > 0 evaluates the first N tasks of the split (debugging)
+    c.split = "test"  # test | train | all (multi-turn: train = tuning on the training split only)
+    c.max_tasks = -1  # > 0: the first N multi-turn tasks of the split, the first N entries of each single-turn category
     c.batch_size = 64 if preset == "tiny" else 32  # episodes per rollout batch
     c.max_context = 2048 if preset == "tiny" else 32768  # tokens per episode; past it: truncated
     c.max_step_tokens = 128 if preset == "tiny" else 1024  # decode budget of one assistant step

@@ -1,18 +1,31 @@
-"""The evaluation stage: greedy multi-turn rollouts on a split, BFCL's official verdict per episode.
+"""The evaluation stage: BFCL v4 with the official checkers, multi-turn episodes and single-turn entries.
 
-    python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR --workdir=DIR
+    python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR \
+        --config.eval.suite=single_turn|multi_turn|bfcl_v4 --config.eval.split=test|train|all --workdir=DIR
 
-Each test task is one episode through the same rollout engine and environment as training. A
-reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
-<|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none). The
-episode passes when BFCL's `multi_turn_checker` says so; we also keep our own reward and the kind of
-error (empty turn, state mismatch, response mismatch, force-terminated, truncated, ...).
+Suites (`eval.suite`):
+- multi_turn: each task of `eval.split` of `data.source` is one episode through the same rollout engine
+  and environment as training; it passes when BFCL's `multi_turn_checker` says so; we also keep our own
+  reward and the kind of error (empty turn, state mismatch, response mismatch, force-terminated,
+  truncated, ...). split=all is every task (BFCL: the 800).
+- single_turn: BFCL's 13 single-turn categories (`single_turn`), one greedy assistant message per
+  entry, scored by the package's `ast_checker` (irrelevance/relevance: whether a call decodes). Nothing
+  trains on them, so split test and all both mean every entry.
+- bfcl_v4: both; `overall` is BFCL's weighted overall over the offline groups (`aggregate`).
 
-`eval.policy = oracle` plays the scripted ground truth through the same path: it must score 100%
-in every category, which checks the environment, the chat rendering, the parser and the scoring.
+A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
+<|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none).
 
-`evaluate(...)` is the in-process core (the ablation pipeline calls it on parameters in memory);
-`run(config, workdir)` loads a checkpoint, calls it and writes workdir/eval.json and eval.md.
+Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
+family's format and parsed back through the same path: 100% on every multi-turn category, and on every
+single-turn entry but the six whose shipped answers no output can satisfy, `single_turn.unanswerable`);
+replay (single-turn only: raw assistant texts made elsewhere, JSONL `{"id", "output"}` at
+`eval.replay_path`, parsed by the family's parser; a missing id fails and is listed).
+
+`evaluate(...)` is the in-process multi-turn core (the ablation pipeline calls it on parameters in
+memory); `run(config, workdir)` loads a checkpoint, runs the suite, writes workdir/eval.json (one record
+per episode: id, category, official_pass, error_kind, ...) and eval.md, and returns the summary
+(`suite_summary`: categories, groups, overall, n, error_kinds) that main prints as its last line.
 """
 
 from __future__ import annotations
@@ -190,27 +203,162 @@ def load_policy_model(config, path: str, mesh):
     return model_cfg, params, AutoTokenizer.from_pretrained(path)
 
 
-def run(config, workdir: str) -> dict[str, Any]:
-    """The `eval` stage of rcgrpo_jax.main: evaluate `model.path` on `eval.split` of `data.source`."""
-    import jax
+SUITES = ("multi_turn", "single_turn", "bfcl_v4")
+RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere, single-turn only
 
-    from rcgrpo_jax import config_checks, sharding
-    from rcgrpo_jax.data import sources
 
-    shape = config_checks.check(config, jax.device_count())
-    policy = config.eval.policy
+def check_eval_config(config) -> None:
+    """Start-up checks of the eval section (the error names the field)."""
+    from rcgrpo_jax.config_checks import ConfigError
+
+    e = config.eval
+    suite, policy = e.get("suite", "multi_turn"), e.policy
+    if suite not in SUITES:
+        raise ConfigError("eval.suite", f"{suite!r} is not one of {', '.join(SUITES)}")
+    if policy not in RUN_POLICIES:
+        raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(RUN_POLICIES)}")
+    if policy == "replay":
+        if suite != "single_turn":
+            raise ConfigError(
+                "eval.policy",
+                "replay scores single-turn outputs only (a multi-turn episode needs the environment's answers "
+                "between steps): use --config.eval.suite=single_turn",
+            )
+        if not e.get("replay_path"):
+            raise ConfigError("eval.replay_path", "eval.policy=replay needs the JSONL file of outputs")
+        if not os.path.isfile(e.replay_path):
+            raise ConfigError("eval.replay_path", f"no such file: {e.replay_path}")
+    if e.split not in ("train", "test", "all"):
+        raise ConfigError("eval.split", f"{e.split!r} is not one of train, test, all")
+    if suite != "multi_turn" and e.split == "train":
+        raise ConfigError(
+            "eval.split",
+            "the single-turn categories have no training split (nothing here trains on them): "
+            "use eval.split=test or all (both mean every entry)",
+        )
     if policy == "model" and not config.model.path:
-        raise config_checks.ConfigError(
+        raise ConfigError(
             "model.path",
             "evaluation of a model needs its HF checkpoint directory "
             "(--config.model.path=DIR); eval.policy=oracle needs none on tiny",
         )
+
+
+def bfcl_category(category: str, source: str) -> str:
+    """BFCL's name of a multi-turn category of the `bfcl` source (`base` -> `multi_turn_base`); other
+    sources' categories are their own."""
+    return f"multi_turn_{category}" if source == "bfcl" else category
+
+
+def suite_summary(records: Sequence[Mapping[str, Any]], suite: str, heldout: Sequence[str] = ()) -> dict[str, Any]:
+    """The printed summary of a run: accuracy per category, BFCL's groups, `overall` and counts.
+
+    Groups follow `aggregate` (BFCL's leaderboard code); a single-turn group is reported only when all
+    its categories ran. The multi_turn group is the unweighted mean of the multi-turn categories that
+    ran (BFCL's, when the four ran; the world source's own categories otherwise). `overall`: for the
+    multi_turn suite that mean; for single_turn and bfcl_v4 BFCL's weighted overall over the offline
+    groups that ran (`overall_covers`, weights renormalised: `aggregate.overall_offline`), None when no
+    group is complete."""
+    from rcgrpo_jax.eval import aggregate, single_turn
+
+    held = set(heldout)
+    main = [r for r in records if r["category"] not in held]
+    rest = [r for r in records if r["category"] in held]
+    rep = report.summarize(main if main else records)
+    table = {c: aggregate.Score(s["accuracy"], s["n"]) for c, s in rep["categories"].items()}
+    gs = aggregate.groups(table)
+    mt = [c for c in table if c not in single_turn.CATEGORIES]
+    if mt and "multi_turn" not in gs:
+        gs["multi_turn"] = aggregate.unweighted([table[c] for c in mt])
+    covers = [g for g in aggregate.OFFLINE_GROUPS if g in gs]
+    if suite == "multi_turn":
+        overall, covers = gs["multi_turn"].accuracy, ["multi_turn"]
+    else:
+        off = aggregate.overall_offline(gs)
+        overall = None if off is None else off.accuracy
+    out = {
+        "suite": suite,
+        "categories": {c: s.accuracy for c, s in table.items()},
+        "groups": {g: s.accuracy for g, s in gs.items()},
+        "overall": overall,
+        "overall_covers": covers,
+        "n": rep["n"],
+        "error_kinds": rep["error_kinds"],
+    }
+    if suite != "multi_turn":
+        share = sum(aggregate.WEIGHTS[g] for g in covers) / sum(aggregate.WEIGHTS.values())
+        out["overall_weights"] = aggregate.offline_weights(covers)
+        out["overall_note"] = (
+            "BFCL's weights (non_live 10, live 10, irrelevance 10, multi_turn 30, agentic 40) renormalised over "
+            f"{', '.join(covers) or 'no group'}; the agentic group (web search, memory) needs the internet and "
+            "is not run, so this is not the leaderboard's overall"
+        )
+        out["overall_with_agentic_zero"] = None if overall is None else overall * share
+    mt_records = [r for r in main if r["category"] not in single_turn.CATEGORIES]
+    out["reward_mean"] = report.summarize(mt_records)["reward_mean"] if mt_records else None
+    out["heldout"] = report.summarize(rest)["overall"] if rest and main else None
+    return out
+
+
+def suite_markdown(summary: Mapping[str, Any], label: str) -> str:
+    """Tables of a suite summary: accuracy (%) per category, then the groups and overall."""
+    lines = [f"| Category | {label} |", "|---|---:|"]
+    lines += [f"| {c} | {100 * a:.2f} |" for c, a in summary["categories"].items()]
+    lines += ["", f"| Group | {label} |", "|---|---:|"]
+    lines += [f"| {g} | {100 * a:.2f} |" for g, a in summary["groups"].items()]
+    overall = summary["overall"]
+    lines.append(
+        f"| overall ({' + '.join(summary['overall_covers'])}) | {'-' if overall is None else f'{100 * overall:.2f}'} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _single_turn_records(config, tokenizer, model_cfg, params, parser, mesh, policy: str, progress: bool):
+    """(records, extras) of the single-turn categories under `policy`."""
+    from rcgrpo_jax.eval import single_turn
+
+    entries = single_turn.load_entries()
+    limit = int(config.eval.max_tasks)
+    if limit > 0:
+        entries = [e for c in single_turn.CATEGORIES for e in [x for x in entries if x.category == c][:limit]]
+    token = reward_token_for(config.eval.reward_token, tokenizer)
+    extras: dict[str, Any] = {}
+    if policy == "replay":
+        outputs, failures = single_turn.read_replay(config.eval.replay_path), {}
+        ids = {e.id for e in entries}
+        missing = [e.id for e in entries if e.id not in outputs]
+        extras["missing"] = len(missing)
+        extras["missing_ids"] = missing
+        extras["unknown_ids"] = sorted(i for i in outputs if i not in ids)
+    else:
+        prompts, failures = single_turn.render_prompts(entries, tokenizer, token)
+        if policy == "oracle":
+            outputs = single_turn.oracle_outputs(entries, tokenizer, parser)
+            extras["unanswerable"] = {e.id: r for e in entries if (r := single_turn.unanswerable(e))}
+        else:
+            outputs, cut = single_turn.generate_outputs(
+                entries, prompts, tokenizer, model_cfg, params, config.eval, mesh=mesh, progress=progress
+            )
+            failures = {**failures, **cut}
+    results = single_turn.score_all(entries, outputs, parser, failures)
+    records = [{**r.record(), "reward": float(r.official_pass)} for r in results]
+    return records, extras
+
+
+def run(config, workdir: str) -> dict[str, Any]:
+    """The `eval` stage of rcgrpo_jax.main: `eval.suite` on `eval.split`, scored by BFCL's official checkers.
+    Returns the summary (`suite_summary`) that main prints as its last line."""
+    import jax
+
+    from rcgrpo_jax import chat, config_checks, sharding
+    from rcgrpo_jax.data import sources
+
+    shape = config_checks.check(config, jax.device_count())
+    check_eval_config(config)
+    suite, policy = config.eval.get("suite", "multi_turn"), config.eval.policy
     os.makedirs(workdir, exist_ok=True)
     mesh = sharding.make_mesh(shape)
-    tasks = sources.tasks(config.data, config.eval.split)
-    if int(config.eval.max_tasks) > 0:
-        tasks = tasks[: int(config.eval.max_tasks)]
-    if policy == "oracle":
+    if policy in ("oracle", "replay"):
         from transformers import AutoTokenizer
 
         from rcgrpo_jax.models import ModelConfig
@@ -221,47 +369,69 @@ def run(config, workdir: str) -> dict[str, Any]:
     else:
         path = config.model.path
         model_cfg, params, tokenizer = load_policy_model(config, path, mesh)
+    parser = chat.get_parser(chat.family_for(model_cfg.model_type))
+    progress = bool(config.log.progress) and jax.process_index() == 0
     t0 = time.perf_counter()
-    results, summary = evaluate(
-        model_cfg,
-        params,
-        tokenizer,
-        tasks,
-        config.eval,
-        policy=policy,
-        mesh=mesh,
-        progress=bool(config.log.progress) and jax.process_index() == 0,
-    )
+    records: list[dict] = []
+    extras: dict[str, Any] = {}
+    mt_table = ""
+    if suite in ("multi_turn", "bfcl_v4"):
+        tasks = sources.tasks(config.data, config.eval.split)
+        if int(config.eval.max_tasks) > 0:
+            tasks = tasks[: int(config.eval.max_tasks)]
+        results, mt_summary = evaluate(
+            model_cfg, params, tokenizer, tasks, config.eval, policy=policy, mesh=mesh, progress=progress
+        )
+        source = config.data.get("source", "bfcl")
+        records += [{**r, "category": bfcl_category(r["category"], source)} for r in results]
+        mt_table = summary_table(
+            {"oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path)): mt_summary}
+        )
+    if suite in ("single_turn", "bfcl_v4"):
+        st_records, extras = _single_turn_records(config, tokenizer, model_cfg, params, parser, mesh, policy, progress)
+        records += st_records
     seconds = time.perf_counter() - t0
-    label = "oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path))
-    table = summary_table({label: summary})
+    heldout = tuple(config.eval.get("heldout_categories", ()) or ())
+    summary = {
+        **suite_summary(records, suite, heldout),
+        "policy": policy,
+        "split": config.eval.split,
+        "seconds": round(seconds, 2),
+    }
+    if "missing_ids" in extras:
+        summary["missing"] = extras["missing"]
+        summary["missing_ids"] = extras["missing_ids"][:50]  # all of them in eval.json
+        summary["unknown_ids"] = len(extras["unknown_ids"])
+    if "unanswerable" in extras:
+        # Entries no output can pass (data errors of the shipped answers, see single_turn.unanswerable).
+        summary["oracle_unanswerable"] = sorted(extras["unanswerable"])
+    label = {"oracle": "oracle", "replay": "replay"}.get(policy) or os.path.basename(os.path.normpath(path))
     if jax.process_index() == 0:
         report.write_json(
             os.path.join(workdir, "eval.json"),
             {
                 "model": path,
                 "policy": policy,
+                "suite": suite,
                 "split": config.eval.split,
-                "source": config.data.source,
+                "source": config.data.get("source", "bfcl"),
+                "replay_path": config.eval.get("replay_path") or None,
                 "reward_token": reward_token_for(config.eval.reward_token, tokenizer),
                 "seconds": seconds,
                 "summary": summary,
-                "episodes": results,
+                **{k: v for k, v in extras.items() if k in ("missing_ids", "unknown_ids", "unanswerable")},
+                "episodes": records,
             },
         )
+        table = suite_markdown(summary, label)
         with open(os.path.join(workdir, "eval.md"), "w") as f:
             f.write(
-                f"# Evaluation of {path} ({policy}, {config.data.source}/{config.eval.split})\n\n"
-                "Accuracy (%) by BFCL's official multi-turn checker; overall = unweighted mean over the trained "
-                "categories; held-out categories are reported apart.\n\n" + table
+                f"# Evaluation of {path} ({policy}, suite {suite}, split {config.eval.split})\n\n"
+                "Accuracy (%) by BFCL's official checkers (multi-turn: multi_turn_checker; single-turn: ast_checker, "
+                "irrelevance/relevance by whether a call decodes). Groups as BFCL's leaderboard code computes them; "
+                f"overall: {summary.get('overall_note') or 'the unweighted mean of the multi-turn categories'}.\n\n"
+                + table
+                + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
             )
         print(table, flush=True)
-    return {
-        "overall": summary["overall"],
-        "reward_mean": summary["reward_mean"],
-        "n": summary["n"],
-        "categories": {c: s["accuracy"] for c, s in summary["categories"].items()},
-        "heldout": summary["heldout"]["overall"] if summary.get("heldout") else None,
-        "error_kinds": summary["error_kinds"],
-        "seconds": round(seconds, 2),
-    }
+    return summary

@@ -32,29 +32,71 @@ def _main(workdir, *overrides) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("source", ["world", "bfcl"])
-def test_oracle_scores_100_through_the_command(tmp_path, source):
+UNANSWERABLE = [  # shipped single-turn answers that no output can satisfy (single_turn.unanswerable)
+    "live_multiple_862-181-3",
+    "live_multiple_964-207-0",
+    "live_simple_106-63-0",
+    "live_simple_112-68-0",
+    "simple_java_36",
+    "simple_java_65",
+]
+
+
+def test_world_oracle_scores_100_through_the_command(tmp_path):
     summary = _main(
         tmp_path,
         "--config.eval.policy=oracle",
-        f"--config.data.source={source}",
+        "--config.data.source=world",
         "--config.eval.max_context=1000000",
         "--config.eval.max_step_tokens=100000",
     )
-    want = {
-        "world": {"fs_move", "fs_read_then_act", "math_chain", "fs_count_math"},
-        "bfcl": {"base", "miss_func", "miss_param", "long_context"},
-    }[source]
-    assert set(summary["categories"]) == want
+    assert set(summary["categories"]) == {"fs_move", "fs_read_then_act", "math_chain", "fs_count_math"}
     assert all(acc == 1.0 for acc in summary["categories"].values()), summary
     assert summary["overall"] == 1.0 and summary["reward_mean"] == 1.0 and summary["error_kinds"] == {}
-    assert summary["n"] == (64 if source == "world" else 80)
-    assert summary["heldout"] == (1.0 if source == "world" else None)  # compose_heldout, reported apart
+    assert summary["groups"] == {"multi_turn": 1.0} and summary["suite"] == "multi_turn"
+    assert summary["n"] == 64
+    assert summary["heldout"] == 1.0  # compose_heldout, reported apart
     written = json.loads((tmp_path / "eval.json").read_text())
     assert len(written["episodes"]) == 80  # world: 64 trained-type tasks + 16 held-out
     assert all(e["official_pass"] and e["error_kind"] is None for e in written["episodes"])
     md = (tmp_path / "eval.md").read_text()
     assert "| oracle |" in md and "100.00" in md
+
+
+def test_bfcl_v4_oracle_through_the_command(tmp_path, tiny_world_model):
+    """Every suite at once: the 80 multi-turn test tasks and every single-turn entry, all through the
+    official checkers; the oracle passes everything but the entries no output can pass."""
+    from rcgrpo_jax.eval import aggregate, single_turn
+
+    summary = _main(
+        tmp_path,
+        "--config.eval.policy=oracle",
+        "--config.eval.suite=bfcl_v4",
+        "--config.data.source=bfcl",
+        f"--config.model.path={tiny_world_model}",  # only its tokenizer and template are used
+        "--config.eval.max_context=1000000",
+        "--config.eval.max_step_tokens=100000",
+    )
+    cats = summary["categories"]
+    assert set(cats) == set(single_turn.CATEGORIES) | set(aggregate.MULTI_TURN)
+    assert summary["n"] == 80 + 3641 and summary["oracle_unanswerable"] == UNANSWERABLE
+    counts = single_turn.ENTRY_COUNTS
+    for c, acc in cats.items():
+        bad = sum(u.rsplit("_", 1)[0] == c for u in UNANSWERABLE)
+        assert acc == pytest.approx(1.0 - bad / counts[c] if c in counts else 1.0), c
+    assert summary["overall_covers"] == ["non_live", "live", "irrelevance", "multi_turn"]
+    assert summary["groups"]["multi_turn"] == 1.0 and summary["groups"]["irrelevance"] == 1.0
+    want = (summary["groups"]["non_live"] + summary["groups"]["live"] + 1.0 + 3 * 1.0) / 6
+    assert summary["overall"] == pytest.approx(want)
+    assert summary["overall_with_agentic_zero"] == pytest.approx(want * 0.6)
+    assert sum(summary["error_kinds"].values()) == len(UNANSWERABLE)
+    written = json.loads((tmp_path / "eval.json").read_text())
+    eps = written["episodes"]
+    assert len(eps) == 80 + 3641 and written["suite"] == "bfcl_v4"
+    assert all({"id", "category", "official_pass", "error_kind"} <= set(e) for e in eps)
+    assert sorted(e["id"] for e in eps if not e["official_pass"]) == UNANSWERABLE
+    assert sum(e["category"].startswith("multi_turn_") for e in eps) == 80
+    assert "overall (non_live + live + irrelevance + multi_turn)" in (tmp_path / "eval.md").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +202,125 @@ def test_heldout_is_reported_apart():
     assert row_y == "| y | 50.00 ± 0.00 | 100.00 ± 0.00 | 75.00 ± 0.00 | 0.667 ± 0.000 | 100.00 ± 0.00 |"
     assert eval_run.summarize(rs)["heldout"] is None
     assert report.summarize(rs)["overall"] == pytest.approx((0.5 + 1 + 1) / 3)
+
+
+def _single_turn_config(model_path, **eval_fields):
+    cfg = eval_configs.get_config("tiny")
+    cfg.model.path = model_path
+    cfg.eval.suite = "single_turn"
+    cfg.log.progress = False
+    for k, v in eval_fields.items():
+        cfg.eval[k] = v
+    return cfg
+
+
+def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.eval import single_turn
+
+    parser = chat.get_parser("hermes")  # the tiny checkpoint is a qwen2: its family's format
+    entries = [e for c in single_turn.CATEGORIES for e in single_turn.load_entries([c])[:2]]
+    given = entries[:-3]  # the last three ids have no output
+    rows = [{"id": e.id, "output": single_turn.oracle_text(e, parser)} for e in given[1:]]
+    rows.append({"id": given[0].id, "output": "I would rather not."})
+    rows.append({"id": "simple_python_99999", "output": "an id the suite does not have"})
+    path = tmp_path / "outputs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _single_turn_config(tiny_world_model, policy="replay", replay_path=str(path), max_tasks=2)
+    out = eval_run.run(cfg, str(tmp_path / "run"))
+    missing = [e.id for e in entries[-3:]]
+    assert out["n"] == 26 and out["missing"] == 3 and out["missing_ids"] == missing and out["unknown_ids"] == 1
+    assert out["error_kinds"] == {
+        "missing_output": 3,
+        "wrong_count": 1,
+    }  # (the two-per-category cut holds no unanswerable entry)
+    assert out["categories"][given[0].category] == 0.5 and out["categories"]["live_relevance"] == 0.0
+    written = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert written["missing_ids"] == missing and written["policy"] == "replay"
+    by_id = {e["id"]: e for e in written["episodes"]}
+    assert all(by_id[i]["error_kind"] == "missing_output" and not by_id[i]["official_pass"] for i in missing)
+    assert by_id[given[0].id]["output"] == "I would rather not."
+
+
+def test_random_model_single_turn(tiny_world_model, tmp_path):
+    cfg = _single_turn_config(tiny_world_model, max_tasks=1, max_step_tokens=8, max_context=1536, batch_size=8)
+    out = eval_run.run(cfg, str(tmp_path))
+    from rcgrpo_jax.eval import single_turn
+
+    assert out["n"] == 13 and set(out["categories"]) == set(single_turn.CATEGORIES)
+    eps = json.loads((tmp_path / "eval.json").read_text())["episodes"]
+    assert len(eps) == 13
+    for e in eps:
+        assert e["error_kind"] in (None, *single_turn.ERROR_KINDS)
+        if e["error_kind"] != "truncated":
+            assert isinstance(e["output"], str)  # what the model wrote, kept
+    truncated = [e for e in eps if e["error_kind"] == "truncated"]
+    assert all(not e["official_pass"] for e in truncated) and len(truncated) < 13
+    # The greedy message of a few entries equals HF transformers' greedy generation from the same prompt.
+    import torch
+
+    from rcgrpo_jax import chat
+
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_world_model)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_world_model, torch_dtype=torch.float32)
+    stop = list(chat.end_of_turn_ids(tok))
+    by_id = {e.id: e for e in single_turn.load_entries()}
+    scored = [e for e in eps if e["error_kind"] != "truncated"][:3]
+    texts, _ = single_turn.render_prompts([by_id[e["id"]] for e in scored], tok, None)
+    for e, text in zip(scored, texts):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=stop, pad_token_id=0)
+        new = out[0, len(ids) :].tolist()
+        new = new[:-1] if new and new[-1] in stop else new
+        assert e["output"] == tok.decode(new, skip_special_tokens=False), e["id"]
+    assert any(e["output"] for e in scored)  # not only empty messages
+
+
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        ({"suite": "everything"}, "eval.suite"),
+        ({"policy": "replay", "replay_path": "x.jsonl", "suite": "multi_turn"}, "eval.policy"),
+        ({"policy": "replay", "replay_path": ""}, "eval.replay_path"),
+        ({"policy": "replay", "replay_path": "/nonexistent.jsonl"}, "eval.replay_path"),
+        ({"policy": "oracle", "split": "train"}, "eval.split"),
+        ({"policy": "oracle", "split": "dev"}, "eval.split"),
+    ],
+)
+def test_bad_eval_config_names_the_field(tiny_world_model, tmp_path, fields, field):
+    from rcgrpo_jax.config_checks import ConfigError
+
+    cfg = _single_turn_config(tiny_world_model, **fields)
+    with pytest.raises(ConfigError, match=f"config.{field}"):
+        eval_run.run(cfg, str(tmp_path))
+
+
+def test_suite_summary_by_hand():
+    def rec(cat, ok, n=1):
+        return [
+            {
+                "id": f"{cat}_{i}",
+                "category": cat,
+                "official_pass": ok,
+                "reward": float(ok),
+                "error_kind": None if ok else "x",
+            }
+            for i in range(n)
+        ]
+
+    single = (
+        rec("simple_python", True, 3)
+        + rec("simple_python", False)
+        + rec("irrelevance", True)
+        + rec("live_irrelevance", False)
+    )
+    s = eval_run.suite_summary(single, "single_turn")
+    assert s["categories"] == {"simple_python": 0.75, "irrelevance": 1.0, "live_irrelevance": 0.0}
+    assert s["groups"] == {"irrelevance": 0.5}  # non_live lacks five of its categories: not reported
+    assert s["overall"] == 0.5 and s["overall_covers"] == ["irrelevance"] and s["n"] == 6
+    assert s["overall_with_agentic_zero"] == pytest.approx(0.5 * 10 / 100)
+    assert s["error_kinds"] == {"x": 2} and s["reward_mean"] is None
+    multi = rec("multi_turn_base", True) + rec("multi_turn_miss_func", False) + rec("compose_heldout", True)
+    m = eval_run.suite_summary(multi, "multi_turn", heldout=("compose_heldout",))
+    assert m["groups"] == {"multi_turn": 0.5} and m["overall"] == 0.5 and m["heldout"] == 1.0 and m["n"] == 2
+    assert eval_run.suite_summary(rec("simple_python", True), "single_turn")["overall"] is None
