@@ -26,7 +26,9 @@ from configs import common  # noqa: E402
 
 def get_config(arg: str | None = None):
     preset = common.parse_preset(arg)
-    c = common.base("eval", preset, lr=1e-5, trainer="eval")  # optim/train sections are unused but keep the checks uniform
+    c = common.base(
+        "eval", preset, lr=1e-5, trainer="eval"
+    )  # optim/train sections are unused but keep the checks uniform
     c.train.batch_size = 1
     c.train.grad_accum = 1
     c.model.build_tiny = False  # evaluating a random model means nothing: model.path is required ...

@@ -104,13 +104,23 @@ def summarize(results: Sequence[Mapping[str, Any]], heldout: Sequence[str] = ())
 
 
 def evaluate(
-    model_cfg, params, tokenizer, tasks: Sequence, eval_cfg, *, policy: str = "model", mesh=None, progress: bool = False
+    model_cfg,
+    params,
+    tokenizer,
+    tasks: Sequence,
+    eval_cfg,
+    *,
+    policy: str = "model",
+    mesh=None,
+    progress: bool = False,
+    source: str = "bfcl",
 ) -> tuple[list[dict], report.Summary]:
     """Greedy (or oracle) episodes of `tasks` in batches of `eval_cfg.batch_size`; returns per-episode
     results and their summary, the same on every process (each process steps only its share of each
-    batch's environments: `rollout.distributed`). `params` may be None for the oracle."""
+    batch's environments: `rollout.distributed`). `params` may be None for the oracle. Environments and
+    the oracle's scripts come from the task source `source` (rcgrpo_jax.data.sources)."""
     from rcgrpo_jax import chat, sharding
-    from rcgrpo_jax.envs import bfcl
+    from rcgrpo_jax.data import sources
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
     from rcgrpo_jax.rollout.distributed import run_across_processes
     from rcgrpo_jax.sampling import SamplingParams
@@ -119,6 +129,7 @@ def evaluate(
         from rcgrpo_jax.config_checks import ConfigError
 
         raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(POLICIES)}")
+    task_source = sources.get(source)
     parser = chat.get_parser(chat.family_for(model_cfg.model_type))
     stop_ids = chat.end_of_turn_ids(tokenizer)
     token = reward_token_for(eval_cfg.reward_token, tokenizer)
@@ -134,12 +145,12 @@ def evaluate(
         chunk = list(tasks[start : start + batch])
 
         def spec(i, chunk=chunk):
-            return EpisodeSpec(bfcl.BFCLEnv(chunk[i]), chunk[i].id, group=i, reward_token=token)
+            return EpisodeSpec(task_source.make_env(chunk[i], None), chunk[i].id, group=i, reward_token=token)
 
         def make_policy(rows, chunk=chunk):
             if policy == "oracle":  # scripts only for the rows this process plays
                 return ScriptedPolicy(
-                    tokenizer, [oracle_texts(bfcl.ground_truth_script(chunk[i]), parser) for i in rows], stop_ids[0]
+                    tokenizer, [oracle_texts(task_source.expert(chunk[i]), parser) for i in rows], stop_ids[0]
                 )
             return ModelPolicy(
                 model_cfg,
@@ -362,7 +373,7 @@ def run(config, workdir: str) -> dict[str, Any]:
         from transformers import AutoTokenizer
 
         from rcgrpo_jax.models import ModelConfig
-        from rcgrpo_jax.train.sft import model_dir
+        from rcgrpo_jax.train.model_prep import model_dir
 
         path = model_dir(config, workdir)  # tiny: builds a checkpoint only for its tokenizer and template
         model_cfg, params, tokenizer = ModelConfig.from_hf(path), None, AutoTokenizer.from_pretrained(path)
@@ -379,10 +390,10 @@ def run(config, workdir: str) -> dict[str, Any]:
         tasks = sources.tasks(config.data, config.eval.split)
         if int(config.eval.max_tasks) > 0:
             tasks = tasks[: int(config.eval.max_tasks)]
-        results, mt_summary = evaluate(
-            model_cfg, params, tokenizer, tasks, config.eval, policy=policy, mesh=mesh, progress=progress
-        )
         source = config.data.get("source", "bfcl")
+        results, mt_summary = evaluate(
+            model_cfg, params, tokenizer, tasks, config.eval, policy=policy, mesh=mesh, progress=progress, source=source
+        )
         records += [{**r, "category": bfcl_category(r["category"], source)} for r in results]
         mt_table = summary_table(
             {"oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path)): mt_summary}
