@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from numerics import assert_trees_close
 
 from rcgrpo_jax.models import (
     Llama3RopeScaling,
@@ -136,8 +137,9 @@ def test_remat_gives_the_same_loss_and_grads(params, seqs):
     grad = jax.jit(jax.value_and_grad(loss, argnums=1), static_argnums=0)
     (v0, g0), (v1, g1) = grad(CONFIG, params), grad(dataclasses.replace(CONFIG, remat=True), params)
     np.testing.assert_allclose(v1, v0, rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
-        np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+    # float32 rounding of the recomputed forward: a tolerance relative to each gradient's own scale (a fixed
+    # atol of 1e-6 failed a clean-clone CI run on 1 element of 2048, off by 1.08e-6)
+    assert_trees_close(g1, g0, rtol=1e-5, scaled_atol=1e-5)
     assert float(jnp.abs(g0["layers"]["attn"]["q_proj"]["kernel"]).max()) > 0
     remat_config = dataclasses.replace(CONFIG, remat=True)
     traced = [
