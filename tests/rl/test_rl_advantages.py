@@ -216,6 +216,13 @@ class AwpoTest(chex.TestCase):
             np.testing.assert_allclose(m["clip_scale"], 1.0)
             assert float(m["gate_open_frac"]) == 0.0
 
+    def test_naive_mixing_switches_are_grpo_of_the_mixed_reward(self):
+        r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
+        naive = {"gate": "always", "saturation_gate": False, "difficulty": "none", "clip_tighten": 0.0}
+        a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=naive)
+        np.testing.assert_allclose(a, adv_lib.get("grpo")(r + s)[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(m["clip_scale"], 1.0)
+
     def test_external_contract_and_group_mask(self):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
         a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=None)
