@@ -184,8 +184,21 @@ class HttpJudge:
             raise JudgeFailure("malformed", f"content is a {type(content).__name__}", retry=True)
         return content or ""
 
+    def _score_safe(self, item: JudgeInput) -> tuple[float, str | None]:
+        """`_score`, and anything unexpected (an item that cannot be rendered or encoded, a bug) scores
+        the default as kind `error`: a run never stops on a judge failure."""
+        try:
+            return self._score(item)
+        except Exception as e:  # noqa: BLE001
+            n = self._counters.fail("error")
+            if n <= self.log_first or n % 100 == 0:
+                log.warning(
+                    "judge %s: failure #%d of kind error: %s", self.name, n, self._redact(f"{type(e).__name__}: {e}")
+                )
+            return self.default, "error"
+
     def _score(self, item: JudgeInput) -> tuple[float, str | None]:
-        """(score, failure kind or None) for one item, with retries; never raises."""
+        """(score, failure kind or None) for one item, with retries."""
         data = json.dumps(self.request_body(item), ensure_ascii=False).encode("utf-8")
         key = hashlib.sha256(data).hexdigest() if self.cache_enabled else None
         if key is not None:
@@ -250,7 +263,7 @@ class HttpJudge:
         results: dict[int, tuple[float, str | None]] = {}
         workers = max(1, min(self.concurrency, len(unique)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
-            for i, res in zip(unique, pool.map(lambda i: self._score(items[i]), unique)):
+            for i, res in zip(unique, pool.map(lambda i: self._score_safe(items[i]), unique)):
                 results[i] = res
         dup = len(items) - len(unique)
         if dup:

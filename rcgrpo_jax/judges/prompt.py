@@ -74,7 +74,7 @@ def judge_messages(item: JudgeInput, max_chars: int) -> list[dict[str, str]]:
 
 _NUM = r"(-?\d+(?:\.\d+)?|-?\.\d+)"
 _SCALE = r"(?:\s*(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?(\s*%)?"
-_LABELLED = re.compile(rf"score\s*(?:is\s*)?[:=]?\s*\**\s*{_NUM}{_SCALE}", re.IGNORECASE)
+_LABELLED = re.compile(rf"score[\s*:=]*(?:is[\s*:=]*)?{_NUM}{_SCALE}", re.IGNORECASE)
 _BARE = re.compile(rf"{_NUM}{_SCALE}")
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)

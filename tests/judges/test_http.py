@@ -212,6 +212,10 @@ def test_failures_are_counted_logged_and_scored_default(server, key_env, caplog)
     assert s["failures/http"] == 3 and s["failures/malformed"] == 2 and s["failures/no_score"] == 1
     assert s["failures/timeout"] == s["failures/connection"] == s["failures/error"] == 0
     assert s["retries"] == 2 + 1 + 2 + 2 + 2 and s["requests"] == sum(n.values())
+    # an item that cannot even be encoded (a lone surrogate) is an `error`, not an exception
+    n_req = j.stats()["requests"]
+    np.testing.assert_allclose(j([judges.JudgeInput(("q",), ("\ud800",))]), [0.1])
+    assert j.stats()["failures/error"] == 1 and j.stats()["requests"] == n_req
     # failures are not cached: asking again sends again
     j([item("noscore")])
     assert len(server.by_mode("noscore")) == 2 and j.stats()["failures/no_score"] == 2
@@ -224,9 +228,9 @@ def test_failures_are_counted_logged_and_scored_default(server, key_env, caplog)
 
 def test_timeouts_slow_replies_and_connection_errors(key_env, caplog, monkeypatch):
     caplog.set_level(logging.DEBUG)
-    server = Server(sleep_timeout=1.5, sleep_slow=0.2)
+    server = Server(sleep_timeout=3.0, sleep_slow=0.2)
     try:
-        j = make(server, timeout_s=0.4, retries=1, backoff_s=0.01)
+        j = make(server, timeout_s=1.0, retries=1, backoff_s=0.01)  # slow = 0.2 s, timeout = 3 s
         scores = j([item("timeout"), item("slow"), item("good")])
         np.testing.assert_allclose(scores, [0.1, 0.4, 0.8], rtol=1e-6)
         assert len(server.by_mode("timeout")) == 2  # one retry

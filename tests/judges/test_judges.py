@@ -26,6 +26,8 @@ from rcgrpo_jax.rollout import Episode
         ("Score: 8 out of 10", 0.8),
         ("Score: 70%", 0.7),
         ("Score: **0.6**\nDeviation: none", 0.6),
+        ("**Score**: 0.6", 0.6),
+        ("Final score is 0.3. Step 2 of 4 deviates.", 0.3),
         ("I'd say 0.4", 0.4),
         ("Score: 3", 1.0),
         ("Score: -2", 0.0),
