@@ -45,6 +45,7 @@ def rl_config(
     tasks_per_step: int = 256,
 ) -> ml_collections.ConfigDict:
     """The sections of every RL stage with the paper's values; stage files override their own."""
+    from rcgrpo_jax import judges
     from rcgrpo_jax.rl import advantages, losses
     from rcgrpo_jax.rl.registry import selection
 
@@ -84,15 +85,9 @@ def rl_config(
     rl.prefill_chunk = 512
     rl.rollout_chunk = 160  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
-    rl.judge = ml_collections.ConfigDict(
-        {  # AWPO's reasoning judge (rcgrpo_jax.train.judge); used only by estimators that need "reasoning"
-            "kind": "rule",
-            "path": placeholder(str),
-            "max_new_tokens": 16,
-            "max_chars": 2000,
-            "default": 0.0,
-        }
-    )
+    # AWPO's reasoning judge (rcgrpo_jax.judges: rule | model | http), used only by estimators that need
+    # "reasoning": --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
+    rl.judge = judges.default_config("rule")
     c.rl = rl
     c.data.kind = "rl"
     c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5

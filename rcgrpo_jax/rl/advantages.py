@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.rl.registry import Registry, check_choice, resolve
+from rcgrpo_jax.rl.registry import OptionError, Registry, check_choice, resolve
 
 Array = jax.Array
 Metrics = dict[str, Array]
@@ -234,63 +234,132 @@ def sign(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
 
 
 # ---------------------------------------------------------------- AWPO (a reconstruction)
+#
+# The AWPO paper's equations (21-24) are not available to us: every term below follows the paper's
+# text (Sec. 3.1, 3.2, App. A.4) and is a documented, swappable choice; docs/advantages.md lists them.
+
+
+AWPO_MIX = ("additive", "convex")
+AWPO_GATES = ("ratio_above", "ratio_below", "always", "never")
+AWPO_DIFFICULTY = ("quadratic", "gaussian", "none")
+AWPO_DIFFICULTY_TARGETS = ("update", "judge")
+AWPO_RELIANCE = ("variance_share", "gate", "weight")
 
 
 def awpo_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         {
             "eps": 1e-6,
-            "mix": "additive",  # additive: m = r + lam*s | convex: m = (1-lam) r + lam s
-            "mix_weight": 0.5,  # lam
-            "gate": "ratio_below",  # ratio_below | ratio_above | always | never
-            "eps_mix": 1.0,  # threshold on rho = sigma_out / sigma_mix
-            "max_reward": 1.0,  # a group whose mean outcome reaches this is saturated
+            "mix": "additive",  # additive: m = r + lam s (the text: R_mix = R_out + R_reasoning) | convex
+            "mix_weight": 1.0,  # lam
+            # ratio_above (the text: a lower bound on rho = sigma_out / sigma_mix) | ratio_below (an upper bound,
+            # this code's former default) | always | never
+            "gate": "ratio_above",
+            "eps_mix": 0.5,  # the bound on rho; 0.5: the judge may at most double the group's spread
+            "eps_mix_max": 0.0,  # ratio_above: > 0 also closes the gate when rho > eps_mix_max; 0 = no upper bound
+            "saturation_gate": True,  # multiply the gate by 1[mean_g(r) < max_reward]
+            "max_reward": 1.0,  # R_out_max
             "difficulty": "quadratic",  # quadratic | gaussian | none
+            "difficulty_target": "update",  # update: d scales the whole group advantage | judge: the judge's share
             "difficulty_floor": 0.25,  # d_min
             "difficulty_width": 0.25,  # tau of the gaussian weight
+            "reliance": "variance_share",  # variance_share: u = g (1 - min(rho, 1)^2) | gate: u = g | weight: u = g d
             "clip_tighten": 0.5,  # kappa
-            "clip_scale_min": 0.5,
+            "clip_scale_min": 0.5,  # c_min
         }
     )
 
 
+def awpo_validate(cfg: ml_collections.ConfigDict) -> None:
+    """Every option of a resolved awpo config; raises `OptionError` naming the field."""
+    check_choice(cfg, "mix", AWPO_MIX)
+    check_choice(cfg, "gate", AWPO_GATES)
+    check_choice(cfg, "difficulty", AWPO_DIFFICULTY)
+    check_choice(cfg, "difficulty_target", AWPO_DIFFICULTY_TARGETS)
+    check_choice(cfg, "reliance", AWPO_RELIANCE)
+    if not isinstance(cfg.saturation_gate, bool):
+        raise OptionError("saturation_gate", f"must be True or False, got {cfg.saturation_gate!r}")
+    bounds = {
+        "eps": (0.0, None, False),
+        "mix_weight": (0.0, 1.0 if cfg.mix == "convex" else None, True),
+        "eps_mix": (0.0, None, True),
+        "eps_mix_max": (0.0, None, True),
+        "max_reward": (0.0, None, False),
+        "difficulty_floor": (0.0, 1.0, True),
+        "difficulty_width": (0.0, None, False),
+        "clip_tighten": (0.0, None, True),
+        "clip_scale_min": (0.0, 1.0, False),
+    }
+    for field, (lo, hi, lo_ok) in bounds.items():
+        v = float(cfg[field])
+        if not (v >= lo if lo_ok else v > lo) or (hi is not None and v > hi):
+            rng = f"{'[' if lo_ok else '('}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
+            raise OptionError(field, f"{v} is not in {rng}")
+    if cfg.eps_mix_max and cfg.eps_mix_max < cfg.eps_mix:
+        raise OptionError(
+            "eps_mix_max", f"{cfg.eps_mix_max} is below eps_mix={cfg.eps_mix} (the gate could never open)"
+        )
+
+
 def awpo_mixed_reward(r: Array, s: Array, cfg: ml_collections.ConfigDict) -> Array:
-    """m = r + lam * s ("additive") or m = (1 - lam) * r + lam * s ("convex")."""
+    """m = r + lam * s ("additive", default lam = 1: R_mix = R_out + R_reasoning) or
+    m = (1 - lam) * r + lam * s ("convex")."""
     lam = cfg.mix_weight
     if cfg.mix == "additive":
         return r + lam * s
     if cfg.mix == "convex":
         return (1.0 - lam) * r + lam * s
-    raise ValueError(f"awpo config.mix must be 'additive' or 'convex', got {cfg.mix!r}")
+    raise OptionError("mix", f"{cfg.mix!r} is not one of {', '.join(AWPO_MIX)}")
+
+
+def awpo_dispersion_ratio(r: Array, m: Array) -> Array:
+    """rho_g = sigma_out / sigma_mix [N, 1] (population stds of r and m over the group), the alignment
+    proxy; +inf where sigma_mix = 0 < sigma_out, 0 where both are 0.
+
+    When the judge's score is independent of the outcome, rho is exactly corr(r, m), so "correlation
+    falls as sigma_mix / sigma_out grows". It measures the judge's share of the mixed spread, not its
+    agreement: a judge equal to the outcome (m = 2r) has rho = 1/2, an anti-aligned one that cancels
+    the outcome (m constant) has rho = inf."""
+    so, sm = group_std(r), group_std(m)
+    safe = jnp.where(sm > 0, sm, 1.0)
+    return jnp.where(sm > 0, so / safe, jnp.where(so > 0, jnp.inf, 0.0))
 
 
 def awpo_gate(r: Array, m: Array, cfg: ml_collections.ConfigDict) -> Array:
-    """Variance-aware gate g [N, 1] in {0, 1}.
+    """Variance-aware gate g [N, 1] in {0, 1} = passes_g * 1[mean_g(r) < max_reward] (the saturation
+    factor, unless `saturation_gate=False`).
 
-    rho = sigma_out / (sigma_mix + eps) (population stds over the group). With "ratio_below" (the
-    default) g = 1[rho <= eps_mix] * 1[mean_g(r) < max_reward]: the judge is admitted when mixing
-    raises the group's dispersion in step with the outcome (an aligned judge makes sigma_mix >=
-    sigma_out; a conflicting one shrinks it) or when the outcome alone has none (rho = 0), and never
-    once the group is saturated. "ratio_above" uses 1[rho >= eps_mix] instead; "always"/"never"
-    ignore rho (but "always" still respects saturation).
+    "ratio_above" (default, the text: "a uniform lower bound on the dispersion ratio"): passes when
+    sigma_out > 0 and rho = sigma_out / sigma_mix >= eps_mix, i.e. sigma_mix <= sigma_out / eps_mix
+    (computed without division). So the gate is closed when the outcome has no spread (sigma_out = 0),
+    closed on saturation, and closed when the judge inflates the spread past 1/eps_mix times the
+    outcome's. With eps_mix_max > 0 it also needs rho <= eps_mix_max (closes on a judge that cancels
+    the outcome's spread; off by default: the text states only the lower bound).
+    "ratio_below" (this code's former default, an upper bound): passes when sigma_out / (sigma_mix +
+    eps) <= eps_mix (opens on sigma_out = 0 and on judge noise). "always" / "never": passes is 1 / 0.
     """
-    rho = group_std(r) / (group_std(m) + cfg.eps)
-    unsaturated = (r.mean(axis=1, keepdims=True) < cfg.max_reward).astype(jnp.float32)
-    if cfg.gate == "ratio_below":
-        passes = rho <= cfg.eps_mix
-    elif cfg.gate == "ratio_above":
-        passes = rho >= cfg.eps_mix
+    so, sm = group_std(r), group_std(m)
+    if cfg.gate == "ratio_above":
+        passes = (so > 0) & (so >= cfg.eps_mix * sm)
+        if cfg.eps_mix_max:
+            passes &= so <= cfg.eps_mix_max * sm
+    elif cfg.gate == "ratio_below":
+        passes = so / (sm + cfg.eps) <= cfg.eps_mix
     elif cfg.gate == "always":
-        passes = jnp.ones_like(rho, bool)
+        passes = jnp.ones_like(so, bool)
     elif cfg.gate == "never":
-        passes = jnp.zeros_like(rho, bool)
+        passes = jnp.zeros_like(so, bool)
     else:
-        raise ValueError(f"awpo config.gate must be ratio_below|ratio_above|always|never, got {cfg.gate!r}")
-    return passes.astype(jnp.float32) * unsaturated
+        raise OptionError("gate", f"{cfg.gate!r} is not one of {', '.join(AWPO_GATES)}")
+    g = passes.astype(jnp.float32)
+    if cfg.saturation_gate:
+        g = g * (r.mean(axis=1, keepdims=True) < cfg.max_reward).astype(jnp.float32)
+    return g
 
 
 def awpo_difficulty(r: Array, cfg: ml_collections.ConfigDict) -> Array:
-    """Difficulty weight d_g [N, 1] in [d_min, 1], peaking at medium difficulty.
+    """Difficulty weight d_g [N, 1] in [d_min, 1], peaking at medium difficulty (the text: it
+    "prioritizes" medium-difficulty groups).
 
     p = mean_g(r) / max_reward (clipped to [0, 1]); d = d_min + (1 - d_min) * w(p) with
     "quadratic": w = 4 p (1 - p); "gaussian": w = exp(-(p - 1/2)^2 / (2 tau^2)); "none": d = 1.
@@ -303,46 +372,106 @@ def awpo_difficulty(r: Array, cfg: ml_collections.ConfigDict) -> Array:
     elif cfg.difficulty == "gaussian":
         w = jnp.exp(-((p - 0.5) ** 2) / (2.0 * cfg.difficulty_width**2))
     else:
-        raise ValueError(f"awpo config.difficulty must be quadratic|gaussian|none, got {cfg.difficulty!r}")
+        raise OptionError("difficulty", f"{cfg.difficulty!r} is not one of {', '.join(AWPO_DIFFICULTY)}")
     return cfg.difficulty_floor + (1.0 - cfg.difficulty_floor) * w
 
 
+def awpo_reliance(gate: Array, rho: Array, difficulty: Array, cfg: ml_collections.ConfigDict) -> Array:
+    """Reliance u_g [N, 1] in [0, 1] on the auxiliary reward, which tightens the clip radius.
+
+    "variance_share" (default): u = g (1 - min(rho, 1)^2), the judge's share of the mixed variance
+    (exact when the judge is independent of the outcome); 0 when the gate is closed or the judge adds
+    no spread. "gate": u = g. "weight": u = g d (this code's former reading)."""
+    if cfg.reliance == "variance_share":
+        return gate * (1.0 - jnp.minimum(rho, 1.0) ** 2)
+    if cfg.reliance == "gate":
+        return gate
+    if cfg.reliance == "weight":
+        return gate * difficulty
+    raise OptionError("reliance", f"{cfg.reliance!r} is not one of {', '.join(AWPO_RELIANCE)}")
+
+
 def awpo_clip_scale(reliance: Array, cfg: ml_collections.ConfigDict) -> Array:
-    """Clip-radius scale c = max(c_min, 1 - kappa * w): the loss's eps_low/eps_high are multiplied
-    by c, so the trust region tightens as reliance w on the auxiliary reward grows."""
+    """Clip-radius scale c = max(c_min, 1 - kappa * u): the loss's eps_low/eps_high are multiplied
+    by c, so the trust region tightens as reliance u on the auxiliary reward grows."""
     return jnp.maximum(cfg.clip_scale_min, 1.0 - cfg.clip_tighten * reliance)
 
 
-def _awpo_reliance(rewards: Array, aux: dict | None, config) -> tuple:
-    """(r, m, gate, reliance w = gate * difficulty) of `awpo`, shared by the advantage and the clip scale."""
+def _masked_mean(x: Array, keep: Array) -> Array:
+    """Mean of [N, 1] `x` over the kept groups (0 when none is kept); non-finite entries count as 0."""
+    x = jnp.where(jnp.isfinite(x), x, 0.0)
+    return jnp.sum(x * keep) / jnp.maximum(jnp.sum(keep), 1.0)
+
+
+def _awpo_terms(rewards: Array, aux: dict | None, config) -> dict[str, Any]:
+    """Every term of `awpo` (shared by the advantage and the per-rollout clip scale)."""
     cfg = resolve(config, awpo_config())
+    awpo_validate(cfg)
     r = _f32(rewards)
     if aux is None or aux.get("reasoning") is None:
         raise ValueError("awpo needs aux['reasoning'], the [N, G] auxiliary (judge) reward")
     s = jnp.asarray(aux["reasoning"], jnp.float32)
+    if s.shape != r.shape:
+        raise ValueError(f"aux['reasoning'] must have the rewards' shape {r.shape}, got {s.shape}")
     m = awpo_mixed_reward(r, s, cfg)
     gate = awpo_gate(r, m, cfg)
-    return r, m, gate, gate * awpo_difficulty(r, cfg), cfg
+    rho = awpo_dispersion_ratio(r, m)
+    d = awpo_difficulty(r, cfg)
+    reliance = awpo_reliance(gate, rho, d, cfg)
+    return {
+        "cfg": cfg,
+        "r": r,
+        "m": m,
+        "gate": gate,
+        "rho": rho,
+        "d": d,
+        "reliance": reliance,
+        "scale": awpo_clip_scale(reliance, cfg),
+    }
 
 
 def awpo_per_rollout(rewards: Array, *, aux: dict | None = None, config=None) -> dict[str, Array]:
-    """{"clip_scale": [N, G]} = `awpo_clip_scale(w)` broadcast over each group, for the policy loss."""
-    r, _, _, reliance, cfg = _awpo_reliance(rewards, aux, config)
-    return {"clip_scale": jnp.broadcast_to(awpo_clip_scale(reliance, cfg), r.shape)}
+    """{"clip_scale": [N, G]} = `awpo_clip_scale(u)` broadcast over each group, for the policy loss."""
+    t = _awpo_terms(rewards, aux, config)
+    return {"clip_scale": jnp.broadcast_to(t["scale"], t["r"].shape)}
 
 
-@register("awpo", default_config=awpo_config, needs=("reasoning",), per_rollout=awpo_per_rollout)
+@register(
+    "awpo", default_config=awpo_config, validate=awpo_validate, needs=("reasoning",), per_rollout=awpo_per_rollout
+)
 def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array, Metrics]:
-    """AWPO advantage, reconstructed from the paper's text (its equations are not available).
+    """AWPO advantage, reconstructed from the paper's text (its equations 21-24 are not available).
 
-    r = outcome reward [N, G], s = aux["reasoning"] [N, G] (judge score), m = mixed reward
-    (`awpo_mixed_reward`). A_out = GRPO(r), A_mix = GRPO(m). Reliance w_g = g_g * d_g (gate
-    `awpo_gate` times difficulty weight `awpo_difficulty`), and
+    r = outcome reward [N, G], s = aux["reasoning"] [N, G] (judge score), m = `awpo_mixed_reward`
+    (default m = r + s). A_out = GRPO(r), A_mix = GRPO(m), gate g_g (`awpo_gate`), difficulty weight
+    d_g (`awpo_difficulty`):
 
-        A = (1 - w_g) * A_out + w_g * A_mix,
+        difficulty_target="update" (default):  A = d_g * ((1 - g_g) A_out + g_g A_mix)
+        difficulty_target="judge":             A = (1 - w_g) A_out + w_g A_mix,  w_g = g_g d_g
 
-    so w = 0 is plain GRPO. The loss's clip scale per rollout is `awpo_per_rollout`.
+    so with the gate closed and d = 1 it is plain GRPO. Reliance u_g (`awpo_reliance`) sets the loss's
+    per-rollout clip scale `awpo_clip_scale(u)` (`awpo_per_rollout`). Scalar metrics (means over the
+    kept groups): gate_open_frac, difficulty_mean (d_g), clip_scale_mean (the factor on the clip
+    radius), reliance_mean, rho_mean (over groups with a finite, non-zero rho), saturated_frac.
     """
-    r, m, gate, reliance, cfg = _awpo_reliance(rewards, aux, config)
-    adv = (1.0 - reliance) * group_normalize(r, eps=cfg.eps) + reliance * group_normalize(m, eps=cfg.eps)
-    return _finish(r, adv, aux, gate_open_frac=jnp.mean(gate), reliance_mean=jnp.mean(reliance))
+    t = _awpo_terms(rewards, aux, config)
+    cfg, r, m, gate, rho, d, reliance = (t[k] for k in ("cfg", "r", "m", "gate", "rho", "d", "reliance"))
+    a_out, a_mix = group_normalize(r, eps=cfg.eps), group_normalize(m, eps=cfg.eps)
+    if cfg.difficulty_target == "update":
+        adv = d * ((1.0 - gate) * a_out + gate * a_mix)
+    else:
+        w = gate * d
+        adv = (1.0 - w) * a_out + w * a_mix
+    keep = _group_mask(aux, r.shape[0])
+    finite_rho = (jnp.isfinite(rho) & (rho > 0)).astype(jnp.float32) * keep
+    return _finish(
+        r,
+        adv,
+        aux,
+        gate_open_frac=_masked_mean(gate, keep),
+        difficulty_mean=_masked_mean(d, keep),
+        clip_scale_mean=_masked_mean(t["scale"], keep),
+        reliance_mean=_masked_mean(reliance, keep),
+        rho_mean=jnp.sum(jnp.where(finite_rho > 0, rho, 0.0)) / jnp.maximum(jnp.sum(finite_rho), 1.0),
+        saturated_frac=_masked_mean((r.mean(axis=1, keepdims=True) >= cfg.max_reward).astype(jnp.float32), keep),
+    )

@@ -99,7 +99,8 @@ def resolve(
     out = ml_collections.ConfigDict(defaults)
     out.lock()
     if config is not None:
-        out.update(config)
+        # values, not FieldReferences: a placeholder field in both would refuse the update
+        out.update(config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config)
     return out
 
 

@@ -117,9 +117,11 @@ class RLTrainer:
             )
         self.judge = None
         if c.uses_judge:
-            from rcgrpo_jax.train import judge
+            from rcgrpo_jax import judges
 
-            self.judge = judge.make_judge(rl.judge)
+            self.judge = judges.make_judge(rl.judge)
+            stand_in = " (a deterministic stand-in, not an LLM judge)" if self.judge.stand_in else ""
+            absl_logging.info("reasoning judge: %s%s", self.judge.name, stand_in)
         self.rollout_setup = rl_rollouts.RolloutSetup(
             self.model_cfg,
             self.tokenizer,
@@ -244,11 +246,13 @@ class RLTrainer:
         if ro.reward_tokens is not None:
             aux["reward_tokens"] = ro.reward_tokens
         if self.judge is not None:
-            from rcgrpo_jax.train import judge
+            from rcgrpo_jax import judges
 
-            scores = np.asarray(self.judge([judge.from_episode(e) for e in ro.episodes]), np.float32).reshape(n, g)
+            scores = np.asarray(self.judge([judges.from_episode(e) for e in ro.episodes]), np.float32).reshape(n, g)
             aux["reasoning"] = scores
             metrics["judge_score_mean"] = float(np.mean(scores))
+            metrics.update({f"judge/{k}": v for k, v in self.judge.stats().items()})  # cumulative counters
+            metrics["judge/stand_in"] = int(self.judge.stand_in)
         missing = [s for s in c.needs if s not in aux]
         if missing:
             raise ConfigError("rl.advantage.name", f"{c.estimator!r} needs {missing}, which this run does not produce")

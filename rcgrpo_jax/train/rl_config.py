@@ -140,13 +140,11 @@ def _choice(value: Any, options, field: str) -> None:
 
 
 def _check_judge(config) -> None:
-    from rcgrpo_jax.train import judge
+    from rcgrpo_jax import judges
 
-    kind = config.rl.judge.kind
-    if kind not in judge.JUDGES:
-        raise ConfigError("rl.judge.kind", f"unknown judge {kind!r}; known: {', '.join(judge.JUDGES)}")
-    if kind == "model":
-        config_checks._check_path(config, "rl.judge.path", required=True, must_have="config.json")
+    judges.check_config(config.rl.judge)  # ConfigError naming rl.judge.name / rl.judge.<judge>.<field>
+    if config.rl.judge.name == "model":
+        config_checks._check_path(config, "rl.judge.model.path", required=True, must_have="config.json")
 
 
 # ---------------------------------------------------------------- the data order

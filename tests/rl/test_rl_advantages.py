@@ -6,6 +6,7 @@ import chex
 import hypothesis.extra.numpy as hnp
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from absl.testing import parameterized
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from rcgrpo_jax.rl import advantages as adv_lib
 from rcgrpo_jax.rl import losses
+from rcgrpo_jax.rl.registry import OptionError
 
 R = np.array([[1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)
 S_POP = np.sqrt(0.24)  # population std of [1,0,1,0,0]
@@ -69,65 +71,256 @@ class EstimatorValuesTest(parameterized.TestCase):
 
 # ---------------------------------------------------------------- AWPO
 
-R_AWPO = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], np.float32)
-S_AWPO = np.array([[1, 0.5, 0, 0], [0, 1, 0, 1], [0, 1, 1, 1]], np.float32)
+# One group per gate case (G = 4), default config: m = r + s, gate open iff sigma_out > 0,
+# sigma_out >= sigma_mix / 2 and the group is not saturated.
+R_AWPO = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0.5, 0, 0, 0], [1, 0, 0, 0]], np.float32)
+S_AWPO = np.array([[1, 0.5, 0, 0], [0, 1, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 1, 1, 1]], np.float32)
+# group 0, open:      m = [2, .5, 0, 0]; sigma_out^2 = 3/16, sigma_mix^2 = 43/64 -> rho^2 = 12/43, rho = .528 >= .5
+# group 1, saturated: mean r = 1 = max_reward -> closed (and A_out = 0)
+# group 2, sigma_out = 0 (all failed): closed, whatever the judge says
+# group 3, inflated:  m = [1.5, 1, 0, 0]; sigma_out^2 = 3/64, sigma_mix^2 = 27/64 -> rho = 1/3 < .5: closed
+# group 4, cancelled: m = [1, 1, 1, 1], sigma_mix = 0 < sigma_out -> rho = inf: the lower bound passes, A_mix = 0
+D_AWPO = [0.8125, 0.25, 0.25, 0.578125, 0.8125]  # .25 + .75 * 4p(1 - p), p = .25, 1, 0, .125, .25
+M0 = np.array([2.0, 0.5, 0.0, 0.0])
+U0 = 31 / 43  # variance share of group 0: 1 - rho^2
+C0 = 1 - 0.5 * U0  # clip scale of group 0: 1 - kappa u
 
 
 def _norm(x):
+    x = np.asarray(x, np.float64)
     return (x - x.mean()) / (x.std() + 1e-6)
+
+
+def _awpo(config=None):
+    return functools.partial(adv_lib.get("awpo"), config=config)
+
+
+def _clip(config=None, r=None, s=None):
+    """AWPO's per-rollout clip scale [N, G] (the loss input it declares), on R_AWPO / S_AWPO by default."""
+    r = jnp.asarray(R_AWPO if r is None else r)
+    s = jnp.asarray(S_AWPO if s is None else s)
+    return adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config=config)["clip_scale"]
 
 
 class AwpoTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
-    def test_hand_values(self):
-        a, m = self.variant(adv_lib.get("awpo"))(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
-        chex.assert_shape(a, (3, 4))
-        # group 0: m = r + s/2 = [1.5, .25, 0, 0]; sigma_out = .4330, sigma_mix = .6219, rho = .696 <= 1:
-        # gate open; p = 1/4 -> d = .25 + .75 * (4 * .25 * .75) = .8125.
+    def test_hand_values_default_gate_cases(self):
+        a, m = self.variant(_awpo())(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
+        chex.assert_shape(a, (5, 4))
+        expected = np.stack(
+            [
+                D_AWPO[0] * _norm(M0),  # open: the whole update is d * A_mix
+                np.zeros(4),  # saturated
+                np.zeros(4),  # no outcome spread: the judge alone moves nothing
+                D_AWPO[3] * _norm(R_AWPO[3]),  # inflated: closed, d * A_out
+                np.zeros(4),  # cancelled: open, and A_mix = 0
+            ]
+        )
+        np.testing.assert_allclose(a, expected, rtol=1e-5, atol=1e-6)
+        chex.assert_shape(_clip(), (5, 4))
+        np.testing.assert_allclose(_clip()[:, 0], [C0, 1, 1, 1, 1], rtol=1e-5)
+        np.testing.assert_allclose(m["gate_open_frac"], 2 / 5, rtol=1e-6)
+        np.testing.assert_allclose(m["difficulty_mean"], np.mean(D_AWPO), rtol=1e-6)
+        np.testing.assert_allclose(m["clip_scale_mean"], (C0 + 4) / 5, rtol=1e-5)
+        np.testing.assert_allclose(m["reliance_mean"], U0 / 5, rtol=1e-5)
+        np.testing.assert_allclose(m["rho_mean"], (np.sqrt(12 / 43) + 1 / 3) / 2, rtol=1e-5)
+        np.testing.assert_allclose(m["saturated_frac"], 1 / 5, rtol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_upper_bound_closes_a_cancelling_judge(self):
+        fn = self.variant(_awpo({"eps_mix_max": 2.0}))
+        a, m = fn(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
+        np.testing.assert_allclose(a[4], D_AWPO[4] * _norm(R_AWPO[4]), rtol=1e-5)
+        np.testing.assert_allclose(a[0], D_AWPO[0] * _norm(M0), rtol=1e-5)
+        np.testing.assert_allclose(m["gate_open_frac"], 1 / 5, rtol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_judge_target_and_gate_reliance(self):
+        fn = self.variant(_awpo({"difficulty_target": "judge", "reliance": "gate"}))
+        a, m = fn(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
+        w = D_AWPO[0]
+        np.testing.assert_allclose(a[0], (1 - w) * _norm(R_AWPO[0]) + w * _norm(M0), rtol=1e-5)
+        np.testing.assert_allclose(a[3], _norm(R_AWPO[3]), rtol=1e-5)  # closed: plain GRPO, d not applied
+        np.testing.assert_allclose(a[4], (1 - w) * _norm(R_AWPO[4]), rtol=1e-5, atol=1e-6)
+        clip = _clip({"difficulty_target": "judge", "reliance": "gate"})
+        np.testing.assert_allclose(clip[:, 0], [0.5, 1, 1, 1, 0.5], rtol=1e-6)  # u = g
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_former_reading_as_switches(self):
+        """The former default (upper-bound gate, lam = 1/2, d on the judge's share, u = g d) on its
+        original hand-computed groups."""
+        old = {
+            "gate": "ratio_below",
+            "eps_mix": 1.0,
+            "mix_weight": 0.5,
+            "difficulty_target": "judge",
+            "reliance": "weight",
+        }
+        r = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], np.float32)
+        s = np.array([[1, 0.5, 0, 0], [0, 1, 0, 1], [0, 1, 1, 1]], np.float32)
+        a, m = self.variant(_awpo(old))(jnp.asarray(r), aux={"reasoning": jnp.asarray(s)})
+        # group 0: m = r + s/2 = [1.5, .25, 0, 0], rho = .696 <= 1: open, w = d = .8125
         w = 0.8125
-        m0 = np.array([1.5, 0.25, 0, 0])
-        np.testing.assert_allclose(a[0], (1 - w) * _norm(R_AWPO[0]) + w * _norm(m0), rtol=1e-5)
-        # group 1 is saturated (mean outcome = max): no judge signal, and all-equal outcome -> 0.
+        np.testing.assert_allclose(a[0], (1 - w) * _norm(r[0]) + w * _norm([1.5, 0.25, 0, 0]), rtol=1e-5)
         np.testing.assert_allclose(a[1], 0.0)
-        # group 2: the judge disagrees, m = [1, .5, .5, .5] has sigma_mix = sigma_out / 2 -> rho = 2 > 1:
-        # gate closed, plain GRPO.
-        np.testing.assert_allclose(a[2], _norm(R_AWPO[2]), rtol=1e-5)
-        extras = adv_lib.per_rollout("awpo", jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)}, config=None)
+        # group 2: m = [1, .5, .5, .5], sigma_mix = sigma_out / 2 -> rho = 2 > 1: closed, plain GRPO
+        np.testing.assert_allclose(a[2], _norm(r[2]), rtol=1e-5)
+        extras = adv_lib.per_rollout("awpo", jnp.asarray(r), aux={"reasoning": jnp.asarray(s)}, config=old)
         np.testing.assert_allclose(extras["clip_scale"][:, 0], [1 - 0.5 * w, 1.0, 1.0], rtol=1e-6)
         chex.assert_shape(extras["clip_scale"], (3, 4))
-        np.testing.assert_allclose(m["gate_open_frac"], 1 / 3, rtol=1e-6)
 
     def test_terms(self):
         cfg = adv_lib.awpo_config()
-        r = jnp.asarray(R_AWPO)
-        mixed = adv_lib.awpo_mixed_reward(r, jnp.asarray(S_AWPO), cfg)
-        np.testing.assert_allclose(adv_lib.awpo_gate(r, mixed, cfg)[:, 0], [1, 0, 0])
-        cfg.gate = "ratio_above"
-        np.testing.assert_allclose(adv_lib.awpo_gate(r, mixed, cfg)[:, 0], [0, 0, 1])
-        cfg.gate = "always"  # still never past saturation
-        np.testing.assert_allclose(adv_lib.awpo_gate(r, mixed, cfg)[:, 0], [1, 0, 1])
+        assert cfg.mix_weight == 1.0 and cfg.gate == "ratio_above" and cfg.difficulty_target == "update"
+        r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
+        mixed = adv_lib.awpo_mixed_reward(r, s, cfg)
+        np.testing.assert_allclose(mixed, R_AWPO + S_AWPO)
+        gate = lambda **kw: np.asarray(adv_lib.awpo_gate(r, mixed, ml_collections.ConfigDict({**cfg, **kw})))[:, 0]
+        np.testing.assert_array_equal(gate(), [1, 0, 0, 0, 1])
+        np.testing.assert_array_equal(gate(eps_mix=0.3), [1, 0, 0, 1, 1])  # 1/3 >= .3
+        np.testing.assert_array_equal(gate(eps_mix=0.55), [0, 0, 0, 0, 1])  # .528 < .55
+        # the former upper bound: opens on sigma_out = 0 (group 2) and on the inflating judge (group 3)
+        np.testing.assert_array_equal(gate(gate="ratio_below"), [0, 0, 1, 1, 0])
+        np.testing.assert_array_equal(gate(gate="always"), [1, 0, 1, 1, 1])  # still never past saturation
+        np.testing.assert_array_equal(gate(gate="always", saturation_gate=False), [1, 1, 1, 1, 1])
+        np.testing.assert_array_equal(gate(gate="never"), [0, 0, 0, 0, 0])
+        rho = np.asarray(adv_lib.awpo_dispersion_ratio(r, mixed))[:, 0]
+        np.testing.assert_allclose(rho[[0, 1, 2, 3]], [np.sqrt(12 / 43), 0, 0, 1 / 3], rtol=1e-5)
+        assert rho[4] == np.inf
+        # a judge equal to the outcome doubles the spread: rho = 1/2 exactly, on the (closed) boundary
+        one = jnp.asarray([[1.0, 0.0, 0.0, 0.0]])
+        m1 = adv_lib.awpo_mixed_reward(one, one, cfg)
+        assert float(adv_lib.awpo_gate(one, m1, cfg)[0, 0]) == 1.0
+        cfg.eps_mix = 0.51
+        assert float(adv_lib.awpo_gate(one, m1, cfg)[0, 0]) == 0.0
         p = jnp.array([[0.0], [0.5], [1.0]]) * jnp.ones((1, 4))
         np.testing.assert_allclose(adv_lib.awpo_difficulty(p, cfg)[:, 0], [0.25, 1.0, 0.25], rtol=1e-6)
+        cfg.difficulty = "gaussian"
+        np.testing.assert_allclose(
+            adv_lib.awpo_difficulty(p, cfg)[:, 0],
+            [0.25 + 0.75 * np.exp(-2.0), 1.0, 0.25 + 0.75 * np.exp(-2.0)],
+            rtol=1e-6,
+        )
         cfg.difficulty = "none"
         np.testing.assert_allclose(adv_lib.awpo_difficulty(p, cfg)[:, 0], [1, 1, 1])
-        cfg.mix = "convex"
-        np.testing.assert_allclose(adv_lib.awpo_mixed_reward(r, jnp.asarray(S_AWPO), cfg)[0], [1, 0.25, 0, 0])
+        g, d = jnp.array([[1.0], [1.0], [0.0]]), jnp.array([[0.5], [1.0], [1.0]])
+        rh = jnp.array([[0.5], [jnp.inf], [0.2]])
+        np.testing.assert_allclose(adv_lib.awpo_reliance(g, rh, d, cfg)[:, 0], [0.75, 0.0, 0.0])
+        cfg.reliance = "weight"
+        np.testing.assert_allclose(adv_lib.awpo_reliance(g, rh, d, cfg)[:, 0], [0.5, 1.0, 0.0])
+        cfg.mix, cfg.mix_weight = "convex", 0.5
+        np.testing.assert_allclose(adv_lib.awpo_mixed_reward(r, s, cfg)[0], [1, 0.25, 0, 0])
         np.testing.assert_allclose(adv_lib.awpo_clip_scale(jnp.array([0.0, 0.5, 1.0, 2.0]), cfg), [1.0, 0.75, 0.5, 0.5])
 
-    def test_gate_never_is_grpo(self):
+    def test_gate_never_without_difficulty_is_grpo(self):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
-        a, _ = adv_lib.get("awpo")(r, aux={"reasoning": s}, config={"gate": "never"})
-        np.testing.assert_allclose(a, adv_lib.get("grpo")(r)[0], rtol=1e-6)
-        extras = adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config={"gate": "never"})
-        np.testing.assert_allclose(extras["clip_scale"], 1.0)
+        for target in adv_lib.AWPO_DIFFICULTY_TARGETS:
+            cfg = {"gate": "never", "difficulty": "none", "difficulty_target": target}
+            a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=cfg)
+            np.testing.assert_allclose(a, adv_lib.get("grpo")(r)[0], rtol=1e-6)
+            np.testing.assert_allclose(
+                adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config=cfg)["clip_scale"], 1.0
+            )
+            assert float(m["gate_open_frac"]) == 0.0
 
-    def test_needs_reasoning_and_valid_choices(self):
+    def test_naive_mixing_switches_are_grpo_of_the_mixed_reward(self):
+        r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
+        naive = {"gate": "always", "saturation_gate": False, "difficulty": "none", "clip_tighten": 0.0}
+        a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=naive)
+        np.testing.assert_allclose(a, adv_lib.get("grpo")(r + s)[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config=naive)["clip_scale"], 1.0
+        )
+
+    def test_external_contract_and_group_mask(self):
+        r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
+        a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=None)
+        chex.assert_shape(a, r.shape)
+        for k in ("gate_open_frac", "difficulty_mean", "clip_scale_mean", "reliance_mean", "rho_mean"):
+            assert k in m, k
+        assert all(jnp.ndim(v) == 0 for v in m.values())  # metrics are scalars; the clip scale is declared apart
+        spec = adv_lib.spec("awpo")
+        assert spec.needs == ("reasoning",) and spec.per_rollout is adv_lib.awpo_per_rollout
+        keep = jnp.array([True, False, False, False, True])
+        a2, m2 = adv_lib.get("awpo")(r, aux={"reasoning": s, "group_mask": keep})
+        np.testing.assert_allclose(a2[1:4], 0.0)
+        np.testing.assert_allclose(a2[0], a[0], rtol=1e-6)
+        np.testing.assert_allclose(m2["gate_open_frac"], 1.0)  # both kept groups are open
+        np.testing.assert_allclose(m2["difficulty_mean"], D_AWPO[0], rtol=1e-6)
+
+    def test_needs_reasoning_and_valid_options(self):
         with pytest.raises(ValueError, match="reasoning"):
             adv_lib.get("awpo")(jnp.asarray(R_AWPO))
+        with pytest.raises(ValueError, match="shape"):
+            adv_lib.get("awpo")(jnp.asarray(R_AWPO), aux={"reasoning": jnp.zeros((5, 3))})
         with pytest.raises(ValueError, match="gate"):
             adv_lib.get("awpo")(
                 jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)}, config={"gate": "sometimes"}
             )
+        bad = {
+            "mix": "product",
+            "gate": "sometimes",
+            "difficulty": "cubic",
+            "difficulty_target": "loss",
+            "reliance": "trust",
+            "mix_weight": -1.0,
+            "eps_mix": -0.1,
+            "eps_mix_max": 0.2,  # below eps_mix = .5
+            "max_reward": 0.0,
+            "difficulty_floor": 1.5,
+            "difficulty_width": 0.0,
+            "clip_tighten": -1.0,
+            "clip_scale_min": 0.0,
+            "eps": 0.0,
+        }
+        for field, value in bad.items():
+            with pytest.raises(OptionError) as e:
+                adv_lib.check("awpo", {field: value})
+            assert e.value.field == field
+        with pytest.raises(OptionError, match="mix_weight"):
+            adv_lib.check("awpo", {"mix": "convex", "mix_weight": 1.5})
+        assert adv_lib.check("awpo", None).gate == "ratio_above"
+
+
+_LEVELS = st.sampled_from([0.0, 0.25, 0.5, 1.0])
+_ROW = st.one_of(_LEVELS.map(lambda v: [v] * 4), st.lists(_LEVELS, min_size=4, max_size=4))  # constant or not
+_JUDGE = hnp.arrays(np.float32, (6, 4), elements=st.floats(0.0, 1.0, width=32))
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _awpo_and_gate(r, s, eps_mix, target):
+    cfg = {"eps_mix": eps_mix, "difficulty_target": target}
+    a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=cfg)
+    resolved = adv_lib.check("awpo", cfg)
+    mixed = adv_lib.awpo_mixed_reward(r, s, resolved)
+    gate = adv_lib.awpo_gate(r, mixed, resolved)[:, 0]
+    clip = adv_lib.per_rollout("awpo", r, aux={"reasoning": s}, config=cfg)["clip_scale"]
+    return a, clip, gate, adv_lib.group_std(r)[:, 0], adv_lib.group_std(mixed)[:, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(_ROW, min_size=6, max_size=6),
+    s=_JUDGE,
+    eps_mix=st.sampled_from([0.25, 0.5]),
+    target=st.sampled_from(["update", "judge"]),
+)
+def test_awpo_gate_closed_without_outcome_spread_or_when_saturated(rows, s, eps_mix, target):
+    """Whatever the judge says: a group whose outcomes are all equal (sigma_out = 0, which includes
+    saturation for rewards in [0, 1]) or whose mean outcome reaches max_reward has a closed gate, its
+    advantage is exactly 0 and its clip radius untouched; an open gate implies sigma_out >=
+    eps_mix * sigma_mix."""
+    r = np.asarray(rows, np.float32)
+    a, clip, gate, so, sm = map(np.asarray, _awpo_and_gate(jnp.asarray(r), jnp.asarray(s), eps_mix, target))
+    assert np.all(np.isfinite(a))
+    for i in range(r.shape[0]):
+        if np.all(r[i] == r[i, 0]) or r[i].mean() >= 1.0:
+            assert gate[i] == 0.0
+            assert np.all(a[i] == 0.0)
+            assert np.all(clip[i] == 1.0)
+        if gate[i]:
+            assert so[i] >= eps_mix * sm[i]
+    assert np.all((clip >= 0.5) & (clip <= 1.0))
 
 
 # ---------------------------------------------------------------- registry

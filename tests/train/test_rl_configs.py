@@ -50,7 +50,7 @@ def test_stage_specifics():
     assert (d.rl.group_filter, d.rl.loss.ppo_clip.eps_high, d.rl.overlong.enabled) == ("dapo", 0.28, True)
     assert d.rl.overlong.cache_len == d.rl.max_context // 8
     assert dr_grpo.get_config().rl.loss.ppo_clip.agg_mode == "seq-mean-token-sum-norm"
-    assert awpo.get_config().rl.judge.kind == "rule"
+    assert awpo.get_config().rl.judge.name == "rule"
 
 
 def _err(c, n=8) -> ConfigError:
@@ -166,8 +166,8 @@ def test_rl_fields():
     c.rl.loss.ppo_clip.eps = 0.1  # not an option of ppo_clip
     assert _err(c).field == "rl.loss.ppo_clip"
     c = awpo.get_config("tiny")
-    c.rl.judge.kind = "model"
-    assert _err(c).field == "rl.judge.path"
+    c.rl.judge.name = "model"
+    assert _err(c).field == "rl.judge.model.path"
     c = grpo.get_config("qwen2_5_7b")
     c.rl.rollout_chunk = 12  # not whole groups of 5
     c.model.build_tiny = True
