@@ -37,6 +37,8 @@ PARAM_RULES: tuple[tuple[str, LogicalAxes], ...] = (
     (r"^layers/attn/[qkv]_proj/kernel$", ("layers", "embed", "heads")),
     (r"^layers/attn/[qkv]_proj/bias$", ("layers", "heads")),
     (r"^layers/attn/o_proj/kernel$", ("layers", "heads", "embed")),
+    (r"^layers/attn/o_proj/bias$", ("layers", None)),  # [L, D] (Qwen3 attention_bias): small, whole
+    (r"^layers/attn/[qk]_norm/scale$", ("layers", "norm")),  # [L, Dh] (Qwen3): whole on every device
     (r"^layers/mlp/(gate|up)_proj/kernel$", ("layers", "embed", "mlp")),
     (r"^layers/mlp/down_proj/kernel$", ("layers", "mlp", "embed")),
     (r"^layers/\w+_norm/scale$", ("layers", "norm")),

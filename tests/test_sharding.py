@@ -77,6 +77,31 @@ def test_every_model_param_has_a_rule_with_matching_rank(mesh):
         assert specs["final_norm"]["scale"] == P(None)
 
 
+QWEN3 = ModelConfig(
+    model_type="qwen3",
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,  # != hidden / heads
+    attention_bias=True,  # Qwen3: q, k, v and o biases
+)
+
+
+@pytest.mark.parametrize("rules", [sharding.TRAIN_RULES, sharding.DECODE_RULES], ids=["train", "decode"])
+def test_qwen3_params_all_have_rules(mesh, rules):
+    specs = sharding.param_specs(abstract_params(QWEN3), rules.params, rules.logical, mesh)
+    attn = specs["layers"]["attn"]
+    assert attn["q_norm"]["scale"] == attn["k_norm"]["scale"] == P(None, None)  # [L, Dh]: whole
+    assert attn["o_proj"]["bias"] == P(None, None)  # [L, D]: whole
+    assert attn["k_proj"]["bias"] == P(None, "tensor")
+    assert attn["o_proj"]["kernel"] == (
+        P(None, "tensor", "fsdp") if rules is sharding.TRAIN_RULES else P(None, "tensor", None)
+    )
+
+
 def test_param_without_rule_raises_naming_it(mesh):
     tree = {**abstract_params(CONFIG), "adapter": {"w": jax.ShapeDtypeStruct((4, 4), jnp.float32)}}
     with pytest.raises(ValueError, match="adapter/w"):

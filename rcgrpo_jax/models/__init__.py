@@ -1,4 +1,4 @@
-"""Qwen2/Qwen2.5 and LLaMA 3/3.1 decoders in Flax linen, applied functionally over plain param dicts."""
+"""Qwen2/Qwen2.5, Qwen3 and LLaMA 3/3.1 decoders in Flax linen, applied functionally over plain param dicts."""
 
 from rcgrpo_jax.models.cache import KVCache, init_cache
 from rcgrpo_jax.models.config import Llama3RopeScaling, ModelConfig

@@ -1,4 +1,4 @@
-"""ModelConfig: the static description of a Qwen2/Qwen2.5 or LLaMA 3/3.1 decoder, read from HF config.json.
+"""ModelConfig: the static description of a Qwen2/Qwen2.5, Qwen3 or LLaMA 3/3.1 decoder, read from HF config.json.
 
 Hashable and frozen, so it can be a static argument of jitted functions. Anything the model does not
 implement (sliding window in use, other RoPE variants, MLP biases, ...) is rejected here with a
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,9 @@ class ModelConfig:
     rope_scaling: Llama3RopeScaling | None = None
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # q/k/v biases (Qwen2 always has them; o_proj never does)
+    # Attention biases. qwen2: q/k/v (always set by from_hf), never o; qwen3: HF's `attention_bias`, which
+    # covers q, k, v and o (see `o_proj_bias`); llama: none.
+    attention_bias: bool = False
     max_position_embeddings: int = 32768
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype
@@ -77,6 +79,17 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim: {self.head_dim} must be even for RoPE")
+
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3: an RMSNorm over head_dim (weights [Dh], eps rms_norm_eps) on each query and key head,
+        after the projection's reshape to heads and before RoPE."""
+        return self.model_type == "qwen3"
+
+    @property
+    def o_proj_bias(self) -> bool:
+        """Whether o_proj has a bias: only Qwen3's `attention_bias` covers the output projection."""
+        return self.model_type == "qwen3" and self.attention_bias
 
     @property
     def jnp_dtype(self) -> jnp.dtype:
@@ -124,7 +137,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            attention_bias=model_type == "qwen2",
+            attention_bias=model_type == "qwen2" or (model_type == "qwen3" and bool(hf.get("attention_bias", False))),
             max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
             param_dtype=param_dtype or dtype or stored,
             dtype=dtype or stored,
@@ -136,8 +149,8 @@ class ModelConfig:
 
     def to_hf(self) -> dict[str, Any]:
         """The config.json that transformers reads back into the same architecture (v4-style rope keys,
-        which transformers v5 still accepts and which matches the published Qwen2.5/LLaMA 3.1 files)."""
-        arch = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[self.model_type]
+        which transformers v5 still accepts and which matches the published Qwen2.5/Qwen3/LLaMA 3.1 files)."""
+        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[self.model_type]
         out: dict[str, Any] = {
             "architectures": [arch],
             "model_type": self.model_type,
@@ -161,6 +174,8 @@ class ModelConfig:
         }
         if self.model_type == "qwen2":
             out["use_sliding_window"] = False
+        elif self.model_type == "qwen3":
+            out.update(use_sliding_window=False, attention_bias=self.attention_bias)
         else:
             out.update(attention_bias=False, mlp_bias=False)
         return out

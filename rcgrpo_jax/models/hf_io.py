@@ -38,6 +38,9 @@ HF_TABLE: tuple[tuple[str, str, bool], ...] = (
     ("layers/attn/v_proj/kernel", "model.layers.{i}.self_attn.v_proj.weight", True),
     ("layers/attn/v_proj/bias", "model.layers.{i}.self_attn.v_proj.bias", False),
     ("layers/attn/o_proj/kernel", "model.layers.{i}.self_attn.o_proj.weight", True),
+    ("layers/attn/o_proj/bias", "model.layers.{i}.self_attn.o_proj.bias", False),
+    ("layers/attn/q_norm/scale", "model.layers.{i}.self_attn.q_norm.weight", False),
+    ("layers/attn/k_norm/scale", "model.layers.{i}.self_attn.k_norm.weight", False),
     ("layers/mlp/gate_proj/kernel", "model.layers.{i}.mlp.gate_proj.weight", True),
     ("layers/mlp/up_proj/kernel", "model.layers.{i}.mlp.up_proj.weight", True),
     ("layers/mlp/down_proj/kernel", "model.layers.{i}.mlp.down_proj.weight", True),
@@ -192,7 +195,7 @@ def load_hf(
     rules: shd.Rules | None = None,
     remat: bool = False,
 ) -> tuple[ModelConfig, dict]:
-    """Reads an HF Qwen2/LLaMA checkpoint dir into (config, params).
+    """Reads an HF Qwen2/Qwen3/LLaMA checkpoint dir into (config, params).
 
     `dtype` sets both the param and compute dtype (default: the checkpoint's stored dtype). With `mesh`,
     each param is placed on its NamedSharding from `rules` (default `sharding.TRAIN_RULES`); without one,

@@ -1,4 +1,5 @@
-"""Decoder building blocks: RMSNorm, RoPE (default and LLaMA 3.1 scaling), GQA attention, SwiGLU MLP.
+"""Decoder building blocks: RMSNorm, RoPE (default and LLaMA 3.1 scaling), GQA attention (with Qwen3's
+per-head q/k RMSNorm), SwiGLU MLP.
 
 Parameters are created in `param_dtype` and computed in `dtype`. Kernels are stored [in, out] with the
 heads flattened into the out dim ([D, H * Dh]), which is the HF layout transposed. Activation sharding
@@ -139,7 +140,11 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 class Attention(nn.Module):
     """Grouped-query attention; with `kv` (this layer's cache [B, S, Hkv, Dh] pair) the new keys are
-    written at `index` and the queries attend over all S slots under `mask` [B, 1, T, S]."""
+    written at `index` and the queries attend over all S slots under `mask` [B, 1, T, S].
+
+    q = RoPE(norm_q(x W_q + b_q)), k = RoPE(norm_k(x W_k + b_k)) per head, where norm_q/norm_k are
+    RMSNorms over head_dim for Qwen3 (`config.qk_norm`) and the identity otherwise; the cache stores
+    the normalised, rotated keys."""
 
     config: ModelConfig
 
@@ -153,6 +158,9 @@ class Attention(nn.Module):
         q = q.reshape(b, t, c.num_heads, c.head_dim)
         k = k.reshape(b, t, c.num_kv_heads, c.head_dim)
         v = v.reshape(b, t, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:  # Qwen3: per-head RMSNorm over head_dim, before RoPE
+            q = RMSNorm(c.rms_norm_eps, c.jnp_dtype, c.jnp_param_dtype, name="q_norm")(q)
+            k = RMSNorm(c.rms_norm_eps, c.jnp_dtype, c.jnp_param_dtype, name="k_norm")(k)
         inv_freq = rope_inv_freq(c)
         q = constrain(apply_rope(q, positions, inv_freq), ("batch", "seq", "act_heads", None))
         k = constrain(apply_rope(k, positions, inv_freq), ("batch", "seq", "act_kv_heads", None))
@@ -163,7 +171,7 @@ class Attention(nn.Module):
             k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
             v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
         out = grouped_attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, 1.0 / math.sqrt(c.head_dim))
-        out = _dense(c, c.hidden_size, False, "o_proj")(out.reshape(b, t, c.num_heads * c.head_dim))
+        out = _dense(c, c.hidden_size, c.o_proj_bias, "o_proj")(out.reshape(b, t, c.num_heads * c.head_dim))
         return out, (k, v)
 
 

@@ -1,4 +1,4 @@
-"""The decoder (Qwen2/Qwen2.5 and LLaMA 3/3.1) and the pure functions around it.
+"""The decoder (Qwen2/Qwen2.5, Qwen3 and LLaMA 3/3.1) and the pure functions around it.
 
 Layers are stacked with `nn.scan`, so every per-layer param has a leading [L] axis (the HF mapping in
 hf_io stacks/unstacks it) and compile time does not grow with depth. With `config.remat` each layer is
@@ -7,7 +7,9 @@ rematerialised in the backward pass.
 Param tree (plain nested dict):
   embed/embedding [V, D]
   layers/{input_norm,post_attn_norm}/scale [L, D]
-  layers/attn/{q,k,v}_proj/{kernel [L, D, H*Dh], bias [L, H*Dh] (qwen2)}; layers/attn/o_proj/kernel [L, H*Dh, D]
+  layers/attn/{q,k,v}_proj/{kernel [L, D, H*Dh], bias [L, H*Dh] (qwen2; qwen3 with attention_bias)}
+  layers/attn/o_proj/{kernel [L, H*Dh, D], bias [L, D] (qwen3 with attention_bias)}
+  layers/attn/{q,k}_norm/scale [L, Dh] (qwen3)
   layers/mlp/{gate,up}_proj/kernel [L, D, F]; layers/mlp/down_proj/kernel [L, F, D]
   final_norm/scale [D];  lm_head/kernel [D, V] (untied only)
 """

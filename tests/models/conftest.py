@@ -21,7 +21,9 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 16,
 }
 
-# Three architectures; GQA ratios 2, 4 and 4, explicit head_dim != hidden/heads for llama.
+# Five architectures; GQA ratios 2, 4, 4, 2 and 4; explicit head_dim != hidden/heads for llama and both
+# Qwen3s (24 > 64/4 and 16 > 64/8). qwen3_tied has no attention biases (as the published Qwen3s);
+# qwen3_untied sets attention_bias, which in Qwen3 covers q, k, v and o.
 ARCHS: dict[str, tuple[type, dict]] = {
     "qwen2_tied": (
         transformers.Qwen2Config,
@@ -42,6 +44,21 @@ ARCHS: dict[str, tuple[type, dict]] = {
             rope_scaling=LLAMA3_ROPE,
             bos_token_id=1,
             eos_token_id=[2, 3],
+        ),
+    ),
+    "qwen3_tied": (
+        transformers.Qwen3Config,
+        dict(num_attention_heads=4, num_key_value_heads=2, head_dim=24, tie_word_embeddings=True, rope_theta=1e6),
+    ),
+    "qwen3_untied": (
+        transformers.Qwen3Config,
+        dict(
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=16,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_theta=10000.0,
         ),
     ),
 }

@@ -1,4 +1,4 @@
-"""Logit parity with HF transformers (torch CPU, fp32) on tiny random Qwen2 and LLaMA 3.1 models."""
+"""Logit parity with HF transformers (torch CPU, fp32) on tiny random Qwen2, Qwen3 and LLaMA 3.1 models."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def test_config_matches_hf(case):
     hf = model.config
     assert config.num_kv_heads == hf.num_key_value_heads
     assert config.tie_word_embeddings == hf.tie_word_embeddings
-    assert config.head_dim == (16 if arch != "llama3" else hf.head_dim)
+    assert config.head_dim == ARCHS[arch][1].get("head_dim", 64 // hf.num_attention_heads)
+    assert config.model_type == hf.model_type and config.qk_norm == (hf.model_type == "qwen3")
+    assert config.o_proj_bias == bool(hf.model_type == "qwen3" and hf.attention_bias)
     assert (config.rope_scaling is not None) == (arch == "llama3")
 
 
