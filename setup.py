@@ -8,7 +8,7 @@ setup(
     package_data={"rcgrpo_jax.data": ["*.json"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.10,<0.11",
+        "jax>=0.10,<0.12",  # 0.10 (the CPU installs) and 0.11 (the GPU test box)
         "flax>=0.12",
         "optax",
         "orbax-checkpoint",
@@ -26,5 +26,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
+        # CUDA jax (pip-installed CUDA 13 libraries; launch/setup_env.sh --gpu). gpu-cuda12 for drivers < 580.
+        "gpu": ["jax[cuda13]>=0.10,<0.12"],
+        "gpu-cuda12": ["jax[cuda12]>=0.10,<0.12"],
     },
 )

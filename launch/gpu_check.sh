@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One-shot accelerator check on a single H200 (no network, no pip): decode tokens/s of a random
-# Qwen2.5-1.5B-shaped model at batch 1/16/64 with the fraction of the HBM bound, and the MFU of one
-# RC-GRPO update step on 8 x 4096 tokens. Prints JSON lines (rcgrpo_jax/bench/gpu.py) and finishes in
-# under 8 minutes: measurements not started by --deadline-s are reported as skipped, and the whole run
-# is killed at 470 s.
+# Qwen2.5-1.5B-shaped model at batch 1/16/64 with the fraction of the HBM bound, the MFU of one
+# RC-GRPO update step on 8 x 4096 tokens, and cuDNN's fused attention against the XLA path at 4k and
+# 16k tokens (Qwen2.5-7B heads: max difference, forward and backward times; --skip attention leaves it
+# out). Needs only what the box has: jax with its CUDA plugin, flax, optax, numpy, ml_collections and
+# absl (the preflight line lists any that are missing). Prints JSON lines (rcgrpo_jax/bench/gpu.py) and
+# finishes in under 8 minutes: measurements not started by --deadline-s are reported as skipped, and the
+# whole run is killed at 470 s.
 #   bash launch/gpu_check.sh            # run from the repository root (the copied working tree)
 #   bash launch/gpu_check.sh --tiny     # the same script on tiny shapes (CPU smoke check)
 set -uo pipefail
@@ -26,7 +29,7 @@ PYEOF
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null \
   | sed 's/^/{"bench": "nvidia-smi", "gpu": "/; s/$/"}/' || true
 
-timeout -k 10 470 "$PY" -m rcgrpo_jax.bench.gpu --deadline-s 400 "$@"
+timeout -k 10 470 "$PY" -m rcgrpo_jax.bench.gpu --deadline-s 400 --attention "$@"
 rc=$?
 [ $rc -eq 124 ] && echo '{"bench": "gpu_check", "error": "killed at 470 s"}'
 exit $rc

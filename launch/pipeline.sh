@@ -26,7 +26,8 @@ run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
   if [ "$DRY" != "--dry-run" ]; then "${cmd[@]}"; fi
 }
 if [ "$DRY" != "--dry-run" ]; then
-  source "$ROOT/launch/setup_env.sh"
+  # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
+  RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"
   cd "$ROOT"
 fi
 run sft sft "--config.model.path=$MODEL"

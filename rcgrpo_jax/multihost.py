@@ -80,6 +80,17 @@ def gather(tree: T) -> T:
     return jax.tree.unflatten(treedef, out)
 
 
+def any_process(flag: bool) -> bool:
+    """True on every process when `flag` is true on any process (a logical OR across processes). A
+    collective: every process must call it, in the same order. With one process it is `bool(flag)` and
+    touches no device. Used for decisions every process must take together (stop on SIGTERM at the same
+    step), which a per-process flag would split."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    flags = multihost_utils.process_allgather(np.asarray([int(bool(flag))], np.int32))
+    return bool(np.asarray(flags).any())
+
+
 def allgather_json(local: Sequence[Any]) -> list[Any]:
     """Each process's host results (JSON-serialisable items, e.g. its share of episodes) concatenated in
     process order, on every process. A collective. JSON, not pickle: what is exchanged holds model output,

@@ -15,6 +15,13 @@ One JSON line per measurement, each guarded so a failure prints an "error" row a
             of the live context (prompt + half the new tokens on average), bf16.
   rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
             (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
+  attention (with --attention; launch/gpu_check.sh passes it) per sequence length (4k, 16k): one layer of
+            Qwen2.5-7B-shaped causal attention (28 query heads, 4 KV heads, head_dim 128, bf16, one
+            right-padded row) through `models.attention` on the XLA path and on cuDNN's fused kernel:
+            forward and forward+backward times of each, and the largest difference of the outputs and
+            of dq at real tokens, relative to the XLA values' largest magnitude. Without a CUDA GPU the
+            fused side is the library's XLA attention on the arguments built for cuDNN (a check of
+            the mapping and of this script, not a kernel timing); `fused_impl` says which ran.
 """
 
 from __future__ import annotations
@@ -60,9 +67,21 @@ class Plan:
     logprob_chunk: int = 8192
     repeats: int = 3
     deadline_s: float = 420.0  # measurements not started by then are reported as skipped
+    attn_seqs: tuple[int, ...] = (4096, 16384)
+    attn_heads: tuple[int, int, int] = (28, 4, 128)  # Qwen2.5-7B: query heads, KV heads, head_dim
 
 
-TINY = Plan(shape="tiny", prompt=16, new_tokens=8, rl_batch=2, rl_seq=64, logprob_chunk=128, repeats=1)
+TINY = Plan(
+    shape="tiny",
+    prompt=16,
+    new_tokens=8,
+    rl_batch=2,
+    rl_seq=64,
+    logprob_chunk=128,
+    repeats=1,
+    attn_seqs=(64, 128),
+    attn_heads=(4, 2, 16),
+)
 
 
 def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
@@ -254,13 +273,97 @@ def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------- attention
+
+
+def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row of `seq` tokens (the last seq/16 are padding) of causal GQA attention in bf16, the training
+    call (causal=True) of `models.attention.attention`, on two paths:
+
+      xla    implementation "xla" (`layers.grouped_attention`, what the CPU runs)
+      fused  implementation "cudnn" on a CUDA GPU; elsewhere, as a stand-in that checks the argument
+             mapping (and this script), the library's XLA attention given the very arguments built for
+             cuDNN (`fused_impl` says which ran)
+
+    Times are medians over `plan.repeats` after a warm-up call (its time, with compilation, reported
+    apart); differences are max |fused - xla| over real queries divided by max |xla| (output and dq).
+    Fills and returns `row` (so a path that fails leaves the other's figures in it)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rcgrpo_jax.models import attention
+    from rcgrpo_jax.models.cache import attention_mask
+
+    n, g, dh = plan.attn_heads
+    real = seq - seq // 16
+    rng = np.random.default_rng(seq)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, seq, h, dh), np.float32), jnp.bfloat16) for h in (n, g, g))
+    cotangent = jnp.asarray(rng.standard_normal((1, seq, n, dh), np.float32), jnp.bfloat16)
+    valid = jnp.arange(seq)[None] < real  # [1, T]
+    scale = 1.0 / float(np.sqrt(dh))
+    backend = jax.default_backend()
+    on_gpu = attention.select_implementation(backend, "auto", dtype="bfloat16", head_dim=dh) == "cudnn"
+
+    def make(path: str):
+        def attend(q, k, v):
+            mask = attention_mask(valid, jnp.arange(seq))  # built inside the program, as in the model
+            if path == "xla" or on_gpu:
+                impl = "xla" if path == "xla" else "cudnn"
+                return attention.attention(q, k, v, mask, scale, implementation=impl, causal=True)
+            args = attention.cudnn_arguments(q, k, v, mask, scale, causal=True)
+            return jax.nn.dot_product_attention(**args, implementation="xla")
+
+        def train(q, k, v):
+            out, vjp = jax.vjp(attend, q, k, v)
+            return out, vjp(cotangent)[0]
+
+        return jax.jit(attend), jax.jit(train)
+
+    row = {} if row is None else row
+    row.update(
+        seq=seq,
+        real_tokens=real,
+        heads=n,
+        kv_heads=g,
+        head_dim=dh,
+        fused_impl="cudnn" if on_gpu else "xla_with_cudnn_arguments",
+    )
+    results = {}
+    for path in ("xla", "fused"):
+        try:  # one path failing (the dense XLA backward at 16k may not fit) still measures the other
+            fwd, train = make(path)
+            t = time.perf_counter()
+            results[path] = jax.block_until_ready(train(q, k, v))
+            row[f"{path}_first_call_s"] = time.perf_counter() - t
+            fwd_s, _ = common.time_call(lambda: jax.block_until_ready(fwd(q, k, v)), repeats=plan.repeats)
+            train_s, _ = common.time_call(lambda: jax.block_until_ready(train(q, k, v)), repeats=plan.repeats)
+            row[f"{path}_fwd_ms"], row[f"{path}_fwd_bwd_ms"] = fwd_s * 1e3, train_s * 1e3
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            results.pop(path, None)
+            row[f"{path}_error"] = f"{type(e).__name__}: {e}"[:300]
+    if len(results) < 2:
+        raise RuntimeError(f"attention at {seq}: {'; '.join(str(row[k]) for k in row if k.endswith('_error'))}")
+    keep = valid[:, :, None, None]
+    for name, i in (("out", 0), ("dq", 1)):
+        ref, got = (results[p][i].astype(jnp.float32) for p in ("xla", "fused"))
+        diff = float(jnp.max(jnp.where(keep, jnp.abs(got - ref), 0.0)))
+        row[f"max_rel_diff_{name}"] = diff / max(float(jnp.max(jnp.abs(ref))), 1e-30)
+    row["fwd_speedup"] = row["xla_fwd_ms"] / row["fused_fwd_ms"]
+    row["fwd_bwd_speedup"] = row["xla_fwd_bwd_ms"] / row["fused_fwd_bwd_ms"]
+    row["peak_memory_gb"] = peak_memory_gb()
+    return row
+
+
 # ------------------------------------------------------------------------------------------- driver
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU check of this script)")
-    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,rl_step")
+    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,rl_step,attention")
+    ap.add_argument("--attention", action="store_true", help="also compare fused (cuDNN) and XLA attention")
+    ap.add_argument("--attn-seqs", default=None, help="e.g. 4096,16384")
     ap.add_argument("--decode-batches", default=None, help="e.g. 1,16,64")
     ap.add_argument("--rl-batch", type=int, default=None)
     ap.add_argument("--rl-seq", type=int, default=None)
@@ -276,6 +379,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "rl_seq": args.rl_seq,
         "repeats": args.repeats,
         "deadline_s": args.deadline_s,
+        "attn_seqs": tuple(int(t) for t in args.attn_seqs.split(",")) if args.attn_seqs else None,
     }
     plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
     skip = set(filter(None, args.skip.split(",")))
@@ -328,6 +432,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         holder.clear()
     if "rl_step" not in skip:
         measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
+    if args.attention and "attention" not in skip:
+        for seq in plan.attn_seqs:
+            row = {"bench": "attention", "seq": seq}
+            measure(row, lambda seq=seq, row=row: bench_attention(seq, plan, row))
     common.emit(
         {"bench": "done", "total_s": time.perf_counter() - start, "errors": sum(1 for r in rows if "error" in r)}
     )

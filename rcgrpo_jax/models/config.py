@@ -62,6 +62,7 @@ class ModelConfig:
     # (straight-line code). On CPU the rolled loop's per-layer slicing and gradient stacking cost a small
     # model ~20% of its training step (bench.train --unroll).
     scan_unroll: int = 1
+    attention_impl: str = "auto"  # training/prefill attention: auto | xla | cudnn (models.attention)
 
     def __post_init__(self):
         # Accept jnp dtypes or strings; store canonical names so equal configs hash equal.

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.sharding import constrain
 
@@ -170,7 +171,15 @@ class Attention(nn.Module):
             k_cache, v_cache = kv
             k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
             v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
-        out = grouped_attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, 1.0 / math.sqrt(c.head_dim))
+        out = attention_lib.attention(
+            q,
+            k_all.astype(q.dtype),
+            v_all.astype(q.dtype),
+            mask,
+            1.0 / math.sqrt(c.head_dim),
+            implementation=attention_lib.implementation_for(c),
+            causal=kv is None,
+        )
         out = _dense(c, c.hidden_size, c.o_proj_bias, "o_proj")(out.reshape(b, t, c.num_heads * c.head_dim))
         return out, (k, v)
 

@@ -1,5 +1,9 @@
 """The step loop both trainers share: run steps, log, guard non-finite updates, checkpoint every N
-steps and on SIGTERM, and stop early on request (tests simulate a crash with `stop_after`)."""
+steps and on SIGTERM, and stop early on request (tests simulate a crash with `stop_after`).
+
+The stop decision is taken by all processes together: SIGTERM may reach only one process (or reach them
+at different steps), so after every step each process contributes its flag to `multihost.any_process`
+and all of them stop after the same step, with one forced checkpoint of that step."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any, Callable
 
 from absl import logging as absl_logging
 
+from rcgrpo_jax import multihost
 from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
 
@@ -47,7 +52,7 @@ def run_steps(
                 absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
             log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
             ckpt.save(step, state, meta(step))
-            if stop.requested:
+            if multihost.any_process(stop.requested):  # a collective: every process, every step
                 ckpt.save(step, state, meta(step), force=True)
                 reason = "sigterm"
                 break

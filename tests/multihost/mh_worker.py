@@ -16,6 +16,11 @@ in a workdir the processes share, then restores that checkpoint.
   python tests/multihost/mh_worker.py eval_run ... --ckpt MODEL --out out_I.json
 
 runs the evaluation stage's `eval.run.evaluate` (greedy model policy) on a few of the world's test tasks.
+
+  python tests/multihost/mh_worker.py sigterm_run ... --ckpt "" --workdir DIR --out out_I.json
+
+runs `train.loop.run_steps` over a small state sharded across both processes (each step a global
+reduction, as a real step's collectives) and sends SIGTERM to process 0 alone during step SIGTERM_AT.
 """
 
 from __future__ import annotations
@@ -290,9 +295,79 @@ def eval_run(ckpt: str) -> dict:
     return {"results": results, "built": built, "tasks": [t.id for t in tasks]}
 
 
+SIGTERM_AT = 3  # process 0 receives SIGTERM while running this step (1-based)
+SIGTERM_STEPS = 8
+
+
+def sigterm_run(workdir: str) -> dict:
+    """`run_steps` from step 0 to SIGTERM_STEPS with checkpoints only when forced; process 0 alone gets a
+    real SIGTERM (through `StopSignal`'s handler) during step SIGTERM_AT. Returns the loop's result, the
+    steps this process ran, the checkpoint steps on disk and the restored state's value."""
+    import signal
+
+    import jax
+    import jax.numpy as jnp
+    import ml_collections
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rcgrpo_jax import multihost, sharding
+    from rcgrpo_jax.train import checkpoint as ckpt_lib
+    from rcgrpo_jax.train import logging as log_lib
+    from rcgrpo_jax.train import loop
+
+    mesh = sharding.make_mesh(MESH)
+    row_sh = NamedSharding(mesh, P(("data", "fsdp", "tensor")))
+    rep = NamedSharding(mesh, P())
+    state = {"w": jax.jit(lambda: jnp.arange(16, dtype=jnp.float32), out_shardings=row_sh)()}
+    step_jit = jax.jit(lambda s: ({"w": s["w"] + 1.0}, jnp.sum(s["w"] + 1.0)), out_shardings=({"w": row_sh}, rep))
+    ran = []
+
+    def step_fn(state, step):
+        state, total = step_jit(state)  # the sum reads rows of both processes: a cross-process collective
+        ran.append(step + 1)
+        if step + 1 == SIGTERM_AT and jax.process_index() == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return state, {"finite": True, "nonfinite_in_row": 0, "loss": float(multihost.local_value(total))}
+
+    config = ml_collections.ConfigDict({"log": {"every_steps": 1}, "train": {"max_nonfinite": 0}})
+    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), every_steps=1000, max_to_keep=3)
+    logger = log_lib.MetricsLogger(workdir, is_main=jax.process_index() == 0, tensorboard=False)
+    try:
+        state, step, reason, last = loop.run_steps(
+            step_fn,
+            state,
+            start=0,
+            n_steps=SIGTERM_STEPS,
+            config=config,
+            ckpt=ckpt,
+            logger=logger,
+            progress=log_lib.Progress(SIGTERM_STEPS, enabled=False),
+            meta=lambda s: {"step": int(s)},
+        )
+        ckpt.wait()
+        steps = ckpt.all_steps()
+        target = {"w": jax.ShapeDtypeStruct((16,), jnp.float32, sharding=row_sh)}
+        restored, meta = ckpt.restore(steps[-1], target)
+    finally:
+        ckpt.close()
+        logger.close()
+    return {
+        "process": jax.process_index(),
+        "reason": reason,
+        "step": step,
+        "ran": ran,
+        "last_loss": last.get("loss"),
+        "ckpt_steps": steps,
+        "ckpt_meta": meta,
+        "restored": np.asarray(multihost.gather(restored["w"])).tolist(),
+    }
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("task", choices=("update", "rollout", "rl_run", "eval_run"))
+    ap.add_argument("task", choices=("update", "rollout", "rl_run", "eval_run", "sigterm_run"))
     ap.add_argument("--coordinator", required=True)
     ap.add_argument("--num_processes", type=int, required=True)
     ap.add_argument("--process_id", type=int, required=True)
@@ -316,6 +391,9 @@ def main(argv=None) -> None:
         np.savez(args.out, **update(args.ckpt, inputs, micro_rows))
     elif args.task == "rl_run":
         np.savez(args.out, **rl_run(args.ckpt, args.workdir))
+    elif args.task == "sigterm_run":
+        with open(args.out, "w") as f:
+            json.dump(sigterm_run(args.workdir), f)
     elif args.task == "eval_run":
         with open(args.out, "w") as f:
             json.dump({**eval_run(args.ckpt), "process": jax.process_index()}, f)

@@ -309,3 +309,35 @@ def test_two_process_checkpoint_restores_to_the_single_process_params(rl_runs, w
     rows = log_lib.read_metrics(os.path.join(workdir, log_lib.METRICS_FILE))
     p0 = next(_record(o) for o in multi if _record(o)["process"] == 0)
     assert [json.dumps(r, sort_keys=True) for r in rows] == [json.dumps(p0["metrics"], sort_keys=True)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# SIGTERM to one process: every process stops after the same step, with one checkpoint of that step.
+
+
+def test_any_process_single_process_is_identity():
+    assert multihost.any_process(True) is True
+    assert multihost.any_process(False) is False
+    assert multihost.any_process(np.bool_(True)) is True
+
+
+def test_sigterm_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    import json
+
+    outs = mh_launch.run_workers(
+        ["sigterm_run", "--ckpt", "", "--workdir", str(tmp_path / "run")],
+        timeout=90,
+        log_dir=str(tmp_path),
+        suffix="json",
+    )
+    recs = sorted((json.load(open(o)) for o in outs), key=lambda r: r["process"])
+    assert [r["process"] for r in recs] == [0, 1]
+    at = mh_worker.SIGTERM_AT
+    assert at < mh_worker.SIGTERM_STEPS  # the run would have gone on without the signal
+    want_w = (np.arange(16) + at).tolist()
+    for rec in recs:  # process 1 never got the signal and still stops with process 0
+        assert rec["reason"] == "sigterm", rec
+        assert rec["step"] == at and rec["ran"] == list(range(1, at + 1)), rec
+        assert rec["ckpt_steps"] == [at] and rec["ckpt_meta"] == {"step": at}
+        assert rec["restored"] == want_w  # the checkpoint holds the state after step `at`
+        assert rec["last_loss"] == float(sum(want_w))

@@ -1,0 +1,62 @@
+"""launch/gpu_check.sh's attention comparison (rcgrpo_jax.bench.gpu --attention) on tiny shapes on the CPU:
+the fused side is then the library's XLA attention on the arguments built for cuDNN, so the rows carry
+real differences to check. No timing assertions."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+from rcgrpo_jax.bench import gpu
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_gpu_check_script_compares_attention_paths_on_cpu():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHON"] = sys.executable
+    out = subprocess.run(
+        ["bash", os.path.join(REPO, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = _json_lines(out.stdout)
+    attn = [r for r in rows if r["bench"] == "attention"]
+    assert [r["seq"] for r in attn] == list(gpu.TINY.attn_seqs)
+    for r in attn:
+        assert "error" not in r and "skipped" not in r, r
+        assert r["fused_impl"] == "xla_with_cudnn_arguments"  # no GPU here
+        assert r["real_tokens"] == r["seq"] - r["seq"] // 16
+        for key in ("xla_fwd_ms", "xla_fwd_bwd_ms", "fused_fwd_ms", "fused_fwd_bwd_ms"):
+            assert r[key] > 0, key
+        # bf16 inputs, f32 inside both: the two computations agree to bf16 rounding of the outputs
+        assert 0 <= r["max_rel_diff_out"] < 1e-2 and 0 <= r["max_rel_diff_dq"] < 2e-2
+    assert rows[-1]["bench"] == "done" and rows[-1]["errors"] == 0
+
+
+def test_a_failing_path_keeps_the_other_paths_figures(monkeypatch):
+    from rcgrpo_jax.models import attention
+
+    def broken(*a, **k):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(attention, "cudnn_arguments", broken)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        gpu.main(["--tiny", "--attention", "--skip", "decode,rl_step", "--attn-seqs", "32"])
+    rows = _json_lines(buf.getvalue())
+    (row,) = [r for r in rows if r["bench"] == "attention"]
+    assert row["fused_error"] == "RuntimeError: no kernel" and "error" in row
+    assert row["xla_fwd_ms"] > 0 and "max_rel_diff_out" not in row
+    assert rows[-1]["errors"] == 1

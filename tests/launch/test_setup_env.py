@@ -1,0 +1,202 @@
+"""launch/setup_env.sh: which environment it builds (CPU, GPU install, GPU reuse of a preinstalled CUDA jax)
+and the pip calls it makes, checked without installing anything: `--print-plan`, and runs against a fake
+venv whose `python` only records its arguments. No network."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "launch", "setup_env.sh")
+CPU_STEPS = [
+    "install -q --upgrade pip",
+    "install -q torch==2.13.0",
+    f"install -q -e {REPO}[test]",
+    "install -q --no-deps bfcl-eval==2026.3.23",
+]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RCGRPO_") and k not in ("VENV", "PYTHON")}
+    env.update(extra)
+    return env
+
+
+def _plan(*args, **env) -> dict:
+    out = subprocess.run(
+        ["bash", SCRIPT, *args, "--print-plan"], env=_env(**env), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    plan: dict = {"pip": []}
+    for line in out.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key == "pip":
+            plan["pip"].append(value)
+        else:
+            plan[key] = value
+    return plan
+
+
+def _executable(path, body: str) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("#!/usr/bin/env bash\n" + textwrap.dedent(body))
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def _stub_python(tmp_path, versions: str | None) -> str:
+    """A PYTHON whose CUDA-jax probe answers `versions` (or fails: no CUDA jax)."""
+    if versions is None:
+        return _executable(tmp_path / "stub" / "python", "cat > /dev/null; exit 1\n")
+    return _executable(tmp_path / "stub" / "python", f"cat > /dev/null; echo '{versions}'\n")
+
+
+def _cpu_stamp() -> str:
+    with open(os.path.join(REPO, "setup.py"), "rb") as a, open(SCRIPT, "rb") as b:
+        return hashlib.sha256(a.read() + b.read()).hexdigest()
+
+
+def test_cpu_plan_is_todays_install():
+    plan = _plan()
+    assert plan["mode"] == "cpu"
+    assert plan["venv"] == os.path.join(REPO, ".venv") and plan["venv_args"] == "" and plan["constraints"] == ""
+    assert plan["pip"] == CPU_STEPS
+    assert plan["stamp"] == _cpu_stamp()  # same stamp inputs as before: setup.py + this script
+
+
+def test_gpu_without_a_cuda_jax_installs_the_gpu_extra_and_no_torch(tmp_path):
+    for plan in (
+        _plan("--gpu", PYTHON=_stub_python(tmp_path, None)),
+        _plan(RCGRPO_GPU="1", PYTHON=_stub_python(tmp_path, None)),
+    ):
+        assert plan["mode"] == "gpu-install"
+        assert plan["venv"] == os.path.join(REPO, ".venv-gpu") and plan["venv_args"] == ""
+        assert plan["pip"] == [
+            "install -q --upgrade pip",
+            f"install -q -e {REPO}[gpu,test]",
+            "install -q --no-deps bfcl-eval==2026.3.23",
+        ]
+        assert plan["stamp"] != _cpu_stamp()
+    cuda12 = _plan("--gpu", PYTHON=_stub_python(tmp_path, None), RCGRPO_GPU_EXTRA="gpu-cuda12")
+    assert f"install -q -e {REPO}[gpu-cuda12,test]" in cuda12["pip"]
+
+
+def test_gpu_with_a_cuda_jax_reuses_it(tmp_path):
+    venv = str(tmp_path / "venv")
+    plan = _plan("--gpu", PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"), VENV=venv)
+    assert plan["mode"] == "gpu-reuse"
+    assert plan["venv"] == venv and plan["venv_args"] == "--system-site-packages"
+    assert plan["constraints"] == "jax==0.11.2 jaxlib==0.11.2"
+    assert plan["pip"] == [
+        f"install -q --no-build-isolation -c {venv}/rcgrpo-constraints.txt -e {REPO}",
+        "install -q --no-deps bfcl-eval==2026.3.23",
+    ]
+    assert not any("torch" in s or "upgrade" in s or "[gpu" in s for s in plan["pip"])
+    # forced either way
+    assert _plan("--gpu", PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"), RCGRPO_GPU_REUSE="0")["mode"] == "gpu-install"
+    out = subprocess.run(
+        ["bash", SCRIPT, "--gpu", "--print-plan"],
+        env=_env(PYTHON=_stub_python(tmp_path, None), RCGRPO_GPU_REUSE="1"),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0 and "no CUDA jax" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "jax_version, plugin, want",
+    [
+        ("0.11.2", "xla_cuda13", "gpu-reuse"),
+        ("0.10.2", "xla_cuda12", "gpu-reuse"),
+        ("0.11.2", None, "gpu-install"),  # a CPU jax
+        ("0.12.0", "xla_cuda13", "gpu-install"),  # outside the supported range
+        ("0.9.2", "xla_cuda12", "gpu-install"),
+    ],
+)
+def test_the_probe_reads_jax_and_its_cuda_plugin(tmp_path, jax_version, plugin, want):
+    """The real probe, run by this Python on fake `jax`, `jaxlib` and `jax_plugins` packages."""
+    import sys
+
+    site = tmp_path / "site"
+    for pkg, body in (("jax", f"__version__ = {jax_version!r}\n"), ("jaxlib", f"__version__ = {jax_version!r}\n")):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text(body)
+    if plugin:
+        (site / "jax_plugins" / plugin).mkdir(parents=True)
+        (site / "jax_plugins" / plugin / "__init__.py").write_text("")
+    # -S: no site-packages, so a real jax (or CUDA plugin) of this machine cannot answer instead
+    python = _executable(tmp_path / "bin" / "python", f'exec {sys.executable} -S "$@"\n')
+    plan = _plan("--gpu", PYTHON=python, PYTHONPATH=str(site))
+    assert plan["mode"] == want
+    if want == "gpu-reuse":
+        assert plan["constraints"] == f"jax=={jax_version} jaxlib=={jax_version}"
+
+
+def _fake_venv(tmp_path, system_site: bool) -> tuple[str, str]:
+    """A venv whose python records each call's arguments in calls.log (one call per line)."""
+    venv = tmp_path / "venv"
+    log = tmp_path / "calls.log"
+    _executable(venv / "bin" / "python", f'echo "$*" >> {log}\n')
+    (venv / "pyvenv.cfg").write_text(f"include-system-site-packages = {'true' if system_site else 'false'}\n")
+    return str(venv), str(log)
+
+
+def _calls(log: str) -> list[str]:
+    return open(log).read().splitlines() if os.path.exists(log) else []
+
+
+def test_cpu_run_makes_the_planned_pip_calls_then_skips_them_when_stamped(tmp_path):
+    venv, log = _fake_venv(tmp_path, system_site=False)
+    run = lambda: subprocess.run(["bash", SCRIPT], env=_env(VENV=venv), capture_output=True, text=True, timeout=60)
+    assert run().returncode == 0
+    assert _calls(log) == [f"-m pip {s}" for s in CPU_STEPS]
+    assert open(os.path.join(venv, ".rcgrpo_install_stamp")).read().strip() == _cpu_stamp()
+    os.remove(log)
+    assert run().returncode == 0 and _calls(log) == []  # warm: no pip at all
+
+
+def test_gpu_reuse_run_pins_jax_and_never_touches_torch(tmp_path):
+    venv, log = _fake_venv(tmp_path, system_site=True)
+    env = _env(VENV=venv, PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"))
+    out = subprocess.run(["bash", SCRIPT, "--gpu"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert _calls(log) == [
+        f"-m pip install -q --no-build-isolation -c {venv}/rcgrpo-constraints.txt -e {REPO}",
+        "-m pip install -q --no-deps bfcl-eval==2026.3.23",
+    ]
+    assert open(os.path.join(venv, "rcgrpo-constraints.txt")).read().split() == ["jax==0.11.2", "jaxlib==0.11.2"]
+
+
+def test_gpu_reuse_refuses_a_venv_without_system_site_packages(tmp_path):
+    venv, log = _fake_venv(tmp_path, system_site=False)
+    env = _env(VENV=venv, PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"))
+    out = subprocess.run(["bash", SCRIPT, "--gpu"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "without system site packages" in out.stderr
+    assert _calls(log) == []  # nothing installed into it
+
+
+def test_sourcing_ignores_the_callers_arguments(tmp_path):
+    """test.sh sources the script with pytest's arguments still set: they must not be read as options."""
+    venv, log = _fake_venv(tmp_path, system_site=False)
+    with open(os.path.join(venv, ".rcgrpo_install_stamp"), "w") as f:
+        f.write(_cpu_stamp() + "\n")
+    code = f'set -- --gpu -k "not slow"; source {SCRIPT}; echo "mode=$MODE"; command -v python'
+    out = subprocess.run(["bash", "-c", code], env=_env(VENV=venv), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["mode=cpu", os.path.join(venv, "bin", "python")]  # venv on PATH
+    assert _calls(log) == []
+
+
+@pytest.mark.parametrize("script", ["pipeline.sh", "slurm.sbatch"])
+def test_gpu_launchers_source_the_gpu_mode(script):
+    text = open(os.path.join(REPO, "launch", script)).read()
+    assert 'RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"' in text
+    for cpu_script in ("test.sh", "quickstart.sh"):  # the CPU entry points keep the CPU mode
+        assert "RCGRPO_GPU" not in open(os.path.join(REPO, "launch", cpu_script)).read()

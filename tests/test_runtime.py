@@ -1,0 +1,120 @@
+"""rcgrpo_jax.runtime: the start-up backend check and the persistent compilation cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import ml_collections
+import pytest
+
+from rcgrpo_jax import runtime
+from rcgrpo_jax.config_checks import ConfigError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(preset: str, allow_cpu: bool | None = None) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict({"preset": preset, "stage": "rc_grpo"})
+    if allow_cpu is not None:
+        c.runtime = ml_collections.ConfigDict({"allow_cpu": allow_cpu})
+    return c
+
+
+@pytest.mark.parametrize("preset", ["qwen2_5_7b", "llama3_1_8b"])
+def test_production_preset_on_cpu_is_refused_with_the_fix(preset):
+    with pytest.raises(ConfigError) as e:
+        runtime.check_backend(_config(preset), "cpu", dry_run=False)
+    assert e.value.field == "runtime.allow_cpu"
+    msg = str(e.value)
+    assert msg.startswith("config.runtime.allow_cpu:")
+    for needle in (preset, "'cpu'", "--dry_run", "--config.runtime.allow_cpu=True", "setup_env.sh --gpu"):
+        assert needle in msg, needle
+    # the field explicitly off is the same as absent
+    with pytest.raises(ConfigError):
+        runtime.check_backend(_config(preset, allow_cpu=False), "cpu", dry_run=False)
+
+
+@pytest.mark.parametrize(
+    "preset, backend, dry_run, allow_cpu",
+    [
+        ("tiny", "cpu", False, None),  # CPU preset
+        ("qwen2_5_7b", "gpu", False, None),  # the backend the preset is sized for
+        ("qwen2_5_7b", "GPU", False, None),
+        ("llama3_1_8b", "cuda", False, None),
+        ("llama3_1_8b", "tpu", False, None),
+        ("qwen2_5_7b", "cpu", True, None),  # dry runs are meant for CPUs
+        ("qwen2_5_7b", "cpu", False, True),  # explicit override
+    ],
+)
+def test_allowed_combinations_pass(preset, backend, dry_run, allow_cpu):
+    assert runtime.check_backend(_config(preset, allow_cpu), backend, dry_run) is None
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ConfigError, match="'METAL'"):
+        runtime.check_backend(_config("qwen2_5_7b"), "METAL", dry_run=False)
+
+
+def _run(code: str, cache: str) -> dict:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO}
+    env.pop("XLA_FLAGS", None)  # one device: the programs are the same in both processes either way
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), cache], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_PROGRAM = """
+    import json, sys
+    import jax, jax.numpy as jnp
+    from rcgrpo_jax import runtime
+
+    hits = []
+    jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name))
+    path = runtime.enable_compilation_cache(sys.argv[1], min_compile_time_s=0.0)
+    f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(axis=0) * 3.0)
+    y = f(jnp.arange(12.0).reshape(3, 4))
+    print(json.dumps({
+        "path": path,
+        "dir": jax.config.jax_compilation_cache_dir,
+        "min_time": jax.config.jax_persistent_cache_min_compile_time_secs,
+        "hits": hits.count("/jax/compilation_cache/cache_hits"),
+        "value": float(y.sum()),
+    }))
+"""
+
+
+def test_compilation_cache_is_written_and_read_by_a_later_process(tmp_path):
+    cache = str(tmp_path / "xla_cache" / "nested")  # created when missing
+    first = _run(_PROGRAM, cache)
+    assert first["path"] == first["dir"] == os.path.abspath(cache)
+    assert first["min_time"] == 0.0
+    assert first["hits"] == 0
+    entries = os.listdir(cache)
+    assert entries, "no cache entry written"
+    second = _run(_PROGRAM, cache)
+    assert second["hits"] >= 1  # the later process read the program back instead of compiling it
+    assert second["value"] == first["value"]
+    assert sorted(os.listdir(cache)) == sorted(entries)  # nothing new to write
+
+
+def test_compilation_cache_moves_to_a_new_directory_in_the_same_process(tmp_path):
+    code = """
+        import json, os, sys
+        import jax, jax.numpy as jnp
+        from rcgrpo_jax import runtime
+
+        a, b = sys.argv[1] + "/a", sys.argv[1] + "/b"
+        runtime.enable_compilation_cache(a, min_compile_time_s=0.0)
+        jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()
+        runtime.enable_compilation_cache(b, min_compile_time_s=0.0)
+        jax.jit(lambda x: x * 5 - 1)(jnp.ones(3)).block_until_ready()
+        print(json.dumps({"a": len(os.listdir(a)), "b": len(os.listdir(b))}))
+    """
+    got = _run(code, str(tmp_path))
+    assert got["a"] >= 1 and got["b"] >= 1
