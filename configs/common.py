@@ -52,6 +52,9 @@ def model(preset: str) -> ml_collections.ConfigDict:
     # Layers the layer loop unrolls (-1: all). Unrolled is ~20% faster for the CPU-sized tiny models; the
     # rolled loop keeps 28-32-layer compiles short.
     c.scan_unroll = -1 if preset == "tiny" else 1
+    # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
+    # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run).
+    c.attention_impl = "auto"
     return c
 
 
@@ -132,6 +135,15 @@ def multihost() -> ml_collections.ConfigDict:
     return c
 
 
+def runtime() -> ml_collections.ConfigDict:
+    """The machine a run lands on (rcgrpo_jax.runtime)."""
+    c = ml_collections.ConfigDict()
+    c.allow_cpu = False  # let a GPU-sized preset run on a CPU backend (else refused at start-up)
+    # Persistent XLA compilation cache; "" = $JAX_COMPILATION_CACHE_DIR when set, else <workdir>/xla_cache.
+    c.compile_cache_dir = ""
+    return c
+
+
 def memory() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.device_bytes = H200_BYTES  # budget per device when the device does not report one (CPU, dry runs)
@@ -178,6 +190,7 @@ def base(stage: str, preset: str, *, lr: float, trainer: str) -> ml_collections.
     c.checkpoint = checkpoint(preset)
     c.log = log(preset)
     c.multihost = multihost()
+    c.runtime = runtime()
     c.memory = memory()
     return c
 

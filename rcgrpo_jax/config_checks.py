@@ -90,6 +90,9 @@ def check(config, num_devices: int) -> dict[str, int]:
     # Model: a real preset needs weights; tiny may build them.
     build_tiny = bool(_get(config, "model.build_tiny", False))
     _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
+    impl = _get(config, "model.attention_impl")
+    if impl is not None and impl not in ("auto", "xla", "cudnn"):
+        raise ConfigError("model.attention_impl", f"{impl!r} is not one of auto, xla, cudnn")
     for f in ("model.dtype", "model.param_dtype"):
         if _get(config, f) is not None and _get(config, f) not in DTYPES:
             raise ConfigError(f, f"unknown dtype {_get(config, f)!r}; known: {', '.join(DTYPES)}")

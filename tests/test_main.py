@@ -58,6 +58,7 @@ def xla_cache(tmp_path_factory):
 def test_every_estimator_runs_one_rl_step_from_the_command_line(name, world_ckpt, xla_cache, tmp_path, capsys):
     workdir = str(tmp_path / name)
     argv = ["main", f"--config={GRPO}:tiny", f"--config.rl.advantage.name={name}", *SMALL]
+    argv.append(f"--config.runtime.compile_cache_dir={xla_cache}")
     code = main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={workdir}"])
     assert code == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == '{"step": 1, "reason": "done", "total_steps": 1}'

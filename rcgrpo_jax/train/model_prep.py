@@ -59,13 +59,14 @@ def model_config(config, path_or_dict) -> Any:
     """ModelConfig of an HF directory (or config.json dict) with the run's dtype, remat and unroll."""
     from rcgrpo_jax.models.config import ModelConfig
 
-    return ModelConfig.from_hf(
+    cfg = ModelConfig.from_hf(
         path_or_dict,
         dtype=config.model.dtype,
         param_dtype=config.model.param_dtype,
         remat=bool(config.model.remat),
         scan_unroll=int(config.model.scan_unroll),
     )
+    return dataclasses.replace(cfg, attention_impl=str(config.model.get("attention_impl", "auto")))
 
 
 def abstract_model_config(config, *, extra_tokens: int = 0) -> Any:
