@@ -55,7 +55,8 @@ for the judge and never reach the policy's context.
 Masking (Hammer, Lin et al. 2024): `mask(instance, seed)` replaces every function name and every
 top-level argument name by a random string, consistently across the tools, the released tools, the
 history (calls, tool-message names, BFCL release docs in user messages) and the target; descriptions,
-values and free text are untouched. The mapping is kept on the instance and `unmask(mask(x)) == x`.
+values and free text (message content, `reasoning_content`, tool results, rationales: they may still
+spell a name) are untouched. The mapping is kept on the instance and `unmask(mask(x)) == x`.
 """
 
 from __future__ import annotations
