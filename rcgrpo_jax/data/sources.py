@@ -320,7 +320,12 @@ def _steps_check(data_config) -> None:
 
 
 def _steps_corpus(data_config) -> list[str] | None:
-    return _world_corpus(data_config) if steps_options(data_config).trajectories == "world" else None
+    """The world's corpus when the instances come from the world (its names are what the steps use)."""
+    if steps_options(data_config).trajectories != "world":
+        return None
+    from rcgrpo_jax.worlds import corpus
+
+    return corpus([t.entry for t in _world_tasks(data_config, "train")])
 
 
 def _steps_chats(data_config) -> list[dict]:
