@@ -24,7 +24,11 @@ STEP_REWARDS (by name; `StepInstance.reward` or `SingleStepConfig.reward` choose
   [-3, 3] is 6 * partial - 3; its format reward is not part of it. partial == 1 exactly when exact == 1.
 
 official_verdict: BFCL has no checker for one step of a multi-turn episode; the verdict is our exact
-match, named as such (`checker`), with an error type saying how it failed.
+match, named as such (`checker`), with an error type saying how it failed: single_step:no_call,
+unexpected_call, missing_call / extra_call (the function multisets nest), wrong_function, wrong_arguments.
+
+The judge: `SingleStepEnv.reference_rationale` (and `trace()["reference_rationale"]`) is the data's
+rationale for the step, None when the data has none.
 """
 
 from __future__ import annotations
@@ -139,7 +143,12 @@ def error_type(predicted: Sequence[Call], target: Sequence[Call]) -> str | None:
         return "single_step:no_call"
     if predicted and not target:
         return "single_step:unexpected_call"
-    if collections.Counter(n for n, _ in predicted) != collections.Counter(n for n, _ in target):
+    pn, gn = collections.Counter(n for n, _ in predicted), collections.Counter(n for n, _ in target)
+    if pn != gn:
+        if not pn - gn:
+            return "single_step:missing_call"  # a strict sub-multiset of the target's functions
+        if not gn - pn:
+            return "single_step:extra_call"
         return "single_step:wrong_function"
     return "single_step:wrong_arguments"
 

@@ -131,6 +131,8 @@ def test_verdicts_say_how_a_step_missed(instances):
     assert r == 0.0 and v["error_type"] == "single_step:no_call"
     r, v = verdict(weather, [{"name": "get_forecast", "arguments": {"city": "Paris"}}])
     assert v["error_type"] == "single_step:wrong_function"
+    two = [{"name": "get_weather", "arguments": {"city": "Paris"}}] * 2
+    assert verdict(weather, two)[1]["error_type"] == "single_step:extra_call"
     r, v = verdict(weather, [{"name": "get_weather", "arguments": {"city": "Lyon"}}])
     assert r == 0.0 and v["error_type"] == "single_step:wrong_arguments" and "Lyon" in v["error_message"]
     # arguments that are not a JSON object (or not JSON at all) match nothing, and do not raise
@@ -266,3 +268,32 @@ def test_source_defaults_and_world_section():
     with pytest.raises(ConfigError, match="data.world"):
         sources.check(d)
     sources.check(data_config(trajectories="bfcl"))  # checks only; building the 720 tasks is not tested here
+
+
+# --- through the rollout engine ----------------------------------------------------------------------
+
+
+def test_rollout_engine_plays_single_step_episodes(tmp_path, instances):
+    import transformers
+
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.models.tiny import build_tiny_tokenizer
+    from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
+
+    tok = transformers.AutoTokenizer.from_pretrained(
+        build_tiny_tokenizer(tmp_path, corpus=["get_weather Paris convert ls mkdir"], tokenizer_vocab_size=300)
+    )
+    parser = chat.get_parser(chat.family_for("qwen2"))
+    tasks = list(instances) + [steps.mask(i, seed=1) for i in instances]
+    scripts = [oracle_texts(steps.expert_script(t), parser) for t in tasks]
+    wrong = by_id(instances, "xlam-7:step0")  # one of its two parallel calls only
+    tasks.append(wrong)
+    scripts.append([parser.format(wrong.target_calls[:1])])
+    specs = [EpisodeSpec(SingleStepEnv(t), t.id, group=k) for k, t in enumerate(tasks)]
+    policy = ScriptedPolicy(tok, scripts, chat.end_of_turn_ids(tok)[0])
+    episodes, _ = run_episodes(specs, policy, tok, parser, RolloutConfig(max_context=10**5, max_step_tokens=10**4))
+    for e, task in zip(episodes[:-1], tasks):
+        assert e.steps == 1 and e.reward == 1.0 and e.verdict["valid"], (task.id, e.done_reason)
+        assert e.messages[: len(task.context)] == list(task.context)
+        assert e.done_reason == ("env_done" if task.target_calls else "completed")
+    assert episodes[-1].reward == 0.0 and episodes[-1].verdict["error_type"] == "single_step:missing_call"
