@@ -317,6 +317,12 @@ def _steps_check(data_config) -> None:
                 "data.steps.trajectories",
                 f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file: {opts.trajectories!r}",
             )
+        from rcgrpo_jax.data.steps import StepDataError
+
+        try:  # read (and cache) the file now, so a malformed row stops the run at start-up
+            _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
+        except StepDataError as err:
+            raise ConfigError("data.steps.trajectories", str(err)) from None
 
 
 def _steps_corpus(data_config) -> list[str] | None:

@@ -27,6 +27,10 @@ official_verdict: BFCL has no checker for one step of a multi-turn episode; the 
 match, named as such (`checker`), with an error type saying how it failed: single_step:no_call,
 unexpected_call, missing_call / extra_call (the function multisets nest), wrong_function, wrong_arguments.
 
+Rollouts: a step whose output does not parse never reaches `step`, and the engine by default lets the
+model try again; run single-step sources with `RolloutConfig(max_steps_per_turn=0)` so that every
+episode is exactly one assistant step (a call step then ends as "step_limit", scored as usual).
+
 The judge: `SingleStepEnv.reference_rationale` (and `trace()["reference_rationale"]`) is the data's
 rationale for the step, None when the data has none.
 """

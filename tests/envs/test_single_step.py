@@ -262,6 +262,14 @@ def test_source_check_rejects_bad_options(fields, field, message):
     assert err.value.field == field and message in str(err.value)
 
 
+def test_source_check_reads_the_jsonl_at_start_up(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(FIXTURE.read_text() + '{"messages": [{"role": "user", "content": "x"}], "tools": []}\n')
+    with pytest.raises(ConfigError) as err:
+        sources.check(data_config(trajectories=str(bad)))
+    assert err.value.field == "data.steps.trajectories" and f"{bad}:4" in str(err.value)
+
+
 def test_source_defaults_and_world_section():
     assert sources.steps_options(ml_collections.ConfigDict({"source": "steps"})) == sources.StepsOptions()
     d = ml_collections.ConfigDict({"source": "steps", "steps": {"trajectories": "world"}})
@@ -297,3 +305,16 @@ def test_rollout_engine_plays_single_step_episodes(tmp_path, instances):
         assert e.messages[: len(task.context)] == list(task.context)
         assert e.done_reason == ("env_done" if task.target_calls else "completed")
     assert episodes[-1].reward == 0.0 and episodes[-1].verdict["error_type"] == "single_step:missing_call"
+
+    # An unparsable step never reaches the environment, and by default the engine lets the model try
+    # again; with max_steps_per_turn=0 (the setting for single-step sources) every episode is one step.
+    call_task = by_id(instances, "hammer-3:step0")
+    garbage = ["<tool_call>{not json</tool_call>"] + oracle_texts(steps.expert_script(call_task), parser)
+    texts = [oracle_texts(steps.expert_script(t), parser) for t in instances]
+    for limit, want in ((None, (2, 1.0)), (0, (1, 0.0))):
+        specs = [EpisodeSpec(SingleStepEnv(t), t.id, group=k) for k, t in enumerate([*instances, call_task])]
+        policy = ScriptedPolicy(tok, [*texts, garbage], chat.end_of_turn_ids(tok)[0])
+        config = RolloutConfig(max_context=10**5, max_step_tokens=10**4, max_steps_per_turn=limit)
+        episodes, _ = run_episodes(specs, policy, tok, parser, config)
+        assert [(e.steps, e.reward) for e in episodes[:-1]] == [(1, 1.0)] * len(instances)
+        assert (episodes[-1].steps, episodes[-1].reward) == want
