@@ -15,7 +15,7 @@ calls (a plain answer) is an instance too; `calls_only` keeps only the tool-call
 Sources
 - The BFCL (or generated-world) expert trajectories, `trajectories.expert_trajectory(task)`: the 720
   BFCL training tasks give 5,655 instances (2,644 of them tool-calling steps holding 4,160 calls;
-  the rest are each turn's closing answer).
+  the rest are each turn's closing answer), the 80 test tasks 605 (280).
 - Any JSONL of chats in the OpenAI messages format with tools (ToolACE, xLAM, Hammer data converted to
   it; our own trajectory records are rows of it too). `load_jsonl(path)` reads it.
 
