@@ -13,6 +13,8 @@ Built in:
 - `bfcl`: the BFCL v4 multi-turn tasks of the shipped 720/80 split (the paper's setting).
 - `world`: a generated miniature world on the same BFCL classes (rcgrpo_jax.worlds), for CPU runs:
   compact tool lists and short episodes that a tiny model can learn in minutes.
+- `steps`: single-step instances (SWiRL) of the BFCL or world expert trajectories, or of a JSONL of chats
+  (rcgrpo_jax.data.steps), scored per step by rcgrpo_jax.envs.single_step; options under `data.steps`.
 
 RL, evaluation, exploration and data building all reach tasks, environments and experts through
 this module, so adding a source is one `register(TaskSource(...))` call.
@@ -169,5 +171,190 @@ register(
         check=_world_check,
         tokenizer_corpus=_world_corpus,
         tokenizer_chats=_world_chats,
+    )
+)
+
+
+# ---------------------------------------------------------------- step-level instances (SWiRL)
+# `steps`: every assistant step of a set of trajectories as a one-step task (rcgrpo_jax.data.steps), scored by
+# rcgrpo_jax.envs.single_step. Its options live under `data.steps` (all optional; STEPS_DEFAULTS):
+#   trajectories    'bfcl' | 'world': the expert trajectories of that source's split; else a JSONL path (the
+#                   schema of rcgrpo_jax.data.steps), split by rows with test_fraction and seed
+#   test_fraction   JSONL only: the share of rows (whole trajectories) held out as 'test'
+#   seed            the JSONL split and the name masks
+#   mask_names      Hammer-style masking of function and argument names (per instance, invertible)
+#   partial_credit  score with ToolRL's partial credit ('partial') instead of the exact match ('exact')
+#   calls_only      keep only the tool-calling steps (drop each turn's plain closing answer)
+
+STEPS_DEFAULTS = {
+    "trajectories": "bfcl",
+    "test_fraction": 0.1,
+    "seed": 0,
+    "mask_names": False,
+    "partial_credit": False,
+    "calls_only": False,
+}
+STEPS_FROM_SOURCES = ("bfcl", "world")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsOptions:
+    trajectories: str = "bfcl"
+    test_fraction: float = 0.1
+    seed: int = 0
+    mask_names: bool = False
+    partial_credit: bool = False
+    calls_only: bool = False
+
+
+def steps_options(data_config) -> StepsOptions:
+    """`data.steps` (missing fields take STEPS_DEFAULTS); raises ConfigError on an unknown field or a bad value."""
+    from rcgrpo_jax.config_checks import ConfigError
+
+    section = data_config.get("steps")
+    given = dict(section.items()) if section is not None else {}
+    unknown = sorted(set(given) - set(STEPS_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"data.steps.{unknown[0]}", f"unknown field; known: {', '.join(STEPS_DEFAULTS)}")
+    values = {**STEPS_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    if not isinstance(values["trajectories"], str) or not values["trajectories"]:
+        raise ConfigError("data.steps.trajectories", f"a source name {STEPS_FROM_SOURCES} or a JSONL path")
+    for f in ("mask_names", "partial_credit", "calls_only"):
+        if not isinstance(values[f], bool):
+            raise ConfigError(f"data.steps.{f}", f"must be true or false, got {values[f]!r}")
+    try:
+        fraction, seed = float(values["test_fraction"]), int(values["seed"])
+    except (TypeError, ValueError):
+        raise ConfigError("data.steps", "test_fraction must be a number and seed an integer") from None
+    if not 0.0 <= fraction < 1.0:
+        raise ConfigError("data.steps.test_fraction", f"must be in [0, 1), got {fraction}")
+    return StepsOptions(
+        values["trajectories"], fraction, seed, values["mask_names"], values["partial_credit"], values["calls_only"]
+    )
+
+
+def _steps_key(data_config) -> tuple:
+    """Everything the instances depend on, hashable (the JSONL file by path, size and mtime)."""
+    import os
+
+    opts = steps_options(data_config)
+    if opts.trajectories == "world":
+        w = data_config.world
+        origin = ("world", int(w.seed), int(w.train_per_type), int(w.test_per_type))
+    elif opts.trajectories == "bfcl":
+        origin = ("bfcl",)
+    else:
+        path = os.path.abspath(opts.trajectories)
+        st = os.stat(path)
+        origin = ("jsonl", path, st.st_size, st.st_mtime_ns)
+    return opts, origin
+
+
+@functools.lru_cache(maxsize=8)
+def _steps_trajectories(origin: tuple, test_fraction: float, seed: int) -> dict[str, tuple]:
+    from rcgrpo_jax.data import steps as steps_lib
+
+    if origin[0] == "jsonl":
+        rows = steps_lib.load_jsonl(origin[1])
+        split = steps_lib.split_rows(rows, test_fraction, seed)
+    elif origin[0] == "world":
+        train, test = _world(*origin[1:])
+        split = {"train": steps_lib.expert_trajectories(train), "test": steps_lib.expert_trajectories(test)}
+    else:
+        split = {s: steps_lib.expert_trajectories(_bfcl_tasks(None, s)) for s in ("train", "test")}
+    return {"train": tuple(split["train"]), "test": tuple(split["test"]), "all": tuple(split["train"] + split["test"])}
+
+
+@functools.lru_cache(maxsize=16)
+def _steps_instances(opts: StepsOptions, origin: tuple, split: str) -> tuple:
+    from rcgrpo_jax.data import steps as steps_lib
+
+    trajs = _steps_trajectories(origin, opts.test_fraction, opts.seed)[split]
+    reward = "partial" if opts.partial_credit else "exact"
+    out = steps_lib.instances_of(trajs, reward=reward, calls_only=opts.calls_only)
+    return tuple(steps_lib.mask(i, opts.seed) for i in out) if opts.mask_names else tuple(out)
+
+
+def _steps_tasks(data_config, split: str) -> list:
+    return list(_steps_instances(*_steps_key(data_config), split))
+
+
+def _steps_env(task, env_config=None):
+    """A SingleStepEnv; a `SingleStepConfig` is used as given, anything else (e.g. the multi-turn
+    `bfcl.EnvConfig` a trainer passes: its caps and reward are for whole episodes) is ignored."""
+    from rcgrpo_jax.envs import single_step
+
+    if isinstance(env_config, single_step.SingleStepConfig):
+        return single_step.SingleStepEnv(task, env_config)
+    return single_step.SingleStepEnv(task)
+
+
+def _steps_expert(task) -> list:
+    from rcgrpo_jax.data import steps as steps_lib
+
+    return steps_lib.expert_script(task)
+
+
+def _steps_check(data_config) -> None:
+    import os
+
+    from rcgrpo_jax.config_checks import ConfigError
+
+    opts = steps_options(data_config)
+    if opts.trajectories == "steps":
+        raise ConfigError("data.steps.trajectories", "'steps' cannot decompose itself")
+    if opts.trajectories == "world":
+        _world_check(data_config)
+    elif opts.trajectories != "bfcl":
+        if opts.trajectories in SOURCES:
+            raise ConfigError(
+                "data.steps.trajectories",
+                f"source {opts.trajectories!r} has no expert trajectories to decompose; use one of "
+                f"{STEPS_FROM_SOURCES} or a JSONL path",
+            )
+        if not os.path.isfile(opts.trajectories):
+            raise ConfigError(
+                "data.steps.trajectories",
+                f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file: {opts.trajectories!r}",
+            )
+        from rcgrpo_jax.data.steps import StepDataError
+
+        try:  # read (and cache) the file now, so a malformed row stops the run at start-up
+            _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
+        except StepDataError as err:
+            raise ConfigError("data.steps.trajectories", str(err)) from None
+
+
+def _steps_corpus(data_config) -> list[str] | None:
+    """The world's corpus when the instances come from the world (its names are what the steps use)."""
+    if steps_options(data_config).trajectories != "world":
+        return None
+    from rcgrpo_jax.worlds import corpus
+
+    return corpus([t.entry for t in _world_tasks(data_config, "train")])
+
+
+def _steps_chats(data_config) -> list[dict]:
+    """The train trajectories as chats; masked instances as one chat each (context + target), so the
+    tokenizer sees the masked names."""
+    opts, origin = _steps_key(data_config)
+    if opts.mask_names:
+        return [
+            {"messages": list(i.context) + [i.target], "tools": list(i.tools)}
+            for i in _steps_instances(opts, origin, "train")
+        ]
+    trajs = _steps_trajectories(origin, opts.test_fraction, opts.seed)["train"]
+    return [{"messages": list(t.messages), "tools": list(t.tools)} for t in trajs]
+
+
+register(
+    TaskSource(
+        "steps",
+        tasks=_steps_tasks,
+        make_env=_steps_env,
+        expert=_steps_expert,
+        check=_steps_check,
+        tokenizer_corpus=_steps_corpus,
+        tokenizer_chats=_steps_chats,
     )
 )
