@@ -220,9 +220,9 @@ def run_call(instance: Any, record: CallRecord, limits: Limits) -> CallRecord:
     method = getattr(instance, record.name)
     kwargs = copy.deepcopy(record.bound)  # the tool may keep and mutate what it is given
     try:
-        with numeric_context():
+        with numeric_context():  # the result is rendered at the call's precision too (an mpf prints by mp.dps)
             value = call_with_timeout(method, kwargs, limits.call_timeout_s)
-        record.result = render_result(value)
+            record.result = render_result(value)
         record.status = OK
     except CallTimeout:
         record.status = TIMEOUT

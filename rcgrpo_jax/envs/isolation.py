@@ -123,16 +123,23 @@ def restore_package_state() -> int:
         return _snapshot.restore()
 
 
+DECIMAL_PREC, MPMATH_DPS = 28, 15  # the libraries' own defaults
+
+
 class numeric_context:
-    """Save and restore the process-wide numeric precision that MathAPI changes."""
+    """Run a tool call (or the official checker) at the libraries' default numeric precision, then restore
+    the caller's. MathAPI sets the process-wide `mpmath.mp.dps` (e.g. in `logarithm`) and never restores
+    it, so without the reset a result would depend on which episodes ran before it in the process."""
 
     def __enter__(self) -> "numeric_context":
         self._prec = decimal.getcontext().prec
+        decimal.getcontext().prec = DECIMAL_PREC
         try:
             import mpmath
 
             self._mp = mpmath.mp
             self._dps = mpmath.mp.dps
+            mpmath.mp.dps = MPMATH_DPS
         except ModuleNotFoundError:
             self._mp = None
         return self

@@ -27,7 +27,7 @@ import os
 import uuid
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax.envs.isolation import import_bfcl, package_lock, restore_package_state
+from rcgrpo_jax.envs.isolation import import_bfcl, numeric_context, package_lock, restore_package_state
 
 REJECTED_CALL = "rcgrpo_rejected_call()"
 FORCE_TERMINATED = "multi_turn:force_terminated"
@@ -109,7 +109,7 @@ def official_check(
     category = entry["id"].rsplit("_", 1)[0]
     calls = [[list(step) for step in turn] for turn in model_calls]
     truth = [list(turn) for turn in ground_truth]
-    with package_lock:  # the package's instance cache is a module global and not thread-safe
+    with package_lock, numeric_context():  # the package's instance cache is a module global, not thread-safe
         restore_package_state()
         try:
             result = checker(calls, truth, dict(entry), category, model_name)

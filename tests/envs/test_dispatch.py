@@ -146,3 +146,27 @@ def test_cost_guards():
     assert dispatch.COST_GUARDS[("MathAPI", "power")]({"base": 2, "exponent": 8}) is None
     assert dispatch.COST_GUARDS[("MathAPI", "power")]({"base": 10.0, "exponent": 1e9}) is None
     assert dispatch.COST_GUARDS[("MathAPI", "logarithm")]({"precision": 10**6})
+
+
+def test_tool_results_do_not_depend_on_the_process_numeric_precision():
+    """MathAPI's `logarithm` sets the process-wide mpmath.mp.dps and returns an mpf, whose printed digits
+    follow mp.dps: calls run and are rendered at the libraries' default precision, and the caller's is
+    restored, so an expert trajectory is the same whatever ran before it in the process."""
+    import json
+
+    import mpmath
+
+    from rcgrpo_jax.data import trajectories
+    from rcgrpo_jax.envs import bfcl
+
+    task = bfcl.get_task("multi_turn_base_57")  # its ground truth calls logarithm
+    before = mpmath.mp.dps
+    try:
+        mpmath.mp.dps = 15
+        a = json.dumps(trajectories.expert_trajectory(task)["messages"])
+        mpmath.mp.dps = 40
+        b = json.dumps(trajectories.expert_trajectory(task)["messages"])
+        assert mpmath.mp.dps == 40  # the caller's precision is restored
+    finally:
+        mpmath.mp.dps = before
+    assert "logarithm" in a and a == b
