@@ -81,13 +81,25 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
     c.source = "world" if preset == "tiny" else "bfcl"
     c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16})
+    # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.
+    c.steps = steps_section()
     c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source
+    # Exploration records (python -m rcgrpo_jax.train.exploration): their failures join the generated ones
+    # in the RCTP-FT data built from data.source (data/manifest.json records the mix). None = generated only.
+    c.exploration_path = placeholder(str)
     # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
     # carry 3-9 docs.
     c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)
     c.truncate = True  # longer examples are cut to the largest bucket (else dropped); both are counted
     c.max_examples = -1  # > 0 keeps the first N train tasks (quick debugging); -1 = all
     return c
+
+
+def steps_section() -> ml_collections.ConfigDict:
+    """data.steps (rcgrpo_jax.data.sources, `steps`): defaults from the source itself."""
+    from rcgrpo_jax.data import sources
+
+    return ml_collections.ConfigDict(dict(sources.STEPS_DEFAULTS))
 
 
 def train(preset: str) -> ml_collections.ConfigDict:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The paper's pipeline on GPUs, stage by stage through rcgrpo_jax.main (one 8-GPU host per stage):
-#   SFT -> RCTP-FT -> RC-GRPO from RCTP-FT and the GRPO baselines (SFT+GRPO, SFT+RC-GRPO, RCTP-FT+GRPO)
+#   SFT -> exploration (the base model's own rollouts on the train tasks; those that score 0 join the
+#   generated failures) -> RCTP-FT -> RC-GRPO from RCTP-FT and the GRPO baselines (SFT+GRPO, SFT+RC-GRPO, RCTP-FT+GRPO)
 #   -> evaluation of the base model and of every RL row on the BFCL test split.
 #
 #   bash launch/pipeline.sh PRESET MODEL_DIR OUT_DIR [--dry-run]
@@ -31,7 +32,11 @@ if [ "$DRY" != "--dry-run" ]; then
   cd "$ROOT"
 fi
 run sft sft "--config.model.path=$MODEL"
-run rctp_ft rctp_ft "--config.model.path=$MODEL"
+EXPLORED="$OUT/explore/rollouts.jsonl"
+explore=(python -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
+echo "+ ${explore[*]}"
+if [ "$DRY" != "--dry-run" ] && [ ! -s "$EXPLORED" ]; then mkdir -p "$OUT/explore"; "${explore[@]}"; fi
+run rctp_ft rctp_ft "--config.model.path=$MODEL" "--config.data.exploration_path=$EXPLORED"
 for INIT in sft rctp_ft; do
   for ALGO in grpo rc_grpo; do
     run "${INIT}_${ALGO}" "$ALGO" "--config.model.path=$OUT/$INIT/hf" "--config.reference.path=$OUT/$INIT/hf"

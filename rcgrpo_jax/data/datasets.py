@@ -84,22 +84,55 @@ def rl_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
     return [{"id": t.id} for t in _tasks(ids)]
 
 
+def failure_mix(records: Iterable[dict]) -> dict[str, int]:
+    """Failure records by origin: 'exploration' (a policy's own rollouts that scored 0, the paper's source)
+    and each synthetic perturbation kind ('wrong_tool', ...)."""
+    out: dict[str, int] = {}
+    for r in records:
+        if r.get("kind") == "failure":
+            out[str(r.get("failure"))] = out.get(str(r.get("failure")), 0) + 1
+    return dict(sorted(out.items()))
+
+
 def build_all(
-    out_dir: str | Path, *, split: str = "train", seed: int = 0, ids: Sequence[str | bfcl.Task] | None = None
+    out_dir: str | Path,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    ids: Sequence[str | bfcl.Task] | None = None,
+    explored: Sequence[dict] = (),
 ) -> dict[str, Path]:
-    """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks)."""
+    """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks), and
+    manifest.json with the counts and the failures' mix. `explored`: exploration records
+    (`train.exploration.collect`); their failures join the perturbations before the 1:1 RCTP-FT draw."""
     out_dir = Path(out_dir)
     ids = list(ids) if ids is not None else splits.split(split)
     experts = expert_records(ids)
-    failures = failure_records(ids, seed=seed)
+    failures = failure_records(ids, seed=seed) + [r for r in explored if r.get("kind") == "failure"]
+    rctp = rctp_records(experts, failures, seed=seed)
     write = trajectories.write_jsonl
-    return {
+    paths = {
         "expert": write(out_dir / "expert.jsonl", experts),
         "failure": write(out_dir / "failure.jsonl", failures),
         "sft": write(out_dir / "sft.jsonl", sft_records(experts)),
-        "rctp_ft": write(out_dir / "rctp_ft.jsonl", rctp_records(experts, failures, seed=seed)),
+        "rctp_ft": write(out_dir / "rctp_ft.jsonl", rctp),
         "rl": write(out_dir / "rl.jsonl", rl_records(ids)),
     }
+    manifest = {
+        "tasks": len(ids),
+        "experts": len(experts),
+        "failures": failure_mix(failures),
+        "rctp_ft": {
+            "examples": len(rctp),
+            "failures": failure_mix(
+                [{**r, "kind": "failure"} for r in rctp if r.get("reward_goal") == LOW_REWARD_TOKEN]
+            ),
+        },
+        "seed": seed,
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    paths["manifest"] = out_dir / "manifest.json"
+    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -109,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     paths = build_all(args.out, split=args.split, seed=args.seed)
-    counts = {name: sum(1 for _ in open(p, encoding="utf-8")) for name, p in paths.items()}
+    counts = {name: sum(1 for _ in open(p, encoding="utf-8")) for name, p in paths.items() if p.suffix == ".jsonl"}
     print(json.dumps({"out": str(args.out), "split": args.split, "counts": counts}))
 
 

@@ -125,18 +125,36 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     return path
 
 
-def build_datasets(workdir: str, budget: budgets_lib.Budget) -> dict[str, str]:
-    """SFT (expert) and RCTP-FT (expert + generated failures, 1:1, reward goals) JSONL of the world's train
-    split, built once for both stage-1 runs."""
+def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict] | None = None) -> dict[str, str]:
+    """SFT (expert) and RCTP-FT (expert + failures, 1:1, reward goals) JSONL of the world's train split.
+    Without `explored`: generated failures only, in workdir/data; with the exploration stage's records their
+    failures join in, in workdir/data_explored (data/manifest.json records the mix either way)."""
     from rcgrpo_jax.data import datasets, sources
 
-    out = os.path.join(workdir, "data")
+    out = os.path.join(workdir, "data" if explored is None else "data_explored")
     files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
     if not all(os.path.exists(f) for f in files.values()):
         data = stage_config("sft", budget, {}).data
-        built = datasets.build_all(out, split="train", seed=0, ids=sources.tasks(data, "train"))
+        tasks = sources.tasks(data, "train")
+        built = datasets.build_all(out, split="train", seed=0, ids=tasks, explored=explored or ())
         files = {k: str(built[k]) for k in files}
     return files
+
+
+def explore(workdir: str, budget: budgets_lib.Budget, model_path: str) -> list[dict]:
+    """The exploration stage: `budget.explore` rollouts of the policy at `model_path` (cached in
+    workdir/explore.jsonl)."""
+    from rcgrpo_jax.data import sources, trajectories
+    from rcgrpo_jax.train import exploration
+
+    path = os.path.join(workdir, "explore.jsonl")
+    if os.path.exists(path):
+        return trajectories.read_jsonl(path)
+    e = dict(budget.explore)
+    tasks = sources.tasks(stage_config("sft", budget, {}).data, "train")[: int(e.pop("tasks"))]
+    records = exploration.collect(model_path, tasks, keep="failures", source="world", **e)
+    trajectories.write_jsonl(path, records)
+    return records
 
 
 def train_stage(run_fn: Callable, config, workdir: str) -> dict:
@@ -214,6 +232,7 @@ def run(
             ("world + tiny checkpoint", p["setup"]),
             ("evaluate base", p["eval"]),
             ("SFT", p["sft"]),
+            *([("exploration", p.get("explore", 30))] if budget.explore else []),
             ("RCTP-FT", p["rctp_ft"]),
             ("evaluate stage-1 models", 2 * p["eval"]),
         ]
@@ -237,6 +256,11 @@ def run(
     stage1 = {}
     for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
         label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
+        if name == "rctp_ft" and budget.explore:
+            t = console.start("exploration")
+            explored = explore(workdir, budget, stage1["sft"])
+            data_files = build_datasets(workdir, budget, explored)
+            timings["explore"] = console.end("exploration", t, f"{len(explored)} failed rollouts")
         t = console.start(label)
         config = stage_config(
             stage_file, budget, overrides, **{"model.path": base, "seed": 0, "data.path": data_files[name]}

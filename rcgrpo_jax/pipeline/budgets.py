@@ -23,6 +23,11 @@ class Budget:
     eval: Mapping[str, Any]  # the eval section (configs/eval.py:tiny)
     # Planned seconds per stage on a 2-core machine, only for the console ETA.
     plan_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # The exploration stage (train.exploration.collect): the SFT policy plays the first `tasks` train tasks
+    # `group_size` times; its rollouts that score 0 join the generated failures of the RCTP-FT data (the
+    # paper's failures are a policy's own; the CPU run's base model is random, so the SFT policy explores).
+    # Empty = no exploration (RCTP-FT on generated failures only).
+    explore: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # Length buckets: SFT batches fit 256 tokens; RCTP-FT's reward-goal suffixes push most just past it
@@ -95,6 +100,7 @@ SMOKE = Budget(
     },
     eval={"batch_size": 16, "max_step_tokens": 16, "max_context": 1536},
     plan_s={"setup": 10, "eval": 5, "sft": 10, "rctp_ft": 10, "rl": 10},
+    explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
 )
 
 BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}

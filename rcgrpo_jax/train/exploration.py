@@ -99,19 +99,24 @@ def collect(
     batch_tasks: int = 8,
     reward_token: str | None = None,
     mesh=None,
+    source: str = "bfcl",
 ) -> list[dict]:
     """Exploration records of the policy at `model_path` on `tasks` (G rollouts each), in task order, the
     same on every process (each process steps only its share of each batch's environments).
 
     keep: 'failures' (reward 0 only, the RCTP-FT input) or 'all'. reward_token: condition every rollout
-    on it (an RCTP checkpoint), None for an unconditioned policy."""
+    on it (an RCTP checkpoint), None for an unconditioned policy. Environments come from the task source
+    `source` (rcgrpo_jax.data.sources)."""
     import jax
     from transformers import AutoTokenizer
 
     from rcgrpo_jax import chat, models, sharding
+    from rcgrpo_jax.data import sources
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
     from rcgrpo_jax.rollout.distributed import run_across_processes
     from rcgrpo_jax.sampling import SamplingParams
+
+    task_source = sources.get(source)
 
     if keep not in ("failures", "all"):
         raise ValueError(f"keep must be 'failures' or 'all', got {keep!r}")
@@ -127,7 +132,8 @@ def collect(
 
         def spec(i, chunk=chunk):  # row i = task k's rollout j
             k, j = divmod(i, group_size)
-            return EpisodeSpec(bfcl.BFCLEnv(chunk[k]), chunk[k].id, group=k, rollout_index=j, reward_token=reward_token)
+            env = task_source.make_env(chunk[k], None)
+            return EpisodeSpec(env, chunk[k].id, group=k, rollout_index=j, reward_token=reward_token)
 
         def policy(_rows, b=b):
             return ModelPolicy(
@@ -182,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_context=args.max_context,
         seed=args.seed,
         keep=args.keep,
+        source=args.source,
     )
     trajectories.write_jsonl(args.out, records)
     print(

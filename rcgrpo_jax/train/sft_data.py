@@ -174,8 +174,9 @@ def build_data(
 
 def load_examples(config, workdir: str) -> list[dict]:
     """`data.path`, else the stage's dataset built from the train tasks of `data.source` into workdir/data (SFT: expert
-    trajectories; RCTP-FT: expert + failure 1:1 with reward goals), over the first `data.max_examples`
-    tasks when that is set."""
+    trajectories; RCTP-FT: expert + failure 1:1 with reward goals, the failures generated and, with
+    `data.exploration_path`, a policy's own failed rollouts), over the first `data.max_examples` tasks when
+    that is set. workdir/data/manifest.json records the counts and the failures' mix."""
     if config.data.path:
         return read_jsonl(config.data.path)
     from rcgrpo_jax.data import datasets, sources
@@ -184,6 +185,8 @@ def load_examples(config, workdir: str) -> list[dict]:
     name = {"expert": "sft.jsonl", "rctp": "rctp_ft.jsonl"}[config.data.kind]
     if not os.path.exists(os.path.join(out, name)):
         if jax.process_index() == 0:
-            datasets.build_all(out, split="train", seed=int(config.seed), ids=sources.tasks(config.data, "train"))
+            explored = read_jsonl(config.data.exploration_path) if config.data.get("exploration_path") else ()
+            tasks = sources.tasks(config.data, "train")
+            datasets.build_all(out, split="train", seed=int(config.seed), ids=tasks, explored=explored)
         model_prep.sync("sft_data")
     return read_jsonl(os.path.join(out, name))

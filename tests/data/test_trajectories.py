@@ -1,6 +1,8 @@
 """Expert and failure trajectories, and the datasets built from them."""
 
 import collections
+import copy
+import json
 
 import pytest
 
@@ -129,3 +131,15 @@ def test_datasets(sample_tasks, sample_failures, tmp_path):
     assert trajectories.read_jsonl(paths["rl"]) == [{"id": i} for i in ids]
     assert len(trajectories.read_jsonl(paths["expert"])) == 2
     assert len(trajectories.read_jsonl(paths["rctp_ft"])) == 4
+    manifest = json.loads(paths["manifest"].read_text())
+    generated = trajectories.read_jsonl(paths["failure"])
+    assert manifest["tasks"] == manifest["experts"] == 2 and sum(manifest["failures"].values()) == len(generated)
+    assert "exploration" not in manifest["failures"]
+
+    # Exploration failures (a policy's own rollouts that scored 0) join the generated ones; the mix is recorded.
+    explored = [{**copy.deepcopy(generated[0]), "failure": "exploration"}, {"kind": "expert", "id": ids[0]}]
+    paths = datasets.build_all(tmp_path / "explored", ids=ids, explored=explored)
+    manifest = json.loads(paths["manifest"].read_text())
+    assert manifest["failures"]["exploration"] == 1  # the expert-kind record is not a failure
+    assert sum(manifest["failures"].values()) == len(generated) + 1
+    assert sum(manifest["rctp_ft"]["failures"].values()) == manifest["rctp_ft"]["examples"] // 2

@@ -46,10 +46,16 @@ def test_end_to_end_smoke(smoke_run):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(os.path.join(workdir, "report.json")) as f:
         assert json.load(f)["rows"].keys() == payload["rows"].keys()
-    # RCTP-FT data: experts and failures 1:1, each with its reward goal.
-    with open(os.path.join(workdir, "data", "rctp_ft.jsonl")) as f:
+    # RCTP-FT data: experts and failures 1:1, each with its reward goal; the exploration stage's failed
+    # rollouts (the SFT policy's own) joined the generated failures, and the manifest records the mix.
+    with open(os.path.join(workdir, "data_explored", "rctp_ft.jsonl")) as f:
         goals = [json.loads(line)["reward_goal"] for line in f]
     assert goals.count("<|high_reward|>") == goals.count("<|low_reward|>") > 0
+    with open(os.path.join(workdir, "explore.jsonl")) as f:
+        explored = [json.loads(line) for line in f]
+    with open(os.path.join(workdir, "data_explored", "manifest.json")) as f:
+        manifest = json.load(f)
+    assert manifest["failures"].get("exploration", 0) == sum(r["kind"] == "failure" for r in explored) > 0
 
 
 def test_rerun_resumes_without_training(smoke_run):
