@@ -105,7 +105,9 @@ def steps_section() -> ml_collections.ConfigDict:
 def train(preset: str) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.batch_size = 16  # examples per optimizer step (global)
-    c.grad_accum = 1  # micro-batches per step; the batch is split and gradients summed exactly
+    # Micro-batches per step; the batch is split and gradients summed exactly. -1: one row per batch shard
+    # (mesh data x fsdp) per micro-batch, resolved at start-up for the devices present.
+    c.grad_accum = 1
     c.epochs = 2
     c.max_steps = -1  # > 0 caps the run (tiny / debugging)
     c.logprob_chunk = 8192  # vocabulary chunk for the token log-probs
@@ -176,7 +178,7 @@ def supervised_budget(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
         c.checkpoint.every_steps = 2
         c.train.logprob_chunk = 256
     else:
-        c.train.grad_accum = 4  # 16 = 4 x 4
+        c.train.grad_accum = -1  # auto: one 16k-token row per batch shard per micro-batch (4 x 4 on 8 GPUs)
     return c
 
 

@@ -91,7 +91,7 @@ def rl_config(
     c.rl = rl
     c.data.kind = "rl"
     c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5
-    c.train.grad_accum = c.train.batch_size // 4  # micro-batch 4 = one 16k-token row per batch shard (data x fsdp)
+    c.train.grad_accum = -1  # auto: one 16k-token row per batch shard per micro-batch (1280 = 320 x 4 on 8 GPUs)
     c.train.epochs = 400  # passes over the training tasks (Table 10)
     c.checkpoint.every_steps = 1  # a step is minutes of rollouts
 

@@ -78,8 +78,31 @@ def _check_path(config, dotted: str, *, required: bool, must_have: str | None = 
         raise ConfigError(dotted, f"{path!r} has no {must_have} (expected an HF checkpoint directory)")
 
 
+def resolved(config, num_devices: int):
+    """`config`, or a copy with `train.grad_accum = -1` (auto) resolved for `num_devices` devices: one row per
+    batch shard (mesh data x fsdp) per micro-batch, so a preset keeps its per-device activation size on any
+    number of hosts (8 devices: 4 shards; 4 hosts x 8: 16)."""
+    if int(_get(config, "train.grad_accum", 1)) != -1:
+        return config
+    import copy
+
+    shape = mesh_shape(_require(config, "mesh"), num_devices)
+    shards = shape["data"] * shape["fsdp"]
+    batch = int(_require(config, "train.batch_size"))
+    if batch % shards:
+        raise ConfigError(
+            "train.batch_size",
+            f"{batch} is not divisible by the {shards} batch shards (mesh data x fsdp = {shape['data']} x "
+            f"{shape['fsdp']}) that train.grad_accum=-1 puts one row each on; set train.grad_accum or the batch",
+        )
+    config = copy.deepcopy(config)
+    config.train.grad_accum = batch // shards
+    return config
+
+
 def check(config, num_devices: int) -> dict[str, int]:
     """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
+    config = resolved(config, num_devices)
     from rcgrpo_jax import stages
 
     _require(config, "stage")
@@ -112,7 +135,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     if batch <= 0:
         raise ConfigError("train.batch_size", f"must be positive, got {batch}")
     if accum <= 0:
-        raise ConfigError("train.grad_accum", f"must be positive, got {accum}")
+        raise ConfigError("train.grad_accum", f"must be positive (or -1: one row per batch shard), got {accum}")
     if batch % accum:
         raise ConfigError("train.batch_size", f"{batch} is not divisible by train.grad_accum={accum}")
     micro = batch // accum

@@ -80,7 +80,6 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
     from rcgrpo_jax import runtime
 
     kind = stages.kind_of(config)
-    runtime.check_backend(config, jax.default_backend(), dry_run)
     if dry_run:
         if kind.dry_run is None:
             raise config_checks.ConfigError("trainer", f"no dry run for trainer kind {config.trainer!r}")
@@ -90,6 +89,7 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
     if not workdir:
         raise app.UsageError("--workdir is required")
     stages.resolve(kind.check)(config, jax.device_count())
+    runtime.check_backend(config, jax.default_backend(), dry_run)  # a 7B preset on CPU JAX stops here
     cache = config.runtime.compile_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     runtime.enable_compilation_cache(cache or os.path.join(workdir, "xla_cache"))
     summary = stages.resolve(kind.run)(config, workdir)

@@ -128,3 +128,22 @@ def test_a_bad_flag_or_config_is_one_line_and_exit_code_2(override, message, tmp
     assert not os.path.exists(tmp_path / "never")
     with pytest.raises(Exception):  # --verbose keeps the traceback
         main.cli(["main", f"--config={GRPO}:tiny", override, "--verbose", f"--workdir={tmp_path / 'never'}"])
+
+
+def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
+    """A 7B preset whose checks pass still refuses a CPU backend (the usual cause: a CPU-only jax on a GPU
+    box), naming the override; its --dry_run is allowed (it sizes the run without weights)."""
+    import json
+
+    from configs import common
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(common.hf_architecture("qwen2_5_7b")))
+    sft_cfg = os.path.join(REPO, "configs", "sft.py")
+    code = main.cli(
+        ["main", f"--config={sft_cfg}:qwen2_5_7b", f"--config.model.path={hf}", f"--workdir={tmp_path / 'w'}"]
+    )
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("error: config.runtime.allow_cpu: preset 'qwen2_5_7b' is sized for GPUs")
+    assert not os.path.exists(tmp_path / "w")

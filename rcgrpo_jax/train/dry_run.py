@@ -17,8 +17,10 @@ from rcgrpo_jax.train import state as state_lib
 
 def supervised(config) -> dict[str, float]:
     """Per-device memory of the SFT update step at the largest bucket, without allocating the model."""
+    from rcgrpo_jax import config_checks
     from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
+    config = config_checks.resolved(config, jax.device_count())
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), jax.device_count()))
     model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
     _, state_sh, abstract, step_fn = sft.optimizer_and_state(
@@ -43,9 +45,10 @@ def supervised(config) -> dict[str, float]:
 
 def rl(config) -> dict[str, float]:
     """Per-device memory of one PPO mini-batch update at the largest bucket, without weights."""
+    from rcgrpo_jax import config_checks
     from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
-    config = rl_config.resolve_config(config)
+    config = config_checks.resolved(rl_config.resolve_config(config), jax.device_count())
     mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), jax.device_count()))
     c = rl_config.choices(config)
     model_cfg = model_prep.abstract_model_config(

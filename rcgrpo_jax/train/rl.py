@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import multihost
+from rcgrpo_jax import config_checks, multihost
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_checks import ConfigError
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
@@ -75,6 +75,7 @@ class RLTrainer:
         from rcgrpo_jax.data import sources
         from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
+        config = config_checks.resolved(config, jax.device_count())  # an automatic grad_accum for these devices
         self.config, self.stage = config, config.stage
         self.mesh = sharding_lib.make_mesh(rl_config.check(config, jax.device_count()))
         self.choices = rl_config.choices(config)

@@ -90,6 +90,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     from rcgrpo_jax.envs import rewards
     from rcgrpo_jax.rl import reward_tokens
 
+    config = config_checks.resolved(config, num_devices)
     shape = config_checks.check(config, num_devices)
     rl = config.rl
     chosen = choices(config)

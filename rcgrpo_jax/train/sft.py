@@ -120,6 +120,7 @@ class SFTTrainer:
         from rcgrpo_jax.chat import end_of_turn_ids
         from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
+        config = config_checks.resolved(config, jax.device_count())
         self.config, self.stage = config, config.stage
         self.mesh = sharding_lib.make_mesh(check(config, jax.device_count()))
         rules = config.sharding.train_rules

@@ -172,3 +172,26 @@ def test_rl_fields():
     c.rl.rollout_chunk = 12  # not whole groups of 5
     c.model.build_tiny = True
     assert _err(c).field == "rl.rollout_chunk"
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_the_micro_batch_follows_the_number_of_hosts(stage, hf_dir):
+    """train.grad_accum = -1: one row per batch shard per micro-batch, so the documented 4-node run
+    (32 devices: data x fsdp = 16) passes the check as the 1-node one (8 devices: 4) does."""
+    from rcgrpo_jax import config_checks
+
+    c = STAGES[stage].get_config("qwen2_5_7b")
+    c.model.path = hf_dir
+    assert c.train.grad_accum == -1
+    for devices, shards in ((8, 4), (32, 16)):
+        shape = _check(c, devices)
+        assert shape["data"] * shape["fsdp"] == shards
+        r = config_checks.resolved(c, devices)
+        assert r.train.batch_size // r.train.grad_accum == shards and r.train.grad_accum % c.rl.num_minibatches == 0
+    from configs import sft
+
+    s = sft.get_config("llama3_1_8b")
+    s.model.path = hf_dir
+    assert config_checks.resolved(s, 32).train.grad_accum == 1 and config_checks.check(s, 32)["fsdp"] == 16
+    c.train.batch_size = 1290  # not whole rows per shard
+    assert _err(c, 32).field == "train.batch_size"
