@@ -79,6 +79,10 @@ def _attention(c: ModelConfig, p, x, positions, k_t, v, mask, index):
     dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
     q = _proj(p["q_proj"], x, dt).reshape(b, 1, h, dh)
     k = _proj(p["k_proj"], x, dt).reshape(b, 1, g, dh)
+    if c.qk_norm:  # Qwen3: per-head RMSNorm over head_dim, before RoPE (as models.layers.Attention)
+        norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
+        q = norm.apply({"params": p["q_norm"]}, q)
+        k = norm.apply({"params": p["k_norm"]}, k)
     val = _proj(p["v_proj"], x, dt).reshape(b, g, 1, dh)
     inv_freq = rope_inv_freq(c)
     q = apply_rope(q, positions, inv_freq).reshape(b, g, h // g, dh)

@@ -203,3 +203,38 @@ def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
         part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5
     )  # attention over 48 vs 96 slots: summation order
     np.testing.assert_allclose(part.cache.v, full.cache.v, rtol=1e-5, atol=1e-5)
+
+
+def test_qwen3_greedy_matches_hf_generate(tmp_path):
+    """Qwen3's per-head q/k RMSNorm in the decode step (head_dim 16, apart from hidden / heads = 8, GQA,
+    biases on q, k, v and o, norm weights away from 1): greedy tokens equal HF transformers' generate and
+    the sampler's log-probs a full forward."""
+    cfg = transformers.Qwen3Config(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        attention_bias=True,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    hf = transformers.Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.add_(0.3 * torch.randn_like(norm.weight))
+    hf.save_pretrained(str(tmp_path))
+    config, params = models.load_hf(str(tmp_path), dtype="float32")
+    assert config.qk_norm
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(1, 96, n).tolist() for n in PROMPT_LENS]
+    res = generate(config, params, prompts, max_new_tokens=NEW)
+    assert res.tokens == _hf_greedy(hf, prompts, NEW)
+    for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
+        full = _hf_logprobs(hf, p + toks)
+        np.testing.assert_allclose(lps, full[np.arange(len(p) - 1, len(p) + NEW - 1), toks], atol=2e-4)
