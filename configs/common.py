@@ -49,8 +49,8 @@ def model(preset: str) -> ml_collections.ConfigDict:
     c.dtype = "float32" if preset == "tiny" else "bfloat16"  # compute dtype
     c.param_dtype = "float32"  # master weights (AdamW moments follow)
     c.remat = preset != "tiny"  # rematerialise each decoder layer in the backward pass
-    # Layers the layer loop unrolls (-1: all). Unrolled is ~20% faster for the CPU-sized tiny models; the
-    # rolled loop keeps 28-32-layer compiles short.
+    # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`bench.train
+    # --unroll`); the rolled loop keeps 28-32-layer compiles short.
     c.scan_unroll = -1 if preset == "tiny" else 1
     # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
     # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run).

@@ -87,8 +87,8 @@ def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
     Written out, with its own backward, for the layouts. XLA's CPU dot wants [batch, M, K] x
     [batch, K, N]; autodiff of the library's attention contracts the [T, S] probabilities over T
-    with T in the M slot, so XLA copied every [T, S] tensor into a transposed layout (~0.65 GB of
-    copies per quickstart SFT step, 16 x 256 tokens, 3 layers: about as long as all its matmuls).
+    with T in the M slot, so XLA copied every [T, S] tensor into a transposed layout (about as long
+    as all the matmuls of the quickstart's SFT step; the figures are in the README's performance table).
     Here every dot over a [T, S] tensor takes it as it is stored, [B, G, T, R, S]; only the small
     [., Dh] operands get transposed.
     """
