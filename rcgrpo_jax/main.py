@@ -109,6 +109,15 @@ def _error_line(e: BaseException) -> str:
     return f"error: {lines[0].rstrip(':')}: {lines[-1]}"
 
 
+def parse_config(argv: Sequence[str]):
+    """The config that `argv` (argv[0] the program name) selects, with its overrides applied (raises on a
+    bad flag or config file, as the command line does)."""
+    fv = flags.FlagValues()
+    define_flags(fv, sys_argv=argv)
+    fv(list(argv))
+    return fv["config"].value
+
+
 def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
     """The command line in-process: parse `argv` (argv[0] is the program name), launch, print the summary
     as the last line. Returns the exit code (0, or 2 for a bad flag or config)."""

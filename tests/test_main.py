@@ -69,6 +69,33 @@ def test_every_estimator_runs_one_rl_step_from_the_command_line(name, world_ckpt
     assert ("estimator/gate_open_frac" in row) == (name == "awpo")  # AWPO ran its judge and gate
 
 
+@pytest.mark.parametrize("stage", ["grpo", "rc_grpo", "dr_grpo", "dapo", "awpo"])
+def test_every_rl_config_file_takes_every_estimator_with_one_override(stage):
+    from rcgrpo_jax.train import rl_config
+
+    cfg = os.path.join(REPO, "configs", f"{stage}.py")
+    for name in advantages.names():
+        config = main.parse_config(["main", f"--config={cfg}:tiny", f"--config.rl.advantage.name={name}"])
+        rl_config.check(config, 8)
+        chosen = rl_config.choices(config)
+        assert (
+            chosen.estimator == name and chosen.advantage_options.to_dict() == advantages.default_config(name).to_dict()
+        )
+
+
+def test_dapo_shapes_overlong_episodes_in_its_run(world_ckpt, xla_cache, tmp_path, capsys):
+    """configs/dapo.py wires DAPO's soft overlong punishment (rl.filters.overlong_penalty) into the rewards."""
+    from rcgrpo_jax.train import logging as log_lib
+
+    dapo = os.path.join(REPO, "configs", "dapo.py")
+    argv = ["main", f"--config={dapo}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={xla_cache}"]
+    # a ramp from 32 tokens to the 512-token context: every episode of the tiny world (past 32 tokens) is on it
+    argv += ["--config.rl.max_context=512", "--config.rl.overlong.cache_len=480", "--config.data.buckets=(256,384,512)"]
+    assert main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]) == 0
+    (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
+    assert -1.0 <= row["overlong_penalty_mean"] < 0.0 and "dapo_frac_dropped" in row
+
+
 def _readme_example() -> tuple[str, str]:
     """(the Python module, the command) of the README's "Adding an advantage formula" section."""
     with open(os.path.join(REPO, "README.md")) as f:

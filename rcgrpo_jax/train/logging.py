@@ -8,7 +8,6 @@ names under `time/` (seconds, tokens/s) vary between runs and are left out when 
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any, Mapping
 
@@ -107,7 +106,3 @@ def check_nonfinite(step: int, in_a_row: int, limit: int) -> None:
     `limit` (the skipped steps are already in the metrics file)."""
     if limit > 0 and in_a_row >= limit:
         raise NonFiniteError(f"{in_a_row} non-finite steps in a row (train.max_nonfinite={limit}) at step {step}")
-
-
-def is_finite_number(x: Any) -> bool:
-    return math.isfinite(_scalar(x))

@@ -33,6 +33,21 @@ class DiagnosticsTest(chex.TestCase):
         np.testing.assert_allclose(self.variant(diagnostics.pearson)(x, jnp.ones(4)), 0.0)
 
     @chex.variants(with_jit=True, without_jit=True)
+    def test_entropy_correlation_counts_only_rows_with_loss_tokens(self):
+        """A rollout masked out of the loss (DAPO's filter, a prompt already past max_context) has no entropy;
+        counting it as entropy 0 would invent a correlation. Rows 0-3 alone: entropy 1, 2, 3, 4 against
+        rewards 0, 1, 0, 1 (Pearson 0.4472, Spearman the same on these ranks); rows 4-5 have no tokens."""
+        entropy = jnp.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0], [0.0, 0.0], [0.0, 0.0]])
+        mask = jnp.array([[1, 1], [1, 1], [1, 1], [1, 1], [0, 0], [0, 0]])
+        rewards = jnp.array([0.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+        m = self.variant(diagnostics.entropy_metrics)(entropy, mask, rewards)
+        expected = np.corrcoef([1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.0, 1.0])[0, 1]
+        np.testing.assert_allclose(m["entropy_reward_pearson"], expected, rtol=1e-5)
+        np.testing.assert_allclose(m["entropy_reward_spearman"], expected, rtol=1e-5)
+        # all six rows, the masked ones as entropy 0 and reward 1, would give a negative correlation instead
+        assert np.corrcoef([1, 2, 3, 4, 0, 0], rewards)[0, 1] < 0 < float(m["entropy_reward_pearson"])
+
+    @chex.variants(with_jit=True, without_jit=True)
     def test_entropy_metrics(self):
         entropy = jnp.array([[1.0, 3.0, 9.0], [0.5, 0.5, 0.5], [4.0, 0.0, 0.0]])
         mask = jnp.array([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
