@@ -110,3 +110,24 @@ def test_console_eta_rescales_by_measured_speed(capsys):
     out = capsys.readouterr().out
     assert "[1/2] a" in out and "ETA ~0m40s" in out  # first ETA: the plan as is
     assert "[2/2] b" in out and "ETA ~1m00s" in out  # 30 s planned x 2
+
+
+def test_awpo_ablation_smoke_run_reuses_stage_1_and_writes_its_report(smoke_run):
+    """AWPO's Table 4 in miniature from the same SFT policy (its DONE marker: not trained again)."""
+    from rcgrpo_jax.pipeline import awpo_ablation
+
+    workdir, _ = smoke_run
+    sft_done = os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE))
+    payload = awpo_ablation.run(workdir, budget_name="smoke", quiet=True)
+    assert os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE)) == sft_done
+    assert list(payload["rows"]) == ["SFT", *awpo_ablation.ROWS]
+    for r in payload["rows"].values():
+        assert 0.0 <= r["test_overall"] <= 1.0 and len(r["per_seed"]) == 1
+    awpo = payload["diagnostics"]["AWPO"]
+    assert 0.0 <= awpo["estimator/gate_open_frac"] <= 1.0 and awpo["judge_score_mean"] is not None
+    assert payload["diagnostics"]["GRPO"]["estimator/gate_open_frac"] is None  # GRPO has no gate, no judge
+    md = open(os.path.join(workdir, "awpo_report.md")).read()
+    assert all(f"| {row} |" in md for row in awpo_ablation.ROWS) and "stand-in" in md
+    with open(os.path.join(workdir, "awpo_report.json")) as f:
+        assert json.load(f)["rows"].keys() == payload["rows"].keys()
+    assert payload["plots"] and all(open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for p in payload["plots"].values())
