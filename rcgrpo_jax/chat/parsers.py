@@ -13,8 +13,9 @@ Families:
   block ``<think>...</think>`` (Qwen3; the opening tag may sit in the generation prompt instead) is
   split off first into `ParsedTurn.reasoning`, the way Qwen3's template and BFCL's handler split it
   (text before the first ``</think>``, without ``<think>`` and surrounding newlines): a ``<tool_call>``
-  inside the reasoning is not a call. A ``<think>`` that is never closed (the step budget ran out while
-  thinking) makes the whole text reasoning and an ``unterminated`` error.
+  inside the reasoning is not a call (see `split_reasoning` for the exact rule). A ``<think>`` that is
+  never closed (the step budget ran out while thinking) makes the whole text reasoning and an
+  ``unterminated`` error.
 - ``llama3_json`` (LLaMA 3.1): the whole message is one or more JSON objects ``{"name": ...,
   "parameters": {...}}`` (``"arguments"`` also accepted) separated by ``;``, ``,`` and/or newlines,
   or one JSON list of such objects, optionally after ``<|python_tag|>`` (what LLaMA-3.1 emits, and
@@ -158,23 +159,25 @@ THINK_CLOSE = "</think>"
 def split_reasoning(text: str) -> tuple[str, str, list[str]]:
     """(reasoning, answer text, errors) of an assistant text, as Qwen3's template splits it.
 
-    With a ``</think>``: reasoning = the text before the first one, after a ``<think>`` if there is one,
-    newlines stripped at both ends; the answer = the text after it, leading newlines stripped. Without
-    one: no reasoning, unless the text opens a ``<think>`` (after leading whitespace), which then never
-    closed: all of it is reasoning, there is no answer, and an ``unterminated`` error says so.
+    A reasoning block is recognised only at the start: the text opens with ``<think>`` (after
+    whitespace), or it holds a ``</think>`` before any ``<tool_call>`` (a template that put ``<think>``
+    in the generation prompt). Reasoning = the text up to the first ``</think>`` without the opening
+    tag, newlines stripped at both ends; the answer = the text after it, leading newlines stripped. So
+    a ``<tool_call>`` inside an opened block is not a call, and a ``</think>`` inside a later call's
+    argument does not cut anything. An opened block that never closes (the step budget ran out while
+    thinking) is all reasoning, with no answer and an ``unterminated`` error.
     """
-    close = text.find(THINK_CLOSE)
+    stripped = text.lstrip()
+    opened = stripped.startswith(THINK_OPEN)
+    body = stripped[len(THINK_OPEN) :] if opened else text
+    close = body.find(THINK_CLOSE)
     if close < 0:
-        stripped = text.lstrip()
-        if stripped.startswith(THINK_OPEN):
-            reasoning = stripped[len(THINK_OPEN) :].strip("\n")
-            return reasoning, "", [f"{ERR_UNTERMINATED}: call 1: no {THINK_CLOSE} after {THINK_OPEN}"]
+        if opened:
+            return body.strip("\n"), "", [f"{ERR_UNTERMINATED}: call 1: no {THINK_CLOSE} after {THINK_OPEN}"]
         return "", text, []
-    head = text[:close]
-    opened = head.find(THINK_OPEN)
-    if opened >= 0:
-        head = head[opened + len(THINK_OPEN) :]
-    return head.strip("\n"), text[close + len(THINK_CLOSE) :].lstrip("\n"), []
+    if not opened and TOOL_CALL_OPEN in body[:close]:
+        return "", text, []
+    return body[:close].strip("\n"), body[close + len(THINK_CLOSE) :].lstrip("\n"), []
 
 
 def _skip_ws(text: str, idx: int) -> int:
