@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import weakref
 from typing import Any, Mapping, Sequence
 
@@ -190,6 +191,55 @@ def render_prompt(
 ) -> list[int]:
     """Token ids of `messages` plus the generation prompt (the template writes BOS itself)."""
     return _encode(tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking))
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered prompt: its text and its token ids (`render_prompt_reusing`)."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+def _eot_seams(tokenizer, text: str, ids: Sequence[int]) -> list[tuple[int, int]] | None:
+    """(character end, token end) of every end-of-turn token of `text` / `ids`, in order; None when the
+    two do not pair up one to one (then nothing is reused)."""
+    eot = end_of_turn_ids(tokenizer)
+    names = {tokenizer.convert_ids_to_tokens(i) for i in eot}
+    at_ids = [k + 1 for k, t in enumerate(ids) if t in eot]
+    at_text = []
+    for name in names:
+        pos = text.find(name)
+        while pos >= 0:
+            at_text.append(pos + len(name))
+            pos = text.find(name, pos + 1)
+    at_text.sort()
+    return list(zip(at_text, at_ids)) if len(at_text) == len(at_ids) else None
+
+
+def render_prompt_reusing(
+    tokenizer,
+    messages: Sequence[Message],
+    tools: Sequence[Tool] | None = None,
+    *,
+    thinking: bool | None = None,
+    previous: RenderedPrompt | None = None,
+) -> RenderedPrompt:
+    """`render_prompt`, tokenising only what changed since `previous` (the same conversation's last
+    rendering): the new text is compared with the old one, the old tokens are kept through the last
+    end-of-turn token before the first difference, and only the text after it is tokenised. Equal to
+    `render_prompt` because text after a special token tokenises on its own (the seam `render_delta`
+    relies on too). Re-rendering every step then costs the template's rendering plus the new tail."""
+    text = render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking)
+    seams = None if previous is None else _eot_seams(tokenizer, previous.text, previous.ids)
+    if not seams:
+        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+    n = len(os.path.commonprefix([previous.text, text]))
+    usable = [(c, t) for c, t in seams if c <= n]
+    if not usable:
+        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+    c, t = usable[-1]
+    return RenderedPrompt(text, previous.ids[:t] + tuple(_encode(tokenizer, text[c:])))
 
 
 def end_of_turn_ids(tokenizer) -> tuple[int, ...]:

@@ -138,6 +138,7 @@ def run_episodes(
     clock = _Clock()
     eot = chat.end_of_turn_ids(tokenizer)
     episodes, prompts, live = [], [], []
+    rendered: dict[int, chat.RenderedPrompt] = {}  # rerender: each episode's last rendering, reused in part
     mode = None if config.render_mode == chat.AUTO else config.render_mode
     t0 = time.perf_counter()
     for i, spec in enumerate(specs):
@@ -151,12 +152,15 @@ def run_episodes(
         e.render_mode = mode
         e.turn_starts.append(0)
         try:
-            prompt = chat.render_prompt(tokenizer, e.messages, e.tools, thinking=config.thinking)
+            first = chat.render_prompt_reusing(tokenizer, e.messages, e.tools, thinking=config.thinking)
         except Exception as err:  # noqa: BLE001 - a template that refuses this conversation ends only it
             e.finish(_render_error(e, "render_prompt", err))
             prompts.append([])
             t0 = clock.add("chat", t0)
             continue
+        prompt = list(first.ids)
+        if mode == chat.RERENDER:
+            rendered[i] = first
         e.add_context(prompt)
         e.prompt_len = len(prompt)
         if len(prompt) >= config.max_context:
@@ -182,7 +186,7 @@ def run_episodes(
         rows, tokens, ended = [], [], []
         for i, sample in zip(live, samples):
             e, spec = episodes[i], specs[i]
-            toks, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock)
+            toks, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock, rendered, i)
             if reason is None:
                 rows.append(i)
                 tokens.append(toks)
@@ -209,7 +213,9 @@ def run_episodes(
     return episodes, dict(clock.t)
 
 
-def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config: RolloutConfig, clock: _Clock):
+def _advance(
+    e: Episode, env, sample: StepSample, tokenizer, parser, eot, config: RolloutConfig, clock: _Clock, rendered, row
+):
     """Record one assistant step and the environment's answer; returns (tokens for the policy, None) or
     (None, reason). The tokens are the delta to append (append mode) or the new context (rerender)."""
     t0 = time.perf_counter()
@@ -251,7 +257,7 @@ def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config
     t0 = clock.add("env", t0)
     new_turn = new_messages[0].get("role") != "tool"
     if e.render_mode == chat.RERENDER:
-        return _rerender(e, new_messages, new_turn, tokenizer, config, clock, t0)
+        return _rerender(e, new_messages, new_turn, tokenizer, config, clock, t0, rendered, row)
 
     try:
         delta = chat.render_delta(tokenizer, e.messages, new_messages, e.tools, thinking=config.thinking)
@@ -270,11 +276,14 @@ def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config
     return delta, None
 
 
-def _rerender(e: Episode, new_messages, new_turn: bool, tokenizer, config: RolloutConfig, clock: _Clock, t0: float):
+def _rerender(e: Episode, new_messages, new_turn: bool, tokenizer, config, clock: _Clock, t0: float, rendered, row):
     """rerender mode: the whole conversation rendered again is the next step's context (a new sample)."""
     e.messages.extend(new_messages)
     try:
-        prompt = chat.render_prompt(tokenizer, e.messages, e.tools, thinking=config.thinking)
+        again = chat.render_prompt_reusing(
+            tokenizer, e.messages, e.tools, thinking=config.thinking, previous=rendered.get(row)
+        )
+        rendered[row], prompt = again, list(again.ids)
     except Exception as err:  # noqa: BLE001 - the template refuses the grown conversation
         clock.add("chat", t0)
         return None, _render_error(e, "render_prompt", err)

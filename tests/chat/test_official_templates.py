@@ -157,3 +157,17 @@ def test_step_samples_of_an_append_only_template_end_like_its_single_sequence(ti
     n = len(last)
     assert np.array_equal(tokens[:n], last) and last_mask.sum() > 0
     assert np.array_equal(last_mask[: n - last_mask.sum()], np.zeros(n - last_mask.sum()))
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama_3_1"])
+def test_reusing_render_equals_a_fresh_render_at_every_step(official, name):
+    """`render_prompt_reusing` keeps old tokens only up to the last end-of-turn before the first change
+    (Qwen3 changes the past: the empty think block of the previous step goes away)."""
+    tok = official[name]
+    previous = None
+    for i, m in enumerate(CONV):
+        if m["role"] != "assistant":
+            continue
+        now = chat.render_prompt_reusing(tok, CONV[:i], [ADD], previous=previous)
+        assert list(now.ids) == chat.render_prompt(tok, CONV[:i], [ADD])
+        previous = now  # as the engine does: the last step's context is the next one's reference
