@@ -1,5 +1,14 @@
-"""Chat formatting (the checkpoint's own template, append-only deltas) and tool-call parsers."""
+"""Chat formatting (the checkpoint's own template: append-only deltas or per-step re-rendering) and tool-call parsers."""
 
+from rcgrpo_jax.chat.modes import (
+    APPEND,
+    AUTO,
+    RENDER_MODES,
+    RERENDER,
+    append_only,
+    render_mode_for,
+    step_samples,
+)
 from rcgrpo_jax.chat.parsers import (
     ERROR_KINDS,
     FAMILIES,
@@ -10,13 +19,20 @@ from rcgrpo_jax.chat.parsers import (
     error_kind,
     family_for,
     get_parser,
+    split_reasoning,
 )
 from rcgrpo_jax.chat.template import (
     NotAppendOnlyError,
+    RenderedPrompt,
+    RenderError,
+    TemplateProfile,
     end_of_turn_ids,
     render_delta,
     render_prompt,
+    render_prompt_reusing,
     render_text,
+    template_messages,
+    template_profile,
 )
 
 __all__ = [
@@ -29,9 +45,23 @@ __all__ = [
     "error_kind",
     "family_for",
     "get_parser",
+    "split_reasoning",
+    "APPEND",
+    "AUTO",
+    "RENDER_MODES",
+    "RERENDER",
+    "append_only",
+    "render_mode_for",
+    "step_samples",
     "NotAppendOnlyError",
+    "RenderedPrompt",
+    "RenderError",
+    "TemplateProfile",
     "end_of_turn_ids",
     "render_delta",
     "render_prompt",
+    "render_prompt_reusing",
     "render_text",
+    "template_messages",
+    "template_profile",
 ]

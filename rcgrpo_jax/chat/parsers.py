@@ -8,11 +8,19 @@ show the message to the model as an observation.
 
 Families:
 
-- ``hermes`` (Qwen2 / Qwen2.5): zero or more blocks ``<tool_call>\\n{"name": ..., "arguments":
-  {...}}\\n</tool_call>``; text outside the blocks is the content.
+- ``hermes`` (Qwen2 / Qwen2.5 / Qwen3): zero or more blocks ``<tool_call>\\n{"name": ...,
+  "arguments": {...}}\\n</tool_call>``; text outside the blocks is the content. A leading reasoning
+  block ``<think>...</think>`` (Qwen3; the opening tag may sit in the generation prompt instead) is
+  split off first into `ParsedTurn.reasoning`, the way Qwen3's template and BFCL's handler split it
+  (text before the first ``</think>``, without ``<think>`` and surrounding newlines): a ``<tool_call>``
+  inside the reasoning is not a call (see `split_reasoning` for the exact rule). A ``<think>`` that is
+  never closed (the step budget ran out while thinking) makes the whole text reasoning and an
+  ``unterminated`` error.
 - ``llama3_json`` (LLaMA 3.1): the whole message is one or more JSON objects ``{"name": ...,
-  "parameters": {...}}`` (``"arguments"`` also accepted) separated by ``;`` and/or newlines,
-  optionally after ``<|python_tag|>``. A message that does not start with ``{`` is plain content.
+  "parameters": {...}}`` (``"arguments"`` also accepted) separated by ``;``, ``,`` and/or newlines,
+  or one JSON list of such objects, optionally after ``<|python_tag|>`` (what LLaMA-3.1 emits, and
+  what BFCL's LLaMA-3.1 handler decodes). A message that starts with neither ``{`` nor ``[{`` is
+  plain content.
 
 `format` writes the text that the family's chat template (see `rcgrpo_jax.models.tiny`) renders
 for an assistant message with ``tool_calls``, and that `parse` reads back exactly.
@@ -50,11 +58,13 @@ ERROR_KINDS = (
 
 @dataclasses.dataclass(frozen=True)
 class ParsedTurn:
-    """One assistant message, parsed. ``calls`` are ``{"name": str, "arguments": dict}``."""
+    """One assistant message, parsed. ``calls`` are ``{"name": str, "arguments": dict}``; ``reasoning``
+    is the text of its ``<think>`` block ("" when it has none or an empty one)."""
 
     content: str
     calls: list[dict[str, Any]]
     errors: list[str]
+    reasoning: str = ""
 
 
 def error_kind(error: str) -> str:
@@ -67,7 +77,7 @@ class ToolCallParser(Protocol):
 
     def parse(self, text: str) -> ParsedTurn: ...
 
-    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "") -> str: ...
+    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "", reasoning: str | None = None) -> str: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +152,32 @@ def _dumps(obj: Any) -> str:
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str, str, list[str]]:
+    """(reasoning, answer text, errors) of an assistant text, as Qwen3's template splits it.
+
+    A reasoning block is recognised only at the start: the text opens with ``<think>`` (after
+    whitespace), or it holds a ``</think>`` before any ``<tool_call>`` (a template that put ``<think>``
+    in the generation prompt). Reasoning = the text up to the first ``</think>`` without the opening
+    tag, newlines stripped at both ends; the answer = the text after it, leading newlines stripped. So
+    a ``<tool_call>`` inside an opened block is not a call, and a ``</think>`` inside a later call's
+    argument does not cut anything. An opened block that never closes (the step budget ran out while
+    thinking) is all reasoning, with no answer and an ``unterminated`` error.
+    """
+    stripped = text.lstrip()
+    opened = stripped.startswith(THINK_OPEN)
+    body = stripped[len(THINK_OPEN) :] if opened else text
+    close = body.find(THINK_CLOSE)
+    if close < 0:
+        if opened:
+            return body.strip("\n"), "", [f"{ERR_UNTERMINATED}: call 1: no {THINK_CLOSE} after {THINK_OPEN}"]
+        return "", text, []
+    if not opened and TOOL_CALL_OPEN in body[:close]:
+        return "", text, []
+    return body[:close].strip("\n"), body[close + len(THINK_CLOSE) :].lstrip("\n"), []
 
 
 def _skip_ws(text: str, idx: int) -> int:
@@ -160,6 +196,13 @@ class HermesParser:
     family = "hermes"
 
     def parse(self, text: str) -> ParsedTurn:
+        reasoning, text, errors = split_reasoning(text)
+        if errors:
+            return ParsedTurn(content="", calls=[], errors=errors, reasoning=reasoning)
+        turn = self._parse_calls(text)
+        return dataclasses.replace(turn, reasoning=reasoning)
+
+    def _parse_calls(self, text: str) -> ParsedTurn:
         content, calls, errors = [], [], []
         pos, n = 0, 0
         while True:
@@ -201,17 +244,26 @@ class HermesParser:
             errors.append(f"{ERR_STRAY_CLOSE}: call {n + 1}: {TOOL_CALL_CLOSE} without an opening tag")
         return ParsedTurn(content=joined.strip(), calls=calls, errors=errors)
 
-    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "") -> str:
-        """Content (if any), then one block per call, newline-separated (as the template renders)."""
+    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "", reasoning: str | None = None) -> str:
+        """Content (if any), then one block per call, newline-separated (as the template renders); with
+        `reasoning` (a string, "" included), first ``<think>\\n{reasoning}\\n</think>\\n\\n`` as Qwen3's
+        template renders the latest assistant message."""
         if TOOL_CALL_OPEN in content or TOOL_CALL_CLOSE in content:
             raise ValueError("content must not contain <tool_call> tags")
         if content != content.strip():
             raise ValueError("content must not start or end with whitespace (parse strips it)")
+        if THINK_OPEN in content or THINK_CLOSE in content:
+            raise ValueError("content must not contain <think> tags")
         blocks = [
             f"{TOOL_CALL_OPEN}\n{_dumps({'name': name, 'arguments': args})}\n{TOOL_CALL_CLOSE}"
             for name, args in _check_calls(calls)
         ]
-        return "\n".join(([content] if content else []) + blocks)
+        body = "\n".join(([content] if content else []) + blocks)
+        if reasoning is None:
+            return body
+        if THINK_CLOSE in reasoning or reasoning != reasoning.strip("\n"):
+            raise ValueError("reasoning must not contain </think> nor start or end with a newline (parse strips them)")
+        return f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n{body}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,6 +283,8 @@ class Llama3JsonParser:
         tagged = body.startswith(PYTHON_TAG)
         if tagged:
             body = body[len(PYTHON_TAG) :].strip()
+        if body.startswith("[") and (tagged or body[1:].lstrip().startswith(("{", "]"))):
+            return self._parse_list(body)
         if not body.startswith("{"):
             if tagged:  # the tag promises a call
                 err = f"{ERR_INVALID_JSON}: call 1: expected a JSON object after {PYTHON_TAG}, got {body[:80]!r}"
@@ -239,7 +293,7 @@ class Llama3JsonParser:
         calls, errors = [], []
         idx, n = 0, 0
         while True:
-            while idx < len(body) and (body[idx].isspace() or body[idx] == ";"):
+            while idx < len(body) and (body[idx].isspace() or body[idx] in ";,"):
                 idx += 1
             if idx >= len(body):
                 break
@@ -259,8 +313,30 @@ class Llama3JsonParser:
             idx = end
         return ParsedTurn(content="", calls=calls, errors=errors)
 
-    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "") -> str:
-        """Calls as ``{"name": ..., "parameters": ...}`` joined by ``"; "``; or the content alone."""
+    def _parse_list(self, body: str) -> ParsedTurn:
+        """``[{...}, {...}]``: one JSON list of call objects, nothing after it."""
+        value, end, err = _decode_at(body, 0, 1)
+        if err:
+            return ParsedTurn(content="", calls=[], errors=[err])
+        if not isinstance(value, list):  # unreachable after "[", kept for safety
+            return ParsedTurn(content="", calls=[], errors=[f"{ERR_NOT_AN_OBJECT}: call 1: expected a JSON list"])
+        calls, errors = [], []
+        for n, obj in enumerate(value, 1):
+            call, err = _call_from_object(obj, n, ("parameters", "arguments"))
+            if err:
+                errors.append(err)
+            else:
+                calls.append(call)
+        rest = body[end:].strip()
+        if rest:
+            errors.append(f"{ERR_TRAILING_TEXT}: call {len(value) + 1}: text after the JSON list: {rest[:80]!r}")
+        return ParsedTurn(content="", calls=calls, errors=errors)
+
+    def format(self, calls: Sequence[Mapping[str, Any]], content: str = "", reasoning: str | None = None) -> str:
+        """Calls as ``{"name": ..., "parameters": ...}`` joined by ``"; "``; or the content alone.
+        LLaMA-3.1 has no reasoning block: `reasoning` must be None."""
+        if reasoning is not None:
+            raise ValueError("llama3_json has no reasoning block")
         checked = _check_calls(calls)
         if checked and content:
             raise ValueError("llama3_json writes a message of tool calls only: content must be empty")
@@ -274,7 +350,7 @@ class Llama3JsonParser:
 # ---------------------------------------------------------------------------------------------
 
 _PARSERS: dict[str, ToolCallParser] = {"hermes": HermesParser(), "llama3_json": Llama3JsonParser()}
-_FAMILY_OF_MODEL_TYPE = {"qwen2": "hermes", "llama": "llama3_json"}
+_FAMILY_OF_MODEL_TYPE = {"qwen2": "hermes", "qwen3": "hermes", "llama": "llama3_json"}
 FAMILIES = tuple(_PARSERS)
 
 
@@ -286,7 +362,7 @@ def get_parser(family: str) -> ToolCallParser:
 
 
 def family_for(model_type: str) -> str:
-    """The tool-call family of an HF ``model_type`` (``qwen2`` -> hermes, ``llama`` -> llama3_json)."""
+    """The tool-call family of an HF ``model_type`` (``qwen2``, ``qwen3`` -> hermes, ``llama`` -> llama3_json)."""
     try:
         return _FAMILY_OF_MODEL_TYPE[model_type]
     except KeyError:

@@ -21,10 +21,35 @@ Cost. Only an anchor of the history is rendered: its head (through the first use
 templates put the system prompt and the tool block) and its tail (from the last assistant message).
 A BFCL step then costs two short renderings instead of two of the whole, growing history; a template
 whose anchor renderings are not prefix-consistent falls back to the whole history.
+
+Several tool calls in one step with a single-call template. LLaMA-3.1's official template raises on an
+assistant message holding more than one tool call (``raise_exception("This model only supports single
+tool-calls at once!")``), and BFCL steps often hold several. Every rendering here goes through
+`template_messages`, which gives such a template the form BFCL's own LLaMA-3.1 handler uses: the step's
+calls written as JSON objects in the assistant *content*, ``{"name": ..., "parameters": {...}}`` joined
+by ``"; "`` (`Llama3JsonParser.format`), tool results as ordinary ``tool`` messages (the template's
+``ipython`` turns). We chose this over "one call per assistant message, each followed by its result"
+because (1) one sampled step stays one environment step and one assistant message: the model writes all
+of a step's calls at once, as BFCL's handler lets it and as the checker's per-turn call lists expect,
+while splitting would make the context show results between calls the model wrote together (a context
+the model never saw when it sampled them); (2) the text equals the template's own rendering of a
+single call, ``{"name": ..., "parameters": ...}`` (no ``<|python_tag|>``: the template writes none for a
+JSON call), so one-call and several-call steps look alike and the append-only seam still holds. The
+parser reads what LLaMA-3.1 actually emits: with or without ``<|python_tag|>``, ``;``- or ``,``-separated
+objects or a JSON list, ``"parameters"`` or ``"arguments"``. Whether a template takes several calls is
+probed once per template (`template_profile`); templates that take them get the messages unchanged.
+
+Reasoning and thinking. An assistant message may carry ``reasoning_content`` (the text of its
+``<think>`` block, split off by the Hermes parser); templates that know it (Qwen3) render it, others
+ignore it. ``thinking`` (True / False / None = the template's default) is passed to the template as
+``enable_thinking`` (Qwen3: False puts an empty think block in the generation prompt).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import weakref
 from typing import Any, Mapping, Sequence
 
@@ -43,28 +68,178 @@ class NotAppendOnlyError(ValueError):
     """The chat template renders earlier turns differently once new messages follow."""
 
 
-def render_text(
-    tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *, add_generation_prompt: bool
-) -> str:
-    """The template's text for `messages` (no tokenisation)."""
+class RenderError(ValueError):
+    """The chat template cannot render these messages (it raised, or a message has no form it takes)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateProfile:
+    """What a chat template does with tool calls, probed once per template (`template_profile`).
+
+    multi_call: it renders an assistant message holding several ``tool_calls`` (each call's name in
+      the text, no exception). False for LLaMA-3.1's official template; its several-call steps are then
+      written as content (see the module docstring).
+    """
+
+    multi_call: bool
+
+
+def _raw_render(tokenizer, messages, tools, add_generation_prompt: bool, thinking: bool | None) -> str:
+    kwargs = {} if thinking is None else {"enable_thinking": bool(thinking)}
     text = tokenizer.apply_chat_template(
         [dict(m) for m in messages],
         tools=list(tools) if tools else None,
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
+        **kwargs,
     )
     if not isinstance(text, str):
         raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not str")
     return text
 
 
+_PROBE_CALLS = (
+    {"type": "function", "function": {"name": "probe_first_fn", "arguments": {"x": 1}}},
+    {"type": "function", "function": {"name": "probe_second_fn", "arguments": {"y": "z"}}},
+)
+_PROFILE_CACHE: "weakref.WeakKeyDictionary[Any, tuple[Any, TemplateProfile]]" = weakref.WeakKeyDictionary()
+
+
+def template_profile(tokenizer) -> TemplateProfile:
+    """Probe the template with a two-call assistant message (cached per tokenizer and template)."""
+    cached = _PROFILE_CACHE.get(tokenizer)
+    if cached is not None and cached[0] == tokenizer.chat_template:
+        return cached[1]
+    probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": list(_PROBE_CALLS)}]
+    try:
+        text = _raw_render(tokenizer, probe, None, False, None)
+        multi = all(c["function"]["name"] in text for c in _PROBE_CALLS)
+    except Exception:  # noqa: BLE001 - jinja's TemplateError from raise_exception, or any template failure
+        multi = False
+    profile = TemplateProfile(multi_call=multi)
+    _PROFILE_CACHE[tokenizer] = (tokenizer.chat_template, profile)
+    return profile
+
+
+def _call_of(call: Mapping[str, Any], where: str) -> dict[str, Any]:
+    fn = call.get("function", call)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):  # OpenAI-format data keeps arguments as a JSON string: data, read by json
+        try:
+            args = json.loads(args)
+        except ValueError as e:
+            raise RenderError(f"{where}: tool-call arguments are not valid JSON: {e}") from None
+    return {"name": fn.get("name"), "arguments": args}
+
+
+def template_messages(tokenizer, messages: Sequence[Message]) -> list[dict]:
+    """`messages` in a form the tokenizer's template renders: unchanged, except that a template which
+    takes one tool call per message gets each several-call assistant message as content text
+    (`Llama3JsonParser.format`: ``{"name": ..., "parameters": ...}`` objects joined by ``"; "``)."""
+    out = [dict(m) for m in messages]
+    if all(len(m.get("tool_calls") or ()) <= 1 for m in out if m.get("role") == "assistant"):
+        return out
+    if template_profile(tokenizer).multi_call:
+        return out
+    from rcgrpo_jax.chat.parsers import Llama3JsonParser
+
+    for i, m in enumerate(out):
+        calls = m.get("tool_calls") or ()
+        if m.get("role") != "assistant" or len(calls) <= 1:
+            continue
+        if (m.get("content") or "").strip():
+            raise RenderError(
+                f"message {i}: the template takes one tool call per message, so several calls are written as "
+                "content; this message also has text content, which that form cannot hold"
+            )
+        try:
+            text = Llama3JsonParser().format([_call_of(c, f"message {i}") for c in calls])
+        except ValueError as e:
+            raise RenderError(f"message {i}: {e}") from None
+        m.pop("tool_calls")
+        m["content"] = text
+    return out
+
+
+def render_text(
+    tokenizer,
+    messages: Sequence[Message],
+    tools: Sequence[Tool] | None = None,
+    *,
+    add_generation_prompt: bool,
+    thinking: bool | None = None,
+) -> str:
+    """The template's text for `messages` (no tokenisation), through `template_messages`.
+
+    thinking: passed as ``enable_thinking`` when not None. Raises `RenderError` when the template raises.
+    """
+    adapted = template_messages(tokenizer, messages)
+    try:
+        return _raw_render(tokenizer, adapted, tools, add_generation_prompt, thinking)
+    except (RenderError, TypeError):
+        raise
+    except Exception as e:  # noqa: BLE001 - jinja2 TemplateError (raise_exception), UndefinedError, ...
+        raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
+
+
 def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def render_prompt(tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None) -> list[int]:
+def render_prompt(
+    tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *, thinking: bool | None = None
+) -> list[int]:
     """Token ids of `messages` plus the generation prompt (the template writes BOS itself)."""
-    return _encode(tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True))
+    return _encode(tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking))
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered prompt: its text and its token ids (`render_prompt_reusing`)."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+def _eot_seams(tokenizer, text: str, ids: Sequence[int]) -> list[tuple[int, int]] | None:
+    """(character end, token end) of every end-of-turn token of `text` / `ids`, in order; None when the
+    two do not pair up one to one (then nothing is reused)."""
+    eot = end_of_turn_ids(tokenizer)
+    names = {tokenizer.convert_ids_to_tokens(i) for i in eot}
+    at_ids = [k + 1 for k, t in enumerate(ids) if t in eot]
+    at_text = []
+    for name in names:
+        pos = text.find(name)
+        while pos >= 0:
+            at_text.append(pos + len(name))
+            pos = text.find(name, pos + 1)
+    at_text.sort()
+    return list(zip(at_text, at_ids)) if len(at_text) == len(at_ids) else None
+
+
+def render_prompt_reusing(
+    tokenizer,
+    messages: Sequence[Message],
+    tools: Sequence[Tool] | None = None,
+    *,
+    thinking: bool | None = None,
+    previous: RenderedPrompt | None = None,
+) -> RenderedPrompt:
+    """`render_prompt`, tokenising only what changed since `previous` (the same conversation's last
+    rendering): the new text is compared with the old one, the old tokens are kept through the last
+    end-of-turn token before the first difference, and only the text after it is tokenised. Equal to
+    `render_prompt` because text after a special token tokenises on its own (the seam `render_delta`
+    relies on too). Re-rendering every step then costs the template's rendering plus the new tail."""
+    text = render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking)
+    seams = None if previous is None else _eot_seams(tokenizer, previous.text, previous.ids)
+    if not seams:
+        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+    n = len(os.path.commonprefix([previous.text, text]))
+    usable = [(c, t) for c, t in seams if c <= n]
+    if not usable:
+        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+    c, t = usable[-1]
+    return RenderedPrompt(text, previous.ids[:t] + tuple(_encode(tokenizer, text[c:])))
 
 
 def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
@@ -110,11 +285,17 @@ def _anchor(history: Sequence[Message]) -> list[Message] | None:
 
 
 def _render_pair(
-    tokenizer, history: Sequence[Message], new_messages: Sequence[Message], tools: Sequence[Tool] | None
+    tokenizer,
+    history: Sequence[Message],
+    new_messages: Sequence[Message],
+    tools: Sequence[Tool] | None,
+    thinking: bool | None = None,
 ) -> tuple[str, str, int]:
     """(history text, history + new text with the generation prompt, end of the last end-of-turn)."""
-    short = render_text(tokenizer, history, tools, add_generation_prompt=False)
-    full = render_text(tokenizer, list(history) + list(new_messages), tools, add_generation_prompt=True)
+    short = render_text(tokenizer, history, tools, add_generation_prompt=False, thinking=thinking)
+    full = render_text(
+        tokenizer, list(history) + list(new_messages), tools, add_generation_prompt=True, thinking=thinking
+    )
     ends = [tokenizer.convert_ids_to_tokens(i) for i in end_of_turn_ids(tokenizer)]
     boundary = max((short.rfind(e) + len(e) for e in ends if e in short), default=-1)
     if boundary < 0:
@@ -123,7 +304,12 @@ def _render_pair(
 
 
 def render_delta(
-    tokenizer, history: Sequence[Message], new_messages: Sequence[Message], tools: Sequence[Tool] | None = None
+    tokenizer,
+    history: Sequence[Message],
+    new_messages: Sequence[Message],
+    tools: Sequence[Tool] | None = None,
+    *,
+    thinking: bool | None = None,
 ) -> list[int]:
     """Tokens to append after the assistant turn that ends `history`, so that the context becomes
     ``history + new_messages`` followed by the generation prompt. See the module docstring.
@@ -138,10 +324,10 @@ def render_delta(
         raise ValueError("render_delta needs a history that ends with an assistant message")
     anchor = _anchor(history)
     if anchor is not None:
-        short, full, boundary = _render_pair(tokenizer, anchor, new_messages, tools)
+        short, full, boundary = _render_pair(tokenizer, anchor, new_messages, tools, thinking)
         if full[:boundary] == short[:boundary]:
             return _encode(tokenizer, full[boundary:])
-    short, full, boundary = _render_pair(tokenizer, history, new_messages, tools)
+    short, full, boundary = _render_pair(tokenizer, history, new_messages, tools, thinking)
     if full[:boundary] != short[:boundary]:
         at = next(i for i, (a, b) in enumerate(zip(short, full)) if a != b)
         raise NotAppendOnlyError(

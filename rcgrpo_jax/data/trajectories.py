@@ -9,12 +9,16 @@ share:
 
 `messages` holds user turns, assistant messages with an explicit `tool_calls` field
 ([{"id", "type": "function", "function": {"name", "arguments": {...}}}], arguments as a JSON object
-as HF chat templates expect), tool messages ({"role": "tool", "tool_call_id", "name", "content"}) and
+as HF chat templates expect) and, when the model reasoned, its `reasoning_content` (the text of its
+``<think>`` block, which Qwen3's template renders), tool messages ({"role": "tool", "tool_call_id", "name", "content"}) and
 a closing assistant message per turn. `tools` are the tools of the first turn; on miss_func the
 functions released later are listed under `released_tools` by turn.
 
 Experts replay each task's ground truth through `BFCLEnv` (one step per turn holding all of its
-calls, BFCL's own form). Failures perturb an expert script (wrong tool, wrong or missing parameter,
+calls, BFCL's own form). The records do not depend on the chat template: a template that takes one
+call per message (LLaMA-3.1's official one) renders a several-call step in BFCL's content form
+(`rcgrpo_jax.chat.template_messages`), and a template that rewrites the past (Qwen3) is tokenised one
+sample per assistant step (`rcgrpo_jax.chat.step_samples`). Failures perturb an expert script (wrong tool, wrong or missing parameter,
 premature termination, skipped turn) and are kept only when our reward scores them 0.
 """
 
@@ -302,6 +306,8 @@ def validate_record(record: dict) -> None:
         if role == "assistant":
             if pending:
                 raise ValueError(f"message {i}: tool results missing for {sorted(pending)}")
+            if not isinstance(msg.get("reasoning_content", ""), str):
+                raise ValueError(f"message {i}: reasoning_content must be a string")
             for call in msg.get("tool_calls", []):
                 fn = call.get("function", {})
                 if not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):

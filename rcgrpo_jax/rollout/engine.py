@@ -2,11 +2,25 @@
 
 Each row of the batch is one episode (task x reward token x rollout index). Per round, every live
 episode takes one assistant step together: the policy supplies its tokens (sampled by the model, or
-scripted), the host decodes them to text, parses tool calls with the family parser, and either calls
-`env.step` (tool results) or, when the step has no call, `env.end_turn` (next user message and any
-released tools). What the environment adds is rendered by the chat template as a delta and appended
-to the token context and the policy's KV cache. Sampled tokens are never re-tokenised and the
-history is never re-rendered into tokens.
+scripted), the host decodes them to text, parses tool calls (and a reasoning block) with the family
+parser, and either calls `env.step` (tool results) or, when the step has no call, `env.end_turn` (next
+user message and any released tools). Sampled tokens are never re-tokenised: they enter the training
+data exactly as sampled.
+
+What the environment adds reaches the policy in one of two render modes (`RolloutConfig.render_mode`,
+see `rcgrpo_jax.chat.modes`):
+
+- ``append``: the template renders the new messages as a delta, appended to the token context and the
+  policy's KV cache (`Policy.extend`); the episode is one training sample.
+- ``rerender``: the whole conversation is rendered again with the generation prompt, as BFCL's
+  handlers do, and the policy's row becomes that context (`Policy.replace`: the KV cache of the
+  unchanged prefix is kept). Each step is one training sample: its context, then exactly the tokens
+  sampled in it (`Episode.samples()`).
+- ``auto`` (default): the render check (`chat.render_mode_for`) on the batch's first episode picks one
+  for the batch: ``rerender`` for templates that rewrite the past (Qwen3), ``append`` otherwise.
+
+A template that cannot render the conversation (it raises, e.g. on a message form it refuses) ends the
+episode with `episode.RENDER_ERROR`, its message in `Episode.env_reason`; the batch goes on.
 """
 
 from __future__ import annotations
@@ -30,6 +44,17 @@ class RolloutConfig:
     # Our own cap on tool steps per turn; None leaves it to the environment (BFCLEnv force-terminates
     # past 20 steps, as BFCL does, which its verdict records).
     max_steps_per_turn: int | None = None
+    # auto | append | rerender (module docstring). auto: the render check at the start of each batch.
+    render_mode: str = chat.AUTO
+    # Passed to the chat template as enable_thinking (Qwen3: False = an empty think block in the
+    # generation prompt, no reasoning); None = the template's default (Qwen3: thinking on).
+    thinking: bool | None = None
+
+    def __post_init__(self):
+        if self.render_mode not in chat.RENDER_MODES:
+            raise ValueError(f"RolloutConfig.render_mode must be one of {chat.RENDER_MODES}, got {self.render_mode!r}")
+        if self.thinking not in (None, True, False):
+            raise ValueError(f"RolloutConfig.thinking must be None, True or False, got {self.thinking!r}")
 
 
 @dataclasses.dataclass
@@ -40,13 +65,19 @@ class StepSample:
 
 
 class Policy(Protocol):
-    """Supplies each assistant step's tokens; rows are episode indices in the batch."""
+    """Supplies each assistant step's tokens; rows are episode indices in the batch.
+
+    `extend` appends tokens to rows' contexts (append mode); `replace` sets rows' whole contexts
+    (rerender mode: a policy with a cache keeps what it can of the unchanged prefix).
+    """
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None: ...
 
     def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]: ...
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None: ...
+
+    def replace(self, rows: Sequence[int], contexts: Sequence[Sequence[int]]) -> None: ...
 
     def finish(self, rows: Sequence[int]) -> None: ...
 
@@ -72,6 +103,8 @@ def with_reward_goal(messages: Sequence[dict], token: str | None) -> list[dict]:
 
 def _assistant_message(parsed: chat.ParsedTurn) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning:
+        msg["reasoning_content"] = parsed.reasoning
     if parsed.calls:
         msg["tool_calls"] = [
             {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in parsed.calls
@@ -89,6 +122,11 @@ class _Clock:
         return now
 
 
+def _render_error(e: Episode, where: str, err: Exception) -> str:
+    e.env_reason = f"{where}: {type(err).__name__}: {err}"[:500]
+    return ep_mod.RENDER_ERROR
+
+
 def run_episodes(
     specs: Sequence[EpisodeSpec],
     policy: Policy,
@@ -100,6 +138,8 @@ def run_episodes(
     clock = _Clock()
     eot = chat.end_of_turn_ids(tokenizer)
     episodes, prompts, live = [], [], []
+    rendered: dict[int, chat.RenderedPrompt] = {}  # rerender: each episode's last rendering, reused in part
+    mode = None if config.render_mode == chat.AUTO else config.render_mode
     t0 = time.perf_counter()
     for i, spec in enumerate(specs):
         e = Episode(spec.task_id, spec.group, spec.rollout_index, spec.reward_token)
@@ -107,8 +147,20 @@ def run_episodes(
         messages, tools = spec.env.reset()
         t0 = clock.add("env", t0)
         e.messages, e.tools = with_reward_goal(messages, spec.reward_token), list(tools)
-        prompt = chat.render_prompt(tokenizer, e.messages, e.tools)
+        if mode is None:  # the render check, on the batch's first episode
+            mode = chat.render_mode_for(tokenizer, e.messages, e.tools, thinking=config.thinking)
+        e.render_mode = mode
         e.turn_starts.append(0)
+        try:
+            first = chat.render_prompt_reusing(tokenizer, e.messages, e.tools, thinking=config.thinking)
+        except Exception as err:  # noqa: BLE001 - a template that refuses this conversation ends only it
+            e.finish(_render_error(e, "render_prompt", err))
+            prompts.append([])
+            t0 = clock.add("chat", t0)
+            continue
+        prompt = list(first.ids)
+        if mode == chat.RERENDER:
+            rendered[i] = first
         e.add_context(prompt)
         e.prompt_len = len(prompt)
         if len(prompt) >= config.max_context:
@@ -118,6 +170,10 @@ def run_episodes(
             prompts.append(prompt)
             live.append(i)
         t0 = clock.add("chat", t0)
+    if mode == chat.RERENDER and live and not callable(getattr(policy, "replace", None)):
+        raise TypeError(
+            f"render mode 'rerender' needs a policy with replace(rows, contexts); {type(policy).__name__} has none"
+        )
     policy.start(prompts, [s.group for s in specs])
     t0 = clock.add("policy", t0)
     if len(live) < len(specs):
@@ -127,21 +183,23 @@ def run_episodes(
         budgets = [min(config.max_step_tokens, config.max_context - len(episodes[i].tokens) - 1) for i in live]
         samples = policy.act(live, budgets)
         t0 = clock.add("policy", t0)
-        rows, deltas, ended = [], [], []
+        rows, tokens, ended = [], [], []
         for i, sample in zip(live, samples):
             e, spec = episodes[i], specs[i]
-            delta, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock)
+            toks, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock, rendered, i)
             if reason is None:
                 rows.append(i)
-                deltas.append(delta)
+                tokens.append(toks)
             else:
                 e.finish(reason)
                 ended.append(i)
         t0 = time.perf_counter()
         if ended:
             policy.finish(ended)
-        if rows:
-            policy.extend(rows, deltas)
+        if rows and mode == chat.RERENDER:
+            policy.replace(rows, tokens)
+        elif rows:
+            policy.extend(rows, tokens)
         t0 = clock.add("policy", t0)
         live = rows
 
@@ -155,14 +213,15 @@ def run_episodes(
     return episodes, dict(clock.t)
 
 
-def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config: RolloutConfig, clock: _Clock):
-    """Record one assistant step and the environment's answer; returns (delta tokens, None) or (None, reason)."""
+def _advance(
+    e: Episode, env, sample: StepSample, tokenizer, parser, eot, config: RolloutConfig, clock: _Clock, rendered, row
+):
+    """Record one assistant step and the environment's answer; returns (tokens for the policy, None) or
+    (None, reason). The tokens are the delta to append (append mode) or the new context (rerender)."""
     t0 = time.perf_counter()
     e.add_sampled(sample.tokens, sample.logprobs)
     e.steps += 1
     body = sample.tokens[:-1] if sample.stopped else sample.tokens
-    # A step cut by its budget is closed with an end-of-turn token of ours (context, not sampled).
-    close = [] if sample.stopped else [eot[0]]
     e.step_truncations += not sample.stopped
     text = tokenizer.decode(body, skip_special_tokens=False)
     parsed = parser.parse(text)
@@ -196,19 +255,42 @@ def _advance(e: Episode, env, sample: StepSample, tokenizer, parser, eot, config
         clock.add("env", t0)
         return None, ep_mod.ENV_DONE
     t0 = clock.add("env", t0)
+    new_turn = new_messages[0].get("role") != "tool"
+    if e.render_mode == chat.RERENDER:
+        return _rerender(e, new_messages, new_turn, tokenizer, config, clock, t0, rendered, row)
 
     try:
-        delta = chat.render_delta(tokenizer, e.messages, new_messages, e.tools)
+        delta = chat.render_delta(tokenizer, e.messages, new_messages, e.tools, thinking=config.thinking)
     except Exception as err:  # noqa: BLE001 - e.g. a template that cannot append; end cleanly
-        e.env_reason = f"render_delta: {type(err).__name__}: {err}"[:500]
         clock.add("chat", t0)
-        return None, "render_error"
-    if new_messages[0].get("role") != "tool":
+        return None, _render_error(e, "render_delta", err)
+    if new_turn:
         e.turn_starts.append(len(e.tokens))
     e.messages.extend(new_messages)
     clock.add("chat", t0)
-    delta = close + delta
+    # A step cut by its budget is closed with an end-of-turn token of ours (context, not sampled).
+    delta = ([] if sample.stopped else [eot[0]]) + delta
     if len(e.tokens) + len(delta) + 1 > config.max_context:
         return None, ep_mod.MAX_CONTEXT
     e.add_context(delta)
     return delta, None
+
+
+def _rerender(e: Episode, new_messages, new_turn: bool, tokenizer, config, clock: _Clock, t0: float, rendered, row):
+    """rerender mode: the whole conversation rendered again is the next step's context (a new sample)."""
+    e.messages.extend(new_messages)
+    try:
+        again = chat.render_prompt_reusing(
+            tokenizer, e.messages, e.tools, thinking=config.thinking, previous=rendered.get(row)
+        )
+        rendered[row], prompt = again, list(again.ids)
+    except Exception as err:  # noqa: BLE001 - the template refuses the grown conversation
+        clock.add("chat", t0)
+        return None, _render_error(e, "render_prompt", err)
+    clock.add("chat", t0)
+    if len(prompt) + 1 > config.max_context:
+        return None, ep_mod.MAX_CONTEXT
+    if new_turn:
+        e.turn_starts.append(e.steps)  # the index of the turn's first step, i.e. of its sample
+    e.begin_sample(prompt)
+    return prompt, None

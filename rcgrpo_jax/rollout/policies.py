@@ -1,8 +1,10 @@
 """Policies the rollout engine drives: the model (sampler over a live KV cache) and scripted ones.
 
-The engine asks a policy for each assistant step's tokens and tells it what was appended after;
-the model policy keeps one `DecodeSession` row per live episode, so the KV cache survives across
-steps and turns and only deltas are prefilled. The scripted policy emits fixed assistant texts through
+The engine asks a policy for each assistant step's tokens and tells it what was appended after
+(`extend`, append mode) or what the row's whole context now is (`replace`, re-render mode); the model
+policy keeps one `DecodeSession` row per live episode, so the KV cache survives across steps and
+turns: only deltas are prefilled, and a re-rendered context keeps the cache of its longest prefix that
+is unchanged (at least the shared prompt head: system, tools, first user message). The scripted policy emits fixed assistant texts through
 the tokenizer (the oracle: ground-truth calls formatted by the family parser), which proves the token
 bookkeeping end to end without a trained model.
 """
@@ -44,6 +46,11 @@ class ModelPolicy:
     Prefix sharing: the episodes of one group (same task) share the longest common prefix of their
     prompts (system + tools + first user text up to the reward goal); it is prefilled once per group
     and its cache row broadcast, then each episode's own suffix is appended.
+
+    Re-render mode (`replace`): each row's context is tracked on the host; a new context keeps the
+    cache of its longest common prefix with the old one (at most all but its last token, so the row
+    gets fresh logits) and only the rest is prefilled. `stats["reused_tokens"]` / `["replaced_tokens"]`
+    count the tokens kept / prefilled by replaces.
     """
 
     def __init__(
@@ -73,7 +80,8 @@ class ModelPolicy:
         self.capacity = max_context + max(prefill_chunk, buckets.length_bucket(max_step_tokens))
         self.session: DecodeSession | None = None
         self.row_of: dict[int, int] = {}  # episode -> session row
-        self.stats = {"rows_computed": 0, "rows_live": 0, "shrinks": 0}
+        self.context: dict[int, list[int]] = {}  # episode -> the tokens its cache row holds
+        self.stats = {"rows_computed": 0, "rows_live": 0, "shrinks": 0, "reused_tokens": 0, "replaced_tokens": 0}
 
     def _new_session(self, rows: int) -> DecodeSession:
         return DecodeSession(
@@ -107,6 +115,7 @@ class ModelPolicy:
         self.session.select(src)
         self.session.append([prompts[i][cut[key(i)] :] for i in range(n)])
         self.row_of = {i: i for i in range(n)}
+        self.context = {i: list(prompts[i]) for i in range(n)}
 
     def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]:
         sess = self.session
@@ -116,17 +125,39 @@ class ModelPolicy:
         self.stats["rows_computed"] += sess.rows
         self.stats["rows_live"] += len(rows)
         out = sess.decode(full, self.stop_ids)
-        return [StepSample(*out[self.row_of[i]]) for i in rows]
+        samples = [StepSample(*out[self.row_of[i]]) for i in rows]
+        for i, s in zip(rows, samples):
+            self.context[i].extend(s.tokens)
+        return samples
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
         full: list[Sequence[int]] = [()] * self.session.rows
         for i, d in zip(rows, deltas):
             full[self.row_of[i]] = d
+            self.context[i].extend(d)
         self.session.append(full)
+
+    def replace(self, rows: Sequence[int], contexts: Sequence[Sequence[int]]) -> None:
+        """Row i's context becomes contexts[i]: keep the cache of the common prefix, prefill the rest."""
+        keep = self.session.lengths.copy()
+        suffix: list[Sequence[int]] = [()] * self.session.rows
+        for i, ctx in zip(rows, contexts):
+            ctx = list(ctx)
+            if not ctx:
+                raise ValueError(f"episode {i}: an empty context cannot be decoded from")
+            k = min(_common_prefix([self.context[i], ctx]), len(ctx) - 1)
+            r = self.row_of[i]
+            keep[r], suffix[r] = k, ctx[k:]
+            self.context[i] = ctx
+            self.stats["reused_tokens"] += k
+            self.stats["replaced_tokens"] += len(ctx) - k
+        self.session.truncate(keep)
+        self.session.append(suffix)
 
     def finish(self, rows: Sequence[int]) -> None:
         for i in rows:
             self.row_of.pop(i, None)
+            self.context.pop(i, None)
         if self.slot_mode != SHRINK or not self.row_of:
             return
         want = self._rows(len(self.row_of))
@@ -168,6 +199,9 @@ class ScriptedPolicy:
     def extend(self, rows, deltas) -> None:
         pass
 
+    def replace(self, rows, contexts) -> None:
+        pass
+
     def finish(self, rows) -> None:
         pass
 
@@ -175,11 +209,13 @@ class ScriptedPolicy:
 FINAL_ANSWER = "Done."
 
 
-def oracle_texts(script: Sequence[Sequence[Sequence[dict]]], parser) -> list[str]:
+def oracle_texts(script: Sequence[Sequence[Sequence[dict]]], parser, *, reasoning: str | None = None) -> list[str]:
     """Assistant texts that play a turn -> steps -> calls script: each step's calls formatted by the
-    family parser, then a plain answer that ends the turn."""
+    family parser, then a plain answer that ends the turn. `reasoning` (a string) puts a think block
+    with that text before each (Hermes/Qwen3 only), as a thinking model writes it."""
+    fmt = parser.format if reasoning is None else (lambda calls, content="": parser.format(calls, content, reasoning))
     texts = []
     for steps in script:
-        texts.extend(parser.format(calls) for calls in steps)
-        texts.append(FINAL_ANSWER)
+        texts.extend(fmt(calls) for calls in steps)
+        texts.append(fmt([], FINAL_ANSWER))
     return texts

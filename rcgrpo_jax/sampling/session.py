@@ -48,6 +48,13 @@ def take_rows(cache: KVCache, rows: jax.Array) -> KVCache:
     )
 
 
+@jax.jit
+def truncate_rows(cache: KVCache, keep: jax.Array) -> KVCache:
+    """Each row b keeps only its first keep[b] valid slots (the rest become holes; `compact` reclaims them)."""
+    mask = cache.mask & (jnp.cumsum(cache.mask, axis=1) <= keep[:, None])
+    return KVCache(k=cache.k, v=cache.v, mask=mask, index=cache.index)
+
+
 @functools.partial(jax.jit, donate_argnums=(0,))
 def _merge_logits(old: jax.Array, new: jax.Array, fresh: jax.Array) -> jax.Array:
     return jnp.where(fresh[:, None], new, old)
@@ -166,6 +173,16 @@ class DecodeSession:
         self.lengths = self.lengths + lens
         self.stats["decode_calls"] += 1
         return [(toks[i, : lens[i]].tolist(), lps[i, : lens[i]], bool(stopped[i])) for i in range(self.rows)]
+
+    def truncate(self, keep: Sequence[int]) -> None:
+        """Row i keeps only the first keep[i] tokens of its context (capped at its length); its next-token
+        logits are stale until the row is appended to, so append to every truncated row next."""
+        keep = np.minimum(np.asarray(keep, np.int64), self.lengths)
+        if np.array_equal(keep, self.lengths):
+            return
+        with mesh_context(self.mesh, self.rules):
+            self.cache = truncate_rows(self.cache, put_batch(keep.astype(np.int32), self.mesh))
+        self.positions, self.lengths = keep.astype(np.int32), keep
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep (or repeat) the given rows, in that order: shrinks the batch or broadcasts a shared prefix."""

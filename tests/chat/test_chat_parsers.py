@@ -167,7 +167,7 @@ calls_st = st.lists(
 content_st = (
     st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
     .map(str.strip)
-    .filter(lambda s: "<tool_call>" not in s and "</tool_call>" not in s)
+    .filter(lambda s: not any(t in s for t in ("<tool_call>", "</tool_call>", "<think>", "</think>")))
 )
 
 
@@ -227,9 +227,80 @@ def test_format_writes_the_documented_text():
 
 
 def test_family_lookup():
-    assert family_for("qwen2") == "hermes" and family_for("llama") == "llama3_json"
+    assert family_for("qwen2") == "hermes" == family_for("qwen3") and family_for("llama") == "llama3_json"
     assert get_parser(family_for("qwen2")) is hermes
     with pytest.raises(ValueError, match="gpt2"):
         family_for("gpt2")
     with pytest.raises(ValueError):
         get_parser("xml")
+
+
+# ------------------------------------------------------------------ what LLaMA-3.1 emits, and reasoning
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<|python_tag|>{"name": "cd", "parameters": {"folder": "a"}}; {"name": "ls", "parameters": {}}',
+        '{"name": "cd", "arguments": {"folder": "a"}};{"name": "ls"}',
+        '<|python_tag|>{"name": "cd", "parameters": {"folder": "a"}}, {"name": "ls", "parameters": {}}',
+        '[\n    {"name": "cd", "parameters": {"folder": "a"}},\n    {"name": "ls", "parameters": {}}\n]',
+        '<|python_tag|>[{"name": "cd", "arguments": {"folder": "a"}}, {"name": "ls", "arguments": {}}]',
+    ],
+)
+def test_llama_reads_every_form_llama_3_1_emits(text):
+    assert llama.parse(text) == ParsedTurn(
+        "", [{"name": "cd", "arguments": {"folder": "a"}}, {"name": "ls", "arguments": {}}], []
+    )
+
+
+@pytest.mark.parametrize(
+    "text, kind, n_calls",
+    [
+        ('[{"name": "cd"}, 3]', "not_an_object", 1),
+        ('[{"name": "cd"}] and more', "trailing_text", 1),
+        ('[{"name": "cd"}', "invalid_json", 0),
+        ("<|python_tag|>[1, 2", "invalid_json", 0),
+    ],
+)
+def test_llama_malformed_lists(text, kind, n_calls):
+    out = llama.parse(text)
+    assert kind in kinds(out) and len(out.calls) == n_calls
+
+
+def test_llama_brackets_in_plain_content_stay_content():
+    assert llama.parse("[1, 2] are the numbers.") == ParsedTurn("[1, 2] are the numbers.", [], [])
+
+
+def test_hermes_splits_reasoning_and_ignores_calls_inside_it():
+    call = '<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>'
+    out = hermes.parse(f"<think>\nMaybe {call}? No.\n</think>\n\nSure.\n" + call.replace("rm", "ls"))
+    assert out == ParsedTurn("Sure.", [{"name": "ls", "arguments": {}}], [], reasoning=f"Maybe {call}? No.")
+    # Opening tag in the generation prompt (only the close is sampled), and an empty block.
+    assert hermes.parse("I think.\n</think>\n\nHi").reasoning == "I think."
+    assert hermes.parse("<think>\n\n</think>\n\nHi") == ParsedTurn("Hi", [], [], reasoning="")
+    # Never closed (the step budget ran out while thinking): all reasoning, no call, an error.
+    out = hermes.parse(f"<think>\nstill thinking {call}")
+    assert out.calls == [] and out.content == "" and kinds(out) == ["unterminated"]
+    assert out.reasoning.startswith("still thinking")
+
+
+reasoning_st = (
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+    .map(lambda s: s.strip("\n"))
+    .filter(lambda s: "</think>" not in s)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls=calls_st, content=content_st, reasoning=reasoning_st)
+def test_hermes_format_parse_round_trip_with_reasoning(calls, content, reasoning):
+    assert hermes.parse(hermes.format(calls, content, reasoning)) == ParsedTurn(content, calls, [], reasoning)
+
+
+def test_reasoning_format_rules():
+    assert hermes.format([], "Hi", "") == "<think>\n\n</think>\n\nHi"  # Qwen3's rendering of the last turn
+    with pytest.raises(ValueError):
+        hermes.format([], "Hi", "a </think> b")
+    with pytest.raises(ValueError):
+        llama.format([], "Hi", "")

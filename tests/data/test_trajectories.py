@@ -143,3 +143,65 @@ def test_datasets(sample_tasks, sample_failures, tmp_path):
     assert manifest["failures"]["exploration"] == 1  # the expert-kind record is not a failure
     assert sum(manifest["failures"].values()) == len(generated) + 1
     assert sum(manifest["rctp_ft"]["failures"].values()) == manifest["rctp_ft"]["examples"] // 2
+
+
+def test_reasoning_content_must_be_text():
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "reasoning_content": "hm"}]
+    trajectories.validate_record(trajectories.rollout_record("multi_turn_base_3", messages, [], 1.0))
+    messages[1]["reasoning_content"] = ["hm"]
+    with pytest.raises(ValueError, match="reasoning_content"):
+        trajectories.rollout_record("multi_turn_base_3", messages, [], 1.0)
+
+
+@pytest.fixture(scope="module")
+def official_tokenizers(tmp_path_factory):
+    import transformers
+
+    from rcgrpo_jax.models.tiny import build_tiny_tokenizer
+    from tests.chat.official_templates import with_official_template
+
+    out = {}
+    for name, arch in (("llama_3_1", "llama"), ("qwen3", "qwen2")):
+        path = build_tiny_tokenizer(tmp_path_factory.mktemp(f"tok_{name}"), arch=arch)
+        out[name] = with_official_template(transformers.AutoTokenizer.from_pretrained(path), name)
+    return out
+
+
+def _expected_assistant_texts(messages, write):
+    return [write(m) for m in messages if m["role"] == "assistant"]
+
+
+def test_sft_and_rctp_data_tokenise_with_the_official_templates(sample_tasks, sample_failures, official_tokenizers):
+    """LLaMA-3.1: the append-only tokenisation (train/sft.py) works, several-call steps in BFCL's content
+    form. Qwen3: it is not append-only, so every assistant step is its own sample (chat.step_samples),
+    the step written as Qwen3 writes it after its generation prompt."""
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.chat.parsers import HermesParser, Llama3JsonParser
+    from rcgrpo_jax.train.sft_data import tokenize_conversation
+
+    experts = [trajectories.expert_trajectory(t) for t in sample_tasks[::4]]
+    failures = [r for t in sample_tasks[::4] for r in sample_failures[t.id]]
+    records = experts + datasets.rctp_records(experts, failures, seed=0)
+    assert any(len(m.get("tool_calls", [])) > 1 for r in experts for m in r["messages"])
+    calls = lambda m: [c["function"] for c in m.get("tool_calls", [])]  # noqa: E731
+
+    llama = official_tokenizers["llama_3_1"]
+    eot = chat.end_of_turn_ids(llama)
+    for r in records:
+        tokens, mask = tokenize_conversation(llama, r["messages"], r["tools"], eot)
+        want = _expected_assistant_texts(
+            r["messages"], lambda m: (Llama3JsonParser().format(calls(m)) if calls(m) else m["content"]) + "<|eot_id|>"
+        )
+        assert llama.decode(tokens[mask == 1]) == "".join(want)
+
+    qwen = official_tokenizers["qwen3"]
+    for r in records:
+        with pytest.raises(chat.NotAppendOnlyError):
+            tokenize_conversation(qwen, r["messages"], r["tools"], chat.end_of_turn_ids(qwen))
+        samples = chat.step_samples(qwen, r["messages"], r["tools"])
+        want = _expected_assistant_texts(
+            r["messages"],
+            lambda m: HermesParser().format(calls(m), "" if calls(m) else m["content"], reasoning="") + "<|im_end|>",
+        )
+        assert [qwen.decode(t[m == 1]) for t, m in samples] == want
+        assert all("[Reward Goal:" in qwen.decode(t) for t, _ in samples) == ("reward_goal" in r)
