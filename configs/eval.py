@@ -55,6 +55,8 @@ def eval_section(preset: str):
     c.max_context = 2048 if preset == "tiny" else 32768  # tokens per episode; past it: truncated
     c.max_step_tokens = 128 if preset == "tiny" else 1024  # decode budget of one assistant step
     c.prefill_chunk = 256 if preset == "tiny" else 2048
+    c.render_mode = "auto"  # append | rerender | auto (as rl.render_mode)
+    c.thinking = placeholder(bool)  # the template's enable_thinking (Qwen3); None = the template's default
     c.max_steps_per_turn = placeholder(int)  # None = the environment's cap (BFCL: 20); past it the turn ends
     # Categories reported apart and left out of `overall` (the world's held-out compositions).
     c.heldout_categories = ("compose_heldout",)

@@ -85,6 +85,11 @@ def rl_config(
     rl.prefill_chunk = 512
     rl.rollout_chunk = 160  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
+    # How the context follows the chat template: append (deltas; Qwen2.5, LLaMA-3.1, the tiny templates) |
+    # rerender (every step re-rendered, one training sample per step: Qwen3, whose template rewrites past
+    # turns) | auto (a render check at episode start picks).
+    rl.render_mode = "auto"
+    rl.thinking = placeholder(bool)  # the template's enable_thinking (Qwen3); None = the template's default
     # AWPO's reasoning judge (rcgrpo_jax.judges: rule | model | http), used only by estimators that need
     # "reasoning": --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
     rl.judge = judges.default_config("rule")

@@ -174,3 +174,18 @@ def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and line.startswith("error: config.runtime.allow_cpu: preset 'qwen2_5_7b' is sized for GPUs")
     assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_rerendered_rollout_trains_one_row_per_step(world_ckpt, xla_cache, tmp_path, capsys):
+    """rl.render_mode=rerender (what the render check picks for Qwen3's template): every assistant step is a
+    training sample of its own, with its episode's advantage; the update sees one row per step."""
+    from rcgrpo_jax.train import logging as log_lib
+
+    argv = ["main", f"--config={GRPO}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={xla_cache}"]
+    argv += ["--config.rl.render_mode=rerender", f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]
+    assert main.cli(argv) == 0
+    (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
+    assert row["finite"] == 1 and row["rollout/samples_mean"] >= 1.0
+    episodes = 4  # 2 tasks x 2 rollouts
+    assert row["rows"] == pytest.approx(episodes * row["rollout/samples_mean"], abs=1)  # (+1 padding row at most)
+    assert row["rows"] % 2 == 0  # whole micro-batches of 2

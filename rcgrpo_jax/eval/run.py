@@ -70,6 +70,8 @@ def error_kind(episode) -> str | None:
         return None
     if episode.truncated:
         return TRUNCATED
+    if episode.done_reason == "render_error":  # the chat template refused the conversation: not a model failure
+        return "render_error"
     if "error" in verdict:  # the scorer itself raised (kept by the rollout engine)
         return "scorer_error"
     etype = verdict.get("error_type") or f"done:{episode.done_reason}"
@@ -137,6 +139,8 @@ def evaluate(
         max_context=int(eval_cfg.max_context),
         max_step_tokens=int(eval_cfg.max_step_tokens),
         max_steps_per_turn=eval_cfg.get("max_steps_per_turn"),
+        render_mode=eval_cfg.get("render_mode", "auto"),
+        thinking=eval_cfg.get("thinking"),
     )
     results: list[dict] = []
     batch = max(int(eval_cfg.batch_size), 1)

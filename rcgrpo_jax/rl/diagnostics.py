@@ -119,8 +119,11 @@ def rollout_metrics(episodes) -> dict[str, float]:
 
     n = max(len(episodes), 1)
     out = {
-        "rollout/tokens_mean": float(np.mean([len(e.tokens) for e in episodes])),
-        "rollout/sampled_tokens_mean": float(np.mean([sum(e.loss_mask) for e in episodes])),
+        "rollout/tokens_mean": float(np.mean([len(e.tokens) for e in episodes])),  # the final context
+        "rollout/sampled_tokens_mean": float(
+            np.mean([sum(int(np.sum(x.loss_mask)) for x in e.samples()) for e in episodes])
+        ),
+        "rollout/samples_mean": float(np.mean([len(e.samples()) for e in episodes])),
         "rollout/steps_mean": float(np.mean([e.steps for e in episodes])),
         "rollout/tool_calls_mean": float(np.mean([e.tool_calls for e in episodes])),
         "rollout/parse_errors_mean": float(np.mean([e.parse_errors for e in episodes])),

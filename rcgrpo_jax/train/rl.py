@@ -267,23 +267,17 @@ class RLTrainer:
         """The host batch (rows of dropped groups and invalid rollouts carry no loss), the PPO plan, and the
         reference / recomputed behaviour log-probs."""
         rl = self.config.rl
-        arrays = [e.arrays() for e in ro.episodes]
-        lengths = np.asarray([len(a["tokens"]) for a in arrays])
-        buckets = tuple(int(x) for x in self.config.data.buckets)
-        clip = adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages))
-        batch = rl_batch.pack(
-            [a["tokens"] for a in arrays],
-            [a["loss_mask"] for a in arrays],
-            [a["logprobs"] for a in arrays],
-            adv.advantages,
-            clip,
-            length=rl_batch.bucket_for(int(lengths.max()), buckets),
-            pad_id=self.pad_id,
-        )
-        live = (np.repeat(adv.keep, self.group) & adv.valid.reshape(-1)).astype(np.float32)
-        batch = batch.replace(loss_mask=batch.loss_mask * live[:, None])
-        perm = np.random.default_rng([int(self.config.seed), int(step), 11]).permutation(batch.rows)
         micro = int(self.config.train.batch_size) // int(self.config.train.grad_accum)
+        batch, self._owner, lengths = rl_batch.from_episodes(
+            ro.episodes,
+            adv.advantages,
+            adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages)),
+            np.repeat(adv.keep, self.group) & adv.valid.reshape(-1),
+            buckets=tuple(int(x) for x in self.config.data.buckets),
+            pad_id=self.pad_id,
+            row_multiple=int(rl.num_minibatches) * micro,
+        )
+        perm = np.random.default_rng([int(self.config.seed), int(step), 11]).permutation(batch.rows)
         plan = rl_batch.minibatch_plan(perm, lengths, int(rl.num_minibatches), micro)
         all_micro = [rows for mb in plan for rows in mb]
         timing: dict[str, Any] = {"time/reference_s": 0.0, "time/recompute_s": 0.0}
@@ -332,10 +326,13 @@ class RLTrainer:
         """The paper's variance diagnostics (over rows with loss tokens), the loss's metrics, the episodes' shape."""
         from rcgrpo_jax.rl import diagnostics
 
-        b = batch.rows
-        ent_sum, count = np.zeros((b,)), np.zeros((b,))
+        row_ent, row_count = np.zeros((batch.rows,)), np.zeros((batch.rows,))
         for rows, (e_sum, cnt) in zip([r for mb in plan for r in mb], row_stats):
-            ent_sum[rows], count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(cnt)[: len(rows)]
+            row_ent[rows], row_count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(cnt)[: len(rows)]
+        ent_sum, count = np.zeros((len(ro.episodes),)), np.zeros((len(ro.episodes),))  # per episode (its samples)
+        real = self._owner >= 0
+        np.add.at(ent_sum, self._owner[real], row_ent[real])
+        np.add.at(count, self._owner[real], row_count[real])
         per_token_ent = (ent_sum / np.maximum(count, 1.0))[:, None]
         loss_metrics = {k: float(np.mean([u[k] for u in updates])) for k in rl_step.LOSS_METRICS}
         metrics = dict(adv.metrics)
@@ -355,6 +352,7 @@ class RLTrainer:
                 "updates": len(updates),
                 "lr": float(self.lr_fn(jax.device_get(state_lib.applied_updates(state.opt_state)))),
                 "seq_len": batch.length,
+                "rows": batch.rows,  # training samples (+ padding): one per episode unless the template re-renders
             }
         )
         metrics.update(diagnostics.rollout_metrics(ro.episodes))
@@ -362,8 +360,9 @@ class RLTrainer:
 
 
 def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update_s: float, updates, ppo_epochs: int) -> dict[str, float]:
-    sampled = int(sum(int(np.sum(e.loss_mask)) for e in ro.episodes))
-    total = int(sum(len(e.tokens) for e in ro.episodes))
+    samples = [x for e in ro.episodes for x in e.samples()]  # one per episode unless the template re-renders
+    sampled = int(sum(int(np.sum(x.loss_mask)) for x in samples))
+    total = int(sum(len(x.tokens) for x in samples))
     return {
         "time/step_s": step_s,
         "time/rollout_s": ro.time_split["policy"],

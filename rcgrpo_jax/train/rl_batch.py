@@ -105,6 +105,42 @@ def pack(
     )
 
 
+def from_episodes(
+    episodes: Sequence,
+    advantages: np.ndarray,
+    clip_scale: np.ndarray,
+    live: np.ndarray,
+    *,
+    buckets: Sequence[int],
+    pad_id: int,
+    row_multiple: int,
+) -> tuple[RolloutBatch, np.ndarray, np.ndarray]:
+    """One row per training sample of each episode (`rollout.Episode.samples()`: one per episode in append
+    mode, one per step when the template re-renders the past), each with its episode's advantage and clip
+    scale; the rows of an episode with live = False (a dropped group, a non-finite reward) carry no loss.
+    Zero-loss copies of row 0 pad the rows to a multiple of `row_multiple` (whole micro-batches).
+
+    Returns (host batch, owner [R]: each row's episode, -1 for padding, lengths [R]). With token-mean
+    aggregation every sampled token counts once either way; the sequence-mean modes count each sample as a
+    sequence, so an episode of K re-rendered steps weighs K times one of a single sample."""
+    samples = [(j, s) for j, e in enumerate(episodes) for s in e.samples()]
+    samples += [(-1, samples[0][1])] * ((-len(samples)) % row_multiple)
+    owner = np.asarray([j for j, _ in samples], np.int64)
+    src = np.maximum(owner, 0)
+    lengths = np.asarray([len(s.tokens) for _, s in samples])
+    batch = pack(
+        [s.tokens for _, s in samples],
+        [s.loss_mask for _, s in samples],
+        [s.logprobs for _, s in samples],
+        np.asarray(advantages, np.float32).reshape(-1)[src],
+        np.asarray(clip_scale, np.float32).reshape(-1)[src],
+        length=bucket_for(int(lengths.max()), buckets),
+        pad_id=pad_id,
+    )
+    rows_live = (owner >= 0) & np.asarray(live, bool).reshape(-1)[src]
+    return batch.replace(loss_mask=batch.loss_mask * rows_live[:, None].astype(np.float32)), owner, lengths
+
+
 def abstract_batch(mesh: Mesh, rows: int, length: int, *, with_ref: bool) -> RolloutBatch:
     """The abstract micro-batch of `rows` rows at `length` (dry runs)."""
     host = RolloutBatch(

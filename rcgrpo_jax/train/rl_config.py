@@ -102,6 +102,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     _choice(rl.group_filter, GROUP_FILTERS, "rl.group_filter")
     _choice(rl.reward, rewards.names(), "rl.reward")
     _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
+    _choice(rl.render_mode, ("auto", "append", "rerender"), "rl.render_mode")
     if rl.overlong.enabled and not 0 < int(rl.overlong.cache_len) <= int(rl.max_context):
         raise ConfigError("rl.overlong.cache_len", f"must be in (0, rl.max_context], got {rl.overlong.cache_len}")
     m = int(rl.num_minibatches)

@@ -69,6 +69,8 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
         max_context=int(rl.max_context),
         max_step_tokens=int(rl.max_step_tokens),
         max_steps_per_turn=rl.max_steps_per_turn,
+        render_mode=rl.render_mode,
+        thinking=rl.thinking,
     )
     chunk = int(rl.rollout_chunk) or len(rows)
     episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}

@@ -147,13 +147,20 @@ def build_data(
     seed: int,
     truncate: bool = True,
     max_examples: int = -1,
+    render_mode: str = "auto",
+    thinking: bool | None = None,
 ) -> SFTData:
+    """Bucketed SFT data. A template that renders the past differently once the conversation goes on
+    (`render_mode` auto -> the render check; Qwen3) gives one example per assistant step
+    (`chat.step_samples`), exactly the samples RL trains on in its re-render mode; other templates one
+    example per conversation (`tokenize_conversation`)."""
+    from rcgrpo_jax import chat
+
     buckets = tuple(int(b) for b in buckets)
     if max_examples > 0:
         examples = examples[:max_examples]
     toks, masks, truncated, dropped = [], [], 0, 0
-    for ex in examples:
-        t, m = tokenize_conversation(tokenizer, ex["messages"], ex.get("tools"), end_of_turn)
+    for t, m in _examples(tokenizer, examples, end_of_turn, render_mode, thinking, chat):
         if len(t) > buckets[-1]:
             if not truncate:
                 dropped += 1
@@ -170,6 +177,21 @@ def build_data(
         )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return SFTData(tuple(toks), tuple(masks), buckets, batch_size, grad_accum, seed, int(pad), truncated, dropped)
+
+
+def _examples(tokenizer, examples, end_of_turn, render_mode: str, thinking, chat):
+    """(tokens, loss_mask) per training example (see build_data)."""
+    if not examples:
+        return
+    first = examples[0]
+    mode = chat.render_mode_for(tokenizer, first["messages"], first.get("tools"), thinking=thinking, mode=render_mode)
+    for ex in examples:
+        if mode == chat.RERENDER:
+            yield from chat.step_samples(
+                tokenizer, ex["messages"], ex.get("tools"), end_of_turn=end_of_turn, thinking=thinking
+            )
+        else:
+            yield tokenize_conversation(tokenizer, ex["messages"], ex.get("tools"), end_of_turn)
 
 
 def load_examples(config, workdir: str) -> list[dict]:
