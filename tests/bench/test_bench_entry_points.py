@@ -10,6 +10,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -133,6 +134,7 @@ def test_gpu_deadline_skips_rather_than_runs(capsys):
 def test_gpu_check_script_preflight():
     """The launcher itself: preflight line, then the module's machine and done lines (nothing measured)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHON"] = sys.executable  # the interpreter running the tests, whatever python3 on PATH is
     out = subprocess.run(
         ["bash", os.path.join(ROOT, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step,attention"],
         capture_output=True,
