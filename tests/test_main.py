@@ -40,25 +40,11 @@ def world_ckpt(tmp_path_factory):
     return model_prep.build_tiny(grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64, num_layers=1)
 
 
-@pytest.fixture(scope="module")
-def xla_cache(tmp_path_factory):
-    """A persistent XLA cache: the estimators share every compiled program (they differ on the host only)."""
-    import jax
-
-    path = str(tmp_path_factory.mktemp("xla_cache"))
-    old = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield path
-    jax.config.update("jax_compilation_cache_dir", old[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
-
-
 @pytest.mark.parametrize("name", advantages.names())
-def test_every_estimator_runs_one_rl_step_from_the_command_line(name, world_ckpt, xla_cache, tmp_path, capsys):
+def test_every_estimator_runs_one_rl_step_from_the_command_line(name, world_ckpt, compile_cache, tmp_path, capsys):
     workdir = str(tmp_path / name)
     argv = ["main", f"--config={GRPO}:tiny", f"--config.rl.advantage.name={name}", *SMALL]
-    argv.append(f"--config.runtime.compile_cache_dir={xla_cache}")
+    argv.append(f"--config.runtime.compile_cache_dir={compile_cache}")
     code = main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={workdir}"])
     assert code == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == '{"step": 1, "reason": "done", "total_steps": 1}'
@@ -83,12 +69,12 @@ def test_every_rl_config_file_takes_every_estimator_with_one_override(stage):
         )
 
 
-def test_dapo_shapes_overlong_episodes_in_its_run(world_ckpt, xla_cache, tmp_path, capsys):
+def test_dapo_shapes_overlong_episodes_in_its_run(world_ckpt, compile_cache, tmp_path, capsys):
     """configs/dapo.py wires DAPO's soft overlong punishment (rl.filters.overlong_penalty) into the rewards."""
     from rcgrpo_jax.train import logging as log_lib
 
     dapo = os.path.join(REPO, "configs", "dapo.py")
-    argv = ["main", f"--config={dapo}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={xla_cache}"]
+    argv = ["main", f"--config={dapo}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={compile_cache}"]
     # a ramp from 32 tokens to the 512-token context: every episode of the tiny world (past 32 tokens) is on it
     argv += ["--config.rl.max_context=512", "--config.rl.overlong.cache_len=480", "--config.data.buckets=(256,384,512)"]
     assert main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]) == 0
@@ -106,7 +92,7 @@ def _readme_example() -> tuple[str, str]:
     return code, " ".join(line.rstrip("\\").strip() for line in command.strip().splitlines())
 
 
-def test_the_readmes_formula_example_runs_exactly_as_written(tmp_path, world_ckpt, xla_cache):
+def test_the_readmes_formula_example_runs_exactly_as_written(tmp_path, world_ckpt, compile_cache):
     code, command = _readme_example()
     module = re.search(r"save it as `(\w+)\.py`", open(os.path.join(REPO, "README.md")).read()).group(1)
     (tmp_path / f"{module}.py").write_text(code)
@@ -119,7 +105,7 @@ def test_the_readmes_formula_example_runs_exactly_as_written(tmp_path, world_ckp
         os.environ,
         PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         JAX_PLATFORMS="cpu",
-        JAX_COMPILATION_CACHE_DIR=xla_cache,  # the programs the estimator runs above compiled
+        JAX_COMPILATION_CACHE_DIR=compile_cache,  # the programs the estimator runs above compiled
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
     )
     # The example as written (it builds its own tiny checkpoint); only the model is swapped for the cached one.
@@ -176,12 +162,12 @@ def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "w")
 
 
-def test_a_rerendered_rollout_trains_one_row_per_step(world_ckpt, xla_cache, tmp_path, capsys):
+def test_a_rerendered_rollout_trains_one_row_per_step(world_ckpt, compile_cache, tmp_path, capsys):
     """rl.render_mode=rerender (what the render check picks for Qwen3's template): every assistant step is a
     training sample of its own, with its episode's advantage; the update sees one row per step."""
     from rcgrpo_jax.train import logging as log_lib
 
-    argv = ["main", f"--config={GRPO}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={xla_cache}"]
+    argv = ["main", f"--config={GRPO}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={compile_cache}"]
     argv += ["--config.rl.render_mode=rerender", f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]
     assert main.cli(argv) == 0
     (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
