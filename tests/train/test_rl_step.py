@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numerics import assert_trees_close
 
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models.hf_io import load_hf
@@ -165,7 +164,10 @@ def test_sharded_update_equals_unsharded(tiny_ckpt, case):
         np.testing.assert_allclose(m8[k], m1[k], rtol=2e-5, atol=1e-6, err_msg=k)
     assert 0 < m1["clip_frac_low"] + m1["clip_frac_high"] < 1  # the noise put some tokens outside the clip range
     assert m1["kl"] > 0
-    assert_trees_close(p8, p1, rtol=1e-5, scaled_atol=1e-5)  # each parameter leaf against its own magnitude
+    # One Adam step moves a parameter by at most ~lr: the difference is compared to that scale (1% of lr; a
+    # tolerance relative to each leaf's own magnitude fails on leaves that start at 0, whose values are ~lr)
+    lr = _config().optim.lr
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-2 * lr), p8, p1)
     # per-row entropy sums and target counts come back in row order
     np.testing.assert_allclose(np.concatenate([r1[0][0], r1[1][0]]), r8[0][0], rtol=1e-4)
     np.testing.assert_array_equal(r8[0][1], batch.loss_mask.sum(1))

@@ -9,7 +9,6 @@ import jax
 import numpy as np
 import pytest
 import train_helpers
-from numerics import assert_trees_close
 from transformers import AutoTokenizer
 
 from rcgrpo_jax import multihost, sharding
@@ -69,7 +68,9 @@ def test_sharded_step_equals_unsharded(tiny_ckpt, data_path, small_data):
     np.testing.assert_allclose(m8["grad_norm"], m1["grad_norm"], rtol=1e-4)
     # A random-init model predicts about uniformly: the loss starts near log(vocab).
     assert abs(m1["loss"] - np.log(len(AutoTokenizer.from_pretrained(tiny_ckpt)))) < 1.0
-    assert_trees_close(p8, p1, rtol=1e-5, scaled_atol=1e-5)  # each parameter leaf against its own magnitude
+    # One Adam step moves a parameter by at most ~lr: the difference is compared to that scale
+    lr = float(config.optim.lr)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=3e-3 * lr), p1, p8)
 
 
 def test_tiny_sft_lowers_the_loss_and_exports_hf(tiny_ckpt, data_path, tmp_path, compile_cache):
