@@ -191,9 +191,9 @@ class RLTrainer:
             k_sample,
         )
         adv = self.advantage_inputs(ro)
-        batch, plan, timing = self.batch_and_reference(state, ro, adv, step)
+        batch, owner, plan, timing = self.batch_and_reference(state, ro, adv, step)
         state, updates, row_stats, t_update = self.ppo_update(state, batch, plan)
-        metrics = self.step_metrics(state, ro, adv, batch, plan, updates, row_stats)
+        metrics = self.step_metrics(state, ro, adv, batch, owner, plan, updates, row_stats)
         metrics.update(timing)
         metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
         return state, metrics
@@ -264,11 +264,11 @@ class RLTrainer:
         return AdvantageInputs(rewards, valid, keep, np.asarray(adv, np.float32), per_rollout, metrics)
 
     def batch_and_reference(self, state, ro, adv: AdvantageInputs, step: int):
-        """The host batch (rows of dropped groups and invalid rollouts carry no loss), the PPO plan, and the
-        reference / recomputed behaviour log-probs."""
+        """The host batch (one row per training sample; rows of dropped groups and invalid rollouts carry no
+        loss), each row's episode (-1: padding), the PPO plan, and the reference / recomputed log-probs."""
         rl = self.config.rl
         micro = int(self.config.train.batch_size) // int(self.config.train.grad_accum)
-        batch, self._owner, lengths = rl_batch.from_episodes(
+        batch, owner, lengths = rl_batch.from_episodes(
             ro.episodes,
             adv.advantages,
             adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages)),
@@ -293,7 +293,7 @@ class RLTrainer:
                 gap = float(np.sum(np.abs(recomputed - batch.old_logp) * m) / max(m.sum(), 1.0))
                 batch = batch.replace(old_logp=recomputed)
                 timing.update({"old_logp_abs_diff": gap, "time/recompute_s": time.perf_counter() - t0})
-        return batch, plan, timing
+        return batch, owner, plan, timing
 
     def _logprob_pass(self, fn, params, batch: rl_batch.RolloutBatch, micros) -> np.ndarray:
         """log-probs [B, L - 1] of every row, one length-bucketed micro-batch at a time."""
@@ -322,7 +322,7 @@ class RLTrainer:
             updates, row_stats = multihost.gather((updates, row_stats))  # row stats may span processes
         return state, updates, row_stats, time.perf_counter() - t0
 
-    def step_metrics(self, state, ro, adv: AdvantageInputs, batch, plan, updates, row_stats) -> dict[str, Any]:
+    def step_metrics(self, state, ro, adv: AdvantageInputs, batch, owner, plan, updates, row_stats) -> dict[str, Any]:
         """The paper's variance diagnostics (over rows with loss tokens), the loss's metrics, the episodes' shape."""
         from rcgrpo_jax.rl import diagnostics
 
@@ -330,9 +330,9 @@ class RLTrainer:
         for rows, (e_sum, cnt) in zip([r for mb in plan for r in mb], row_stats):
             row_ent[rows], row_count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(cnt)[: len(rows)]
         ent_sum, count = np.zeros((len(ro.episodes),)), np.zeros((len(ro.episodes),))  # per episode (its samples)
-        real = self._owner >= 0
-        np.add.at(ent_sum, self._owner[real], row_ent[real])
-        np.add.at(count, self._owner[real], row_count[real])
+        real = owner >= 0
+        np.add.at(ent_sum, owner[real], row_ent[real])
+        np.add.at(count, owner[real], row_count[real])
         per_token_ent = (ent_sum / np.maximum(count, 1.0))[:, None]
         loss_metrics = {k: float(np.mean([u[k] for u in updates])) for k in rl_step.LOSS_METRICS}
         metrics = dict(adv.metrics)
