@@ -154,13 +154,11 @@ def build_data(
     (`render_mode` auto -> the render check; Qwen3) gives one example per assistant step
     (`chat.step_samples`), exactly the samples RL trains on in its re-render mode; other templates one
     example per conversation (`tokenize_conversation`)."""
-    from rcgrpo_jax import chat
-
     buckets = tuple(int(b) for b in buckets)
     if max_examples > 0:
         examples = examples[:max_examples]
     toks, masks, truncated, dropped = [], [], 0, 0
-    for t, m in _examples(tokenizer, examples, end_of_turn, render_mode, thinking, chat):
+    for t, m in _examples(tokenizer, examples, end_of_turn, render_mode, thinking):
         if len(t) > buckets[-1]:
             if not truncate:
                 dropped += 1
@@ -179,8 +177,10 @@ def build_data(
     return SFTData(tuple(toks), tuple(masks), buckets, batch_size, grad_accum, seed, int(pad), truncated, dropped)
 
 
-def _examples(tokenizer, examples, end_of_turn, render_mode: str, thinking, chat):
+def _examples(tokenizer, examples, end_of_turn, render_mode: str, thinking):
     """(tokens, loss_mask) per training example (see build_data)."""
+    from rcgrpo_jax import chat
+
     if not examples:
         return
     first = examples[0]

@@ -17,18 +17,21 @@ PROMPT_LENS = (3, 11, 7, 20)
 NEW = 12
 
 
+SIZES = dict(  # the tiny HF models of these tests
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.3,
+    tie_word_embeddings=False,
+)
+
+
 def _hf_model(arch: str, path: str):
-    common = dict(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
-    )
+    common = dict(SIZES)
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
@@ -209,19 +212,7 @@ def test_qwen3_greedy_matches_hf_generate(tmp_path):
     """Qwen3's per-head q/k RMSNorm in the decode step (head_dim 16, apart from hidden / heads = 8, GQA,
     biases on q, k, v and o, norm weights away from 1): greedy tokens equal HF transformers' generate and
     the sampler's log-probs a full forward."""
-    cfg = transformers.Qwen3Config(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        attention_bias=True,
-        max_position_embeddings=256,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
-    )
+    cfg = transformers.Qwen3Config(**SIZES, head_dim=16, attention_bias=True)
     torch.manual_seed(0)
     hf = transformers.Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():
