@@ -173,8 +173,31 @@ def train_stage(run_fn: Callable, config, workdir: str) -> dict:
     return summary
 
 
-def evaluate_row(model_path: str, out_path: str, budget: budgets_lib.Budget, split: str) -> dict:
-    """Greedy evaluation of an HF checkpoint on the world's split; cached in out_path (JSON)."""
+def probe_tasks(tasks: Sequence, per_type: int) -> list:
+    """The first `per_type` tasks of each category, in the split's order (a stratified train-split probe)."""
+    from rcgrpo_jax.worlds.generate import category_of
+
+    seen: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        c = category_of(t.id)
+        if seen.get(c, 0) < per_type:
+            seen[c] = seen.get(c, 0) + 1
+            out.append(t)
+    return out
+
+
+def evaluate_row(
+    model_path: str,
+    out_path: str,
+    budget: budgets_lib.Budget,
+    split: str,
+    *,
+    reward_token: str = "auto",
+    per_type: int | None = None,
+) -> dict:
+    """Greedy evaluation of an HF checkpoint on the world's split; cached in out_path (JSON).
+    reward_token: eval.reward_token (auto | high | low | none); per_type: only the first N tasks of each type."""
     if os.path.exists(out_path):
         with open(out_path) as f:
             return json.load(f)["summary"]
@@ -184,8 +207,11 @@ def evaluate_row(model_path: str, out_path: str, budget: budgets_lib.Budget, spl
 
     config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
     config.eval.split = split
+    config.eval.reward_token = reward_token
     model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, None)
     tasks = sources.tasks(config.data, split)
+    if per_type is not None:
+        tasks = probe_tasks(tasks, per_type)
     t0 = time.perf_counter()
     results, summary = eval_run.evaluate(model_cfg, params, tokenizer, tasks, config.eval)
     report.write_json(
@@ -200,6 +226,21 @@ def evaluate_row(model_path: str, out_path: str, budget: budgets_lib.Budget, spl
         },
     )
     return summary
+
+
+def stage1_probe(stage1: Mapping[str, str], budget: budgets_lib.Budget, ev_dir: str) -> dict[str, dict]:
+    """Greedy success of the stage-1 models on `budget.probe_per_type` TRAIN tasks per type: SFT as it is,
+    RCTP-FT asked for a high and for a low reward (goal (a): the reward token must steer success)."""
+    n = budget.probe_per_type
+    runs = {
+        "sft": ("sft", "none", "sft_train.json"),
+        "rctp_ft_high": ("rctp_ft", "high", "rctp_ft_train_high.json"),
+        "rctp_ft_low": ("rctp_ft", "low", "rctp_ft_train_low.json"),
+    }
+    return {
+        k: evaluate_row(stage1[init], os.path.join(ev_dir, f), budget, "train", reward_token=tok, per_type=n)
+        for k, (init, tok, f) in runs.items()
+    }
 
 
 def _rl_module():
@@ -235,6 +276,7 @@ def run(
             *([("exploration", p.get("explore", 30))] if budget.explore else []),
             ("RCTP-FT", p["rctp_ft"]),
             ("evaluate stage-1 models", 2 * p["eval"]),
+            ("stage-1 train-split probe", p.get("probe", p["eval"])),
         ]
         + [(f"{row} seed {s}", p["rl"] + p["eval"]) for s in range(seeds) for row in RL_RUNS]
         + [("report", 5)]
@@ -242,6 +284,7 @@ def run(
     console = Console(plan, enabled=not quiet)
     timings: dict[str, float] = {}
     evals: dict[str, list[dict]] = {}
+    eval_paths: dict[str, list[str]] = {}
     ev_dir = os.path.join(workdir, "eval")
 
     t = console.start("world + tiny checkpoint")
@@ -277,6 +320,11 @@ def run(
     timings["eval/stage1"] = console.end(
         "evaluate stage-1 models", t, "; ".join(f"{k} {summary_lib.one_line(evals[k][0])}" for k in ("SFT", "RCTP-FT"))
     )
+    t = console.start("stage-1 train-split probe")
+    probe = stage1_probe(stage1, budget, ev_dir)
+    timings["eval/probe"] = console.end(
+        "stage-1 train-split probe", t, "; ".join(f"{k} {v['overall'] * 100:.1f}%" for k, v in probe.items())
+    )
 
     rl_metrics: dict[str, str] = {}
     for seed in range(seeds):
@@ -289,10 +337,10 @@ def run(
                 config.reference.path = stage1[init]  # the frozen stage-1 policy of the KL penalty
             train_stage(rl.run, config, run_dir)
             rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
-            s = evaluate_row(
-                os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}.json"), budget, eval_split
-            )
+            ev_path = os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}.json")
+            s = evaluate_row(os.path.join(run_dir, "hf"), ev_path, budget, eval_split)
             evals.setdefault(row, []).append(s)
+            eval_paths.setdefault(row, []).append(ev_path)
             timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
 
     t = console.start("report")
@@ -305,6 +353,8 @@ def run(
         split=eval_split,
         timings=timings,
         total_s=time.perf_counter() - console.t0,
+        eval_paths=eval_paths,
+        probe=probe,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:

@@ -28,6 +28,8 @@ class Budget:
     # paper's failures are a policy's own; the CPU run's base model is random, so the SFT policy explores).
     # Empty = no exploration (RCTP-FT on generated failures only).
     explore: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Goal (a)'s probe: greedy success of the stage-1 models on the first N TRAIN tasks of each type.
+    probe_per_type: int = 32
 
 
 # Length buckets: SFT batches fit 256 tokens; RCTP-FT's reward-goal suffixes push most just past it
@@ -101,6 +103,7 @@ SMOKE = Budget(
     eval={"batch_size": 16, "max_step_tokens": 16, "max_context": 1536},
     plan_s={"setup": 10, "eval": 5, "sft": 10, "rctp_ft": 10, "rl": 10},
     explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
+    probe_per_type=2,
 )
 
 BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}

@@ -3,15 +3,24 @@ workdir/report.json, and PNG plots of the RL runs under workdir/plots."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from rcgrpo_jax.eval import plots, report
 from rcgrpo_jax.eval import run as eval_run
+from rcgrpo_jax.pipeline import paired
 
 PAPER_ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")
 STAGE1_ROWS = ("SFT", "RCTP-FT")
+RL_ROWS = PAPER_ROWS[1:]
+HELDOUT = ("compose_heldout",)  # the generalisation column, not in Overall
+# The issue's goals, checked in the report (fractions): stage 1 on the TRAIN split, RL gain on test.
+GOALS = {"sft_train": 0.5, "rctp_high_train": 0.6, "rctp_low_train": 0.1, "rl_gain": 0.10, "zero_var_drop": 0.30}
 # RL diagnostics summarised per run (names as rcgrpo_jax.rl.diagnostics logs them; absent ones are skipped).
 DIAGNOSTICS = ("reward_mean", "frac_zero_var_groups", "adv_std", "entropy_mean", "kl")
 
@@ -65,6 +74,137 @@ def verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     return "\n".join(lines + ["", paper])
 
 
+def pass_matrix(paths: Sequence[str]) -> tuple[np.ndarray, list[str], list[str]]:
+    """[seeds, tasks] 0/1 official passes of one row's eval files (trained categories only), with the task
+    ids and categories; every file must hold the same tasks in the same order (paired by construction)."""
+    rows, ids, cats = [], None, None
+    for path in paths:
+        with open(path) as f:
+            eps = [e for e in json.load(f)["episodes"] if e["category"] not in HELDOUT]
+        these = [e["id"] for e in eps]
+        if ids is None:
+            ids, cats = these, [e["category"] for e in eps]
+        elif these != ids:
+            raise ValueError(f"{path}: its tasks differ from {paths[0]}'s; rows are compared task by task")
+        rows.append([float(e["official_pass"]) for e in eps])
+    return np.asarray(rows), ids or [], cats or []
+
+
+def metric_mean(path: str, key: str) -> float | None:
+    """Mean over the logged RL steps of one metric (None when the run logged none)."""
+    data = plots.read_jsonl(path) if os.path.exists(path) else []
+    _, values = plots.series(data, key)
+    return float(sum(values) / len(values)) if values else None
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(sum(xs) / len(xs)) if xs else None
+
+
+def results_payload(
+    evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    eval_paths: Mapping[str, Sequence[str]],
+    rl_metrics: Mapping[str, Sequence[str]],
+    probe: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """report.json's results: rows.<name> (test_overall = mean over seeds, per seed, zero_var_mean for RL rows),
+    stage1 (train-split probe), comparisons (paired, RC-GRPO vs GRPO from each init) and goals (checked)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, runs in evals.items():
+        per_seed = [float(r["overall"]) for r in runs]
+        held = [r["heldout"]["overall"] for r in runs if r.get("heldout")]
+        rows[name] = {"test_overall": _mean(per_seed), "test_overall_per_seed": per_seed, "test_heldout": _mean(held)}
+        if name in RL_ROWS:
+            zv = [metric_mean(p, "frac_zero_var_groups") for p in rl_metrics.get(name, ())]
+            rows[name]["zero_var_mean"] = _mean(zv)
+            rows[name]["zero_var_per_seed"] = zv
+    stage1 = {
+        "sft": {"train_success": probe["sft"]["overall"] if "sft" in probe else None},
+        "rctp_ft": {
+            "train_success_high": probe["rctp_ft_high"]["overall"] if "rctp_ft_high" in probe else None,
+            "train_success_low": probe["rctp_ft_low"]["overall"] if "rctp_ft_low" in probe else None,
+        },
+        "probe_tasks": probe["sft"]["n"] if "sft" in probe else 0,
+    }
+    for name, key in (("SFT", "sft"), ("RCTP-FT", "rctp_ft")):
+        if name in rows:
+            stage1[key]["test_overall"] = rows[name]["test_overall"]
+    comparisons = {}
+    for init in STAGE1_ROWS:
+        a, b = f"{init}+RC-GRPO", f"{init}+GRPO"
+        if eval_paths.get(a) and eval_paths.get(b):
+            (ma, _, cats), (mb, _, _) = pass_matrix(eval_paths[a]), pass_matrix(eval_paths[b])
+            comparisons[f"{a} vs {b}"] = dataclasses.asdict(paired.compare(ma, mb, cats))
+    return {"rows": rows, "stage1": stage1, "comparisons": comparisons, "goals": goals(rows, stage1)}
+
+
+def goals(rows: Mapping[str, Mapping[str, Any]], stage1: Mapping[str, Any]) -> dict[str, Any]:
+    """The issue's goals (a)-(c), each with its measured value and whether it is met (None: not measured)."""
+    g = GOALS
+
+    def met(value, ok):
+        return {"value": value, "met": None if value is None else bool(ok(value))}
+
+    gains = {
+        r: rows[r]["test_overall"] - rows[r.split("+")[0]]["test_overall"]
+        for r in RL_ROWS
+        if r in rows and r.split("+")[0] in rows and rows[r]["test_overall"] is not None
+    }
+    zv_g = rows.get("RCTP-FT+GRPO", {}).get("zero_var_mean")
+    zv_rc = rows.get("RCTP-FT+RC-GRPO", {}).get("zero_var_mean")
+    return {
+        "a_sft_train_success": met(stage1["sft"]["train_success"], lambda v: v >= g["sft_train"]),
+        "a_rctp_high_train_success": met(stage1["rctp_ft"]["train_success_high"], lambda v: v >= g["rctp_high_train"]),
+        "a_rctp_low_train_success": met(stage1["rctp_ft"]["train_success_low"], lambda v: v <= g["rctp_low_train"]),
+        "b_best_rl_gain": met(max(gains.values()) if gains else None, lambda v: v >= g["rl_gain"]),
+        "b_rl_gains": gains,
+        "c_zero_var_drop": met(
+            None if zv_g is None or zv_rc is None else zv_g - zv_rc, lambda v: v >= g["zero_var_drop"]
+        ),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _results_md(results: Mapping[str, Any]) -> list[str]:
+    s1, g = results["stage1"], results["goals"]
+    md = [
+        "## Stage 1 on the training split (goal (a))",
+        "",
+        f"Greedy success on {s1['probe_tasks']} training tasks (the same first tasks of each type for every model):",
+        "",
+        f"- SFT: {_pct(s1['sft']['train_success'])} (goal >= {GOALS['sft_train'] * 100:.0f}%)",
+        f"- RCTP-FT asked for `<|high_reward|>`: {_pct(s1['rctp_ft']['train_success_high'])} "
+        f"(goal >= {GOALS['rctp_high_train'] * 100:.0f}%); asked for `<|low_reward|>`: "
+        f"{_pct(s1['rctp_ft']['train_success_low'])} (goal <= {GOALS['rctp_low_train'] * 100:.0f}%)",
+        "",
+        "## Goals",
+        "",
+        "| goal | measured | met |",
+        "|---|---:|---|",
+    ]
+    for name, v in g.items():
+        if isinstance(v, dict) and "met" in v:
+            md.append(f"| {name} | {_pct(v['value'])} | {'-' if v['met'] is None else ('yes' if v['met'] else 'NO')} |")
+    md.append("")
+    for name, c in results["comparisons"].items():
+        lo, hi = c["bootstrap_ci95"]
+        md += [
+            f"- **{name}**: {c['mean_diff'] * 100:+.2f} points (per seed "
+            + ", ".join(f"{d * 100:+.1f}" for d in c["per_seed_diff"])
+            + f"); paired bootstrap over seeds and test tasks: 95% interval [{lo * 100:+.1f}, {hi * 100:+.1f}], "
+            f"P(diff <= 0) = {c['bootstrap_p_one_sided']:.3f}: "
+            + ("**significant**" if c["significant"] else "not significant")
+            + f"; sign test over seeds p = {c['sign_test_p']:.3f}"
+            + (" (with 3 seeds the sign test cannot go below 0.25)" if len(c["per_seed_diff"]) <= 3 else "")
+            + "."
+        ]
+    return md + [""]
+
+
 def _diagnostics(rl_metrics: Mapping[str, str]) -> str:
     rows = []
     for label, path in rl_metrics.items():
@@ -90,8 +230,12 @@ def write(
     split: str,
     timings: Mapping[str, float],
     total_s: float,
+    eval_paths: Mapping[str, Sequence[str]] | None = None,
+    probe: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Writes report.md, report.json and plots/; returns {table, verdict, plots, ...}."""
+    """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
+    eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
+    train-split probe (`ablation.stage1_probe`)."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
     table = eval_run.summary_table(paper_rows)
@@ -100,6 +244,8 @@ def write(
     written = plots.plot_runs(rl_metrics, os.path.join(workdir, "plots"), metrics=DIAGNOSTICS) if rl_metrics else {}
     diag = _diagnostics(rl_metrics)
     errors = {name: report.aggregate(runs)["error_kinds"] for name, runs in {**paper_rows, **stage1_rows}.items()}
+    per_row = {r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in RL_ROWS}
+    results = results_payload({**stage1_rows, **paper_rows}, eval_paths or {}, per_row, probe or {})
 
     md = [
         f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
@@ -121,6 +267,7 @@ def write(
     ]
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
+    md += _results_md(results)
     if diag:
         md += [
             "## RL diagnostics (mean over steps, first → last)",
@@ -149,10 +296,12 @@ def write(
         f.write("\n".join(md))
     payload = {
         "budget": budget.name,
+        "minutes": total_s / 60,
         "seeds": seeds,
+        "rl_steps": int(budget.rl.get("train.max_steps", 0)),
         "split": split,
-        "rows": paper_rows,
-        "stage1": stage1_rows,
+        **results,
+        "runs": {**paper_rows, **stage1_rows},
         "verdict": text_verdict,
         "table": table,
         "plots": written,

@@ -20,10 +20,9 @@ def smoke_run(tmp_path_factory):
 
 def test_end_to_end_smoke(smoke_run):
     workdir, payload = smoke_run
-    assert list(payload["rows"]) == list(ablation.ROWS)  # the paper's five rows, in its order
-    assert list(payload["stage1"]) == ["SFT", "RCTP-FT"]
+    assert list(payload["runs"]) == [*ablation.ROWS, "SFT", "RCTP-FT"]  # the paper's five rows, then stage 1
     n_test = 4 * 2  # four trained task types x test_per_type=2
-    for row, runs in payload["rows"].items():
+    for row, runs in payload["runs"].items():
         assert len(runs) == 1
         s = runs[0]
         assert s["n"] == n_test and set(s["categories"]) == {
@@ -45,7 +44,8 @@ def test_end_to_end_smoke(smoke_run):
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(os.path.join(workdir, "report.json")) as f:
-        assert json.load(f)["rows"].keys() == payload["rows"].keys()
+        written = json.load(f)
+    _check_report_json(written, payload)
     # RCTP-FT data: experts and failures 1:1, each with its reward goal; the exploration stage's failed
     # rollouts (the SFT policy's own) joined the generated failures, and the manifest records the mix.
     with open(os.path.join(workdir, "data_explored", "rctp_ft.jsonl")) as f:
@@ -56,6 +56,30 @@ def test_end_to_end_smoke(smoke_run):
     with open(os.path.join(workdir, "data_explored", "manifest.json")) as f:
         manifest = json.load(f)
     assert manifest["failures"].get("exploration", 0) == sum(r["kind"] == "failure" for r in explored) > 0
+
+
+def _check_report_json(written: dict, payload: dict) -> None:
+    """report.json's fields (the issue's list): fractions in [0, 1], means over seeds, per-seed lists."""
+    assert written["rows"].keys() == payload["rows"].keys() == {*ablation.ROWS, "SFT", "RCTP-FT"}
+    assert written["seeds"] == 1 and written["rl_steps"] == budgets.SMOKE.rl["train.max_steps"]
+    assert 0 < written["minutes"] < 60
+    for name, row in written["rows"].items():
+        assert 0.0 <= row["test_overall"] <= 1.0 and row["test_overall_per_seed"] == [row["test_overall"]]
+        assert row["test_overall"] == written["runs"][name][0]["overall"]
+        if name in summary.RL_ROWS:
+            assert 0.0 <= row["zero_var_mean"] <= 1.0, name
+    s1 = written["stage1"]
+    for v in (s1["sft"]["train_success"], s1["rctp_ft"]["train_success_high"], s1["rctp_ft"]["train_success_low"]):
+        assert 0.0 <= v <= 1.0
+    assert s1["probe_tasks"] == 4 * budgets.SMOKE.probe_per_type
+    for name, c in written["comparisons"].items():
+        assert len(c["per_seed_diff"]) == 1 and c["bootstrap_ci95"][0] <= c["mean_diff"] <= c["bootstrap_ci95"][1]
+    assert set(written["comparisons"]) == {"SFT+RC-GRPO vs SFT+GRPO", "RCTP-FT+RC-GRPO vs RCTP-FT+GRPO"}
+    g = written["goals"]
+    assert g["a_sft_train_success"]["value"] == s1["sft"]["train_success"]
+    rows = written["rows"]
+    want = rows["RCTP-FT+GRPO"]["zero_var_mean"] - rows["RCTP-FT+RC-GRPO"]["zero_var_mean"]
+    assert g["c_zero_var_drop"]["value"] == pytest.approx(want)
 
 
 def test_rerun_resumes_without_training(smoke_run):
