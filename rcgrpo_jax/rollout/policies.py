@@ -67,6 +67,12 @@ class ModelPolicy:
     enough rows are free; `act` returns None for episodes still waiting. Once nothing waits, SHRINK
     gathers the remaining episodes into fewer rows as before. `stats["admissions"]` counts admission
     rounds, `stats["refills"]` the rows that were reused for a later episode.
+    longest_first: admit groups longest prompt first (rows decoding together then have closer lengths,
+    and the longest episodes do not start last).
+    slice_tokens: 0 = a decode call runs until every row has finished its step. K > 0 = decode calls of
+    at most K tokens: `act` returns as soon as one of the asked rows has finished its step (stop token or
+    budget) and None for the rows still decoding theirs, which go on at the next `act`, after the finished
+    rows got their environment's answer (rows no longer idle while the longest step of the round ends).
     """
 
     def __init__(
@@ -85,17 +91,24 @@ class ModelPolicy:
         slot_mode: str = SHRINK,
         share_prefix: bool = True,
         rows: int | None = None,
+        longest_first: bool = False,
+        slice_tokens: int = 0,
     ):
         if slot_mode not in (SHRINK, KEEP):
             raise ValueError(f"slot_mode must be {SHRINK!r} or {KEEP!r}, got {slot_mode!r}")
         if rows is not None and int(rows) < 1:
             raise ValueError(f"rows must be None or >= 1, got {rows}")
+        if int(slice_tokens) < 0:
+            raise ValueError(f"slice_tokens must be >= 0, got {slice_tokens}")
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
         self.stop_ids = tuple(stop_ids)
         self.max_step_tokens, self.max_context = max_step_tokens, max_context
         self.sampling, self.chunk, self.rng = sampling, prefill_chunk, rng
         self.slot_mode, self.share_prefix = slot_mode, share_prefix
         self.max_rows = None if rows is None else -(-int(rows) // batch_multiple(mesh)) * batch_multiple(mesh)
+        self.longest_first = longest_first
+        self.slice = min(int(slice_tokens), max_step_tokens) if slice_tokens else 0
+        self.partial: dict[int, tuple[list[int], list[np.ndarray], int]] = {}  # step in progress: toks, lps, left
         self.sched: RowScheduler | None = None  # continuous batching only
         self.prompts: list[list[int]] = []
         self.keys: list = []
@@ -121,7 +134,7 @@ class ModelPolicy:
             rows,
             self.capacity,
             sampling=self.sampling,
-            max_new_tokens=buckets.length_bucket(self.max_step_tokens),
+            max_new_tokens=buckets.length_bucket(self.slice or self.max_step_tokens),
             prefill_chunk=self.chunk,
             mesh=self.mesh,
             rules=self.rules,
@@ -156,7 +169,8 @@ class ModelPolicy:
         self.prompts = [list(p) for p in prompts]
         self.keys = list(groups) if self.share_prefix else list(range(n))
         rows = min(self.max_rows, self._rows(n))
-        self.sched = RowScheduler(rows, self.keys)
+        priority = [-len(p) for p in self.prompts] if self.longest_first else None
+        self.sched = RowScheduler(rows, self.keys, priority)
         self.session = self._new_session(rows)
         self.row_of, self.context = self.sched.row_of, {}
         self._used: set[int] = set()
@@ -191,18 +205,41 @@ class ModelPolicy:
         """Each row's next assistant step; None for an episode still waiting for a decode row."""
         if self.sched is not None:
             self._admit()
+        running = [(i, b) for i, b in zip(rows, budgets) if i in self.row_of]
+        if not self.slice:
+            out = self._decode(dict(running))
+            samples = {i: StepSample(*out[i]) for i, _ in running}
+            return [samples.get(i) for i in rows]
+        for i, b in running:  # a new step starts with the engine's budget; one in progress keeps its own
+            self.partial.setdefault(i, ([], [], max(int(b), 0)))
+        samples: dict[int, StepSample] = {}
+        while running and not samples:
+            out = self._decode({i: min(self.slice, self.partial[i][2]) for i, _ in running})
+            for i, _ in running:
+                toks, lps, left = self.partial[i]
+                t, lp, stopped = out[i]
+                toks += t
+                lps.append(lp)
+                left -= len(t)
+                self.partial[i] = (toks, lps, left)
+                if stopped or left <= 0:
+                    samples[i] = StepSample(toks, np.concatenate(lps).astype(np.float32), bool(stopped))
+                    del self.partial[i]
+        return [samples.get(i) for i in rows]
+
+    def _decode(self, budgets: dict[int, int]) -> dict[int, tuple[list[int], np.ndarray, bool]]:
+        """One decode call: up to budgets[i] tokens for episode i's row; what each sampled."""
         sess = self.session
         full = np.zeros((sess.rows,), np.int32)
-        running = [(i, b) for i, b in zip(rows, budgets) if i in self.row_of]
-        for i, b in running:
+        for i, b in budgets.items():
             full[self.row_of[i]] = max(int(b), 0)
         self.stats["rows_computed"] += sess.rows
-        self.stats["rows_live"] += len(running)
+        self.stats["rows_live"] += len(budgets)
         out = sess.decode(full, self.stop_ids)
-        samples = {i: StepSample(*out[self.row_of[i]]) for i, _ in running}
-        for i, s in samples.items():
-            self.context[i].extend(s.tokens)
-        return [samples.get(i) for i in rows]
+        got = {i: out[self.row_of[i]] for i in budgets}
+        for i, (t, _, _) in got.items():
+            self.context[i].extend(t)
+        return got
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
         full: list[Sequence[int]] = [()] * self.session.rows
@@ -250,6 +287,7 @@ class ModelPolicy:
         self.sched.end(rows)
         for i in rows:
             self.context.pop(i, None)
+            self.partial.pop(i, None)
         if self.slot_mode != SHRINK or self.sched.waiting or not self.sched.row_of:
             return
         want = self._rows(len(self.sched.row_of))

@@ -2,7 +2,8 @@
 
 The rollouts of an RL step stream through a fixed number of decode rows. Episodes are admitted a whole
 group at a time (the G rollouts of one task: they share a prompt prefix, prefilled once and copied to the
-group's rows), in the order the groups first appear, FIFO: the next group enters as soon as there are as
+group's rows), in the order the groups first appear (or of a given priority, e.g. longest prompt first, so
+rows decoding together have similar lengths and the tail is short), FIFO: the next group enters as soon as there are as
 many free rows as it has members still waiting (it never overtakes an earlier one, so the order of a run
 is fixed by the inputs alone, the same on every process). A row is freed when its episode ends; a freed
 row is refilled at the next `admit`.
@@ -36,13 +37,21 @@ class RowScheduler:
     episode; `running + waiting` are exactly the episodes neither ended nor dropped.
     """
 
-    def __init__(self, rows: int, groups: Sequence[Hashable]):
+    def __init__(self, rows: int, groups: Sequence[Hashable], priority: Sequence[float] | None = None):
+        """priority: per episode; groups are admitted in ascending order of their first member's priority
+        (ties: order of first appearance). None = order of first appearance."""
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
+        if priority is not None and len(priority) != len(groups):
+            raise ValueError(f"{len(priority)} priorities for {len(groups)} episodes")
         self.rows = int(rows)
-        self._waiting: dict[Hashable, list[int]] = {}
+        waiting: dict[Hashable, list[int]] = {}
         for i, g in enumerate(groups):
-            self._waiting.setdefault(g, []).append(i)
+            waiting.setdefault(g, []).append(i)
+        order = list(waiting)
+        if priority is not None:
+            order.sort(key=lambda g: priority[waiting[g][0]])  # stable: ties keep first appearance
+        self._waiting = {g: waiting[g] for g in order}
         big = {g: len(m) for g, m in self._waiting.items() if len(m) > self.rows}
         if big:
             g, size = next(iter(big.items()))

@@ -42,6 +42,7 @@ def _run(
     max_step_tokens=24,
     rng=0,
     rows=None,
+    slice_tokens=0,
 ):
     _, config, params, tok, parser = tiny
     policy = ModelPolicy(
@@ -56,6 +57,7 @@ def _run(
         share_prefix=share_prefix,
         rng=jax.random.key(rng),
         rows=rows,
+        slice_tokens=slice_tokens,
     )
     if rows is not None:  # record every admission of the continuous-batching scheduler, and the batch size
         policy.admitted, policy.max_session_rows = [], 0
@@ -129,14 +131,16 @@ def test_slot_modes_and_prefix_sharing_agree(tiny_qwen, greedy_g3):
 
 def test_refill_streams_episodes_through_fewer_rows(tiny_qwen, greedy_g3):
     """Continuous batching: 6 episodes (2 groups of 3) through 4 rows, so the second group enters the rows
-    the first one freed: the greedy episodes equal those of one row per episode token for token, each
+    the first one freed, decoded in slices of 8 tokens (a step of up to 24 spans several decode calls):
+    the greedy episodes equal those of one row per episode decoded step by step, token for token, each
     episode is admitted exactly once, and the log-probs of the refilled rows match a full forward."""
-    eps, _, policy = _run(tiny_qwen, _specs(g=3), rows=4)
+    eps, _, policy = _run(tiny_qwen, _specs(g=3), rows=4, slice_tokens=8)
     ref = greedy_g3[0]
     assert [e.tokens for e in eps] == [e.tokens for e in ref]
     assert [(e.done_reason, e.steps) for e in eps] == [(e.done_reason, e.steps) for e in ref]
     assert sorted(policy.admitted) == list(range(6)) and policy.max_session_rows == 4
-    assert policy.stats["admissions"] == 2 and policy.stats["refills"] == 3
+    assert policy.stats["admissions"] == 2 and policy.stats["refills"] == 3 and not policy.partial
+    assert policy.session.stats["decode_calls"] > sum(e.steps for e in eps[:1] + eps[3:4])  # sliced steps
     _check_records(tiny_qwen, eps[3:], _specs(g=3)[3:])  # the group that entered freed rows
 
 

@@ -63,3 +63,11 @@ def test_every_episode_runs_exactly_once(rows, sizes, seed):
         running = sorted(s.row_of)
         s.end(rng.sample(running, rng.randint(1, len(running))))
     assert sorted(admitted) == list(range(len(groups))) and order == sorted(order)
+
+
+def test_priority_orders_groups_stably():
+    # Longest prompt first: group 1 (priority -9) before group 2 (-5) before groups 0 and 3 (tie: first seen).
+    s = RowScheduler(8, [0, 0, 1, 1, 2, 3], priority=[-1, -1, -9, -9, -5, -1])
+    assert [a.group for a in s.admit()] == [1, 2, 0, 3]
+    with pytest.raises(ValueError, match="priorities"):
+        RowScheduler(2, [0, 1], priority=[0])
