@@ -130,6 +130,7 @@ class Tally:
     compactions: int = 0
     max_rows: int = 0
     max_span: int = 0
+    log: list = dataclasses.field(default_factory=list)  # (rows, span, iterations) of each decode call
 
     def add(self, other: "Tally") -> None:
         for f in dataclasses.fields(self):
@@ -137,6 +138,14 @@ class Tally:
             setattr(
                 self, f.name, max(getattr(self, f.name), v) if f.name.startswith("max_") else getattr(self, f.name) + v
             )
+
+    def decode_call(self, rows: int, span: int, iters: int, read: int) -> None:
+        self.calls += 1
+        self.decode_steps += iters
+        self.row_steps += iters * rows
+        self.slots_read += read
+        self.max_rows, self.max_span = max(self.max_rows, rows), max(self.max_span, span)
+        self.log.append((rows, span, iters))
 
     @property
     def kv_read_utilisation(self) -> float:
@@ -228,11 +237,7 @@ def _decode_round(
     iters = min(max(sampled.values(), default=0), limits.max_new)
     if iters == 0:
         return sampled
-    tally.calls += 1
-    tally.decode_steps += iters
-    tally.row_steps += iters * rows
-    tally.slots_read += iters * rows * span
-    tally.max_rows, tally.max_span = max(tally.max_rows, rows), max(tally.max_span, span)
+    tally.decode_call(rows, span, iters, iters * rows * span)
     for i, s in sampled.items():
         base = eps[i].length
         tally.live_row_steps += s
@@ -295,11 +300,7 @@ def replay_streaming(
                 read, sp = iters * sum(per_row), max(per_row)
             else:
                 read = iters * rows_now * sp
-            tally.calls += 1
-            tally.decode_steps += iters
-            tally.row_steps += iters * rows_now
-            tally.slots_read += read
-            tally.max_rows, tally.max_span = max(tally.max_rows, rows_now), max(tally.max_span, sp)
+            tally.decode_call(rows_now, sp, iters, read)
         for i, n in call.items():
             base = eps[i].length + done[i]
             tally.live_row_steps += n
@@ -358,26 +359,33 @@ def _shared_index_call(episodes, groups, limits: Limits, row_bucket, shrink: boo
         if state["index"] + width > cap:
             raise ValueError(f"capacity error: {width} slots after {state['index']}, capacity {cap}")
 
-    def append(longest: int) -> None:  # DecodeSession._append's index bookkeeping
+    def append(deltas: dict[int, int]) -> None:  # DecodeSession._append: row -> tokens appended to it
+        longest = max(deltas.values(), default=0)
         if longest == 0:
             return
         width = _block_width(longest, pc)
-        pieces = [width] if state["index"] + width <= cap else [min(pc, width - a) for a in range(0, width, pc)]
-        for w in pieces:
-            room(w)
-            state["index"] += w
+        pieces = (
+            [(0, width)] if state["index"] + width <= cap else [(a, min(a + pc, width)) for a in range(0, width, pc)]
+        )
+        for a, b in pieces:
+            room(b - a)
+            state["index"] += b - a
+            for r, k in deltas.items():  # left-padded block: row r's tokens are its last k columns
+                held[r] = held.get(r, 0) + max(0, b - max(a, width - k))
             tally.prefill_calls += 1
             tally.prefill_slots_read += rows_now["n"] * cap  # today's prefill attends over the whole cache
 
     order = list(dict.fromkeys(groups))
     first = {g: groups.index(g) for g in order}
     rows_now = {"n": row_bucket(len(order))}
-    append(max(episodes[first[g]].prefix for g in order))
+    held.update({r: 0 for r in range(rows_now["n"])})
+    append({r: episodes[first[g]].prefix for r, g in enumerate(order)})  # one row per group: its prefix
     rows = rows_now["n"] = row_bucket(n)
+    src = [order.index(g) for g in groups]
+    held = {r: held[src[r] if r < n else src[0]] for r in range(rows)}  # select: broadcast, pad with copies
     eps = {i: _Episode(e) for i, e in enumerate(episodes)}
     row_of = {i: i for i in range(n)}
-    held = {r: episodes[r].prompt if r < n else episodes[0].prefix for r in range(rows)}
-    append(max(e.prompt - e.prefix for e in episodes))
+    append({i: e.prompt - e.prefix for i, e in enumerate(episodes)})
     while row_of:
         budgets = [eps[i].budget(limits) for i in row_of]
         bmax = min(max(budgets), limits.max_new)
@@ -403,9 +411,7 @@ def _shared_index_call(episodes, groups, limits: Limits, row_bucket, shrink: boo
             }
             row_of = {i: r for r, i in enumerate(live)}
         if deltas:
-            append(max(deltas.values()))
-            for i, d in deltas.items():
-                held[row_of[i]] += d
+            append({row_of[i]: d for i, d in deltas.items()})
     return tally
 
 

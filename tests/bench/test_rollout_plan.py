@@ -121,3 +121,84 @@ def test_expert_lengths_of_real_tasks():
         assert len(e.steps) == len(oracle_texts(bfcl.ground_truth_script(t), parser))
         assert 0 < e.prefix < e.prompt and min(e.deltas) > 0 and min(e.steps) >= 2  # text + end of turn
     assert cpt > 1
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    import transformers
+
+    from rcgrpo_jax import chat, models
+    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+
+    path = build_tiny_checkpoint(
+        str(tmp_path_factory.mktemp("plan_qwen")),
+        arch="qwen2",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=64,
+    )
+    config, params = models.load_hf(path, dtype="float32")
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    return config, params, tok, chat.get_parser(chat.family_for(config.model_type))
+
+
+def test_shared_index_replay_mirrors_the_real_session(tiny_model, monkeypatch):
+    """Today's ModelPolicy + DecodeSession on a tiny model: every decode call's (rows, span, iterations)
+    and the compactions are what the planner's replay of the same episodes' lengths predicts; with
+    continuous batching (4 rows, slices of 5 tokens) every call's rows and iterations are too (the spans
+    differ by design: the session here still has one shared write index)."""
+    import jax
+    import numpy as np
+
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax.sampling import sampler as sampler_mod
+    from tests.rollout.fake_env import AdderEnv
+
+    config, params, tok, parser = tiny_model
+    calls, decode = [], sampler_mod.Sampler.decode
+
+    def recording(self, params, logits, positions, cache, stop_ids, budgets, rng, span=None):
+        out = decode(self, params, logits, positions, cache, stop_ids, budgets, rng, span)
+        calls.append((int(logits.shape[0]), int(span), int(np.max(np.asarray(out.lengths)))))
+        return out
+
+    monkeypatch.setattr(sampler_mod.Sampler, "decode", recording)
+    limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
+    questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
+    specs = [
+        EpisodeSpec(AdderEnv(questions=questions[k], answers=(0,)), f"adder_{k}", group=k, rollout_index=j)
+        for k in range(2)
+        for j in range(3)
+    ]
+    groups = [s.group for s in specs]
+
+    def run(**kw):
+        calls.clear()
+        policy = ModelPolicy(
+            config,
+            params,
+            stop_ids=chat.end_of_turn_ids(tok),
+            max_step_tokens=limits.max_step_tokens,
+            max_context=limits.max_context,
+            prefill_chunk=limits.prefill_chunk,
+            rng=jax.random.key(0),
+            **kw,
+        )
+        rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
+        episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+        return [rp.EpisodeLengths.of(e) for e in episodes], policy, list(calls)
+
+    lengths, policy, real = run()
+    assert len({x.total for x in lengths}) > 1 and policy.stats["shrinks"] > 0  # a varied batch
+    t = rp.replay_shared_index(lengths, groups, limits=limits, chunk=0, row_bucket=rp.pow2_rows)
+    assert t.log == real and t.compactions == policy.session.stats["compactions"] > 0
+
+    lengths, policy, real = run(rows=4, slice_tokens=5)
+    assert policy.stats["refills"] == 3 and policy.session.stats["decode_calls"] > sum(
+        len(x.steps) for x in lengths[3:]
+    )
+    t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=rp.pow2_rows)
+    assert [(r, n) for r, _, n in t.log] == [(r, n) for r, _, n in real]
