@@ -71,8 +71,10 @@ class Policy(Protocol):
     `extend` appends tokens to rows' contexts (append mode); `replace` sets rows' whole contexts
     (rerender mode: a policy with a cache keeps what it can of the unchanged prefix).
     `act` may answer None for an episode it has not given a decode row yet (continuous batching: it
-    waits for a free row, `ModelPolicy(rows=...)`); the episode takes no step and is asked again next
-    round. A round in which no episode steps is an error (the policy could never make progress).
+    waits for a free row, `ModelPolicy(rows=...)`, or is still decoding its step); the episode takes no
+    step and is asked again next round. The policy must make progress over all of its rows (a round may
+    step none of this process's episodes while another process's run: `rollout.distributed`);
+    `rollout.scheduler.RowScheduler` guarantees it (a group never needs more rows than the batch has).
     """
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None: ...
@@ -200,8 +202,6 @@ def run_episodes(
             else:
                 e.finish(reason)
                 ended.append(i)
-        if len(waiting) == len(live):
-            raise RuntimeError(f"{type(policy).__name__}.act stepped none of the {len(live)} live episodes")
         t0 = time.perf_counter()
         if ended:
             policy.finish(ended)
