@@ -1,6 +1,6 @@
 """Rollout planner: one RL step's decode work replayed over real BFCL episode lengths, with no model.
 
-    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--span=length]
+    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8] [--span=length]
 
 What is replayed. The expert (ground-truth) episodes of the training tasks run through the real rollout
 engine (`rollout.run_episodes`) with the scripted oracle policy, the preset family's chat template in its
@@ -26,26 +26,38 @@ The two designs, each replayed with its own bookkeeping (no device; decode steps
   chunk) and by the iterations of each decode call; past the capacity the cache is compacted (index =
   longest row). Every row of a decode call reads span = min(capacity, next power of two of
   max(index + max budget, 256)) slots.
-- new: `--rows` decode rows (a multiple of 8 and of the batch shards), all of the step's rollouts
-  streaming through them (`rollout.scheduler.RowScheduler`: whole groups into freed rows, FIFO in
-  admission order); per-row write positions, so every row of a call reads span = `--span` rule of the
-  most slots any running row holds after the call (its length + its step budget), capped at the
-  capacity: `length` = `length_bucket(max(need, 256))` (as the decode-state branch's
-  `sampling.buckets.span_bucket`), `mult:K` = the next multiple of K. Once nothing waits, rows shrink to
-  the next multiple of 8 (SHRINK).
+- new: `--rows` decode rows (0 = `rl.rollout_rows`, else `rl.rollout_chunk`; a multiple of 8 and of the
+  batch shards), all of the step's rollouts streaming through them (`rollout.scheduler.RowScheduler`:
+  whole groups into freed rows, FIFO; the refill prefills the shared prefix once, then the suffixes),
+  decoded in calls of at most `--slice` tokens (`ModelPolicy(slice_tokens=...)`: a row that finished its
+  step gets its environment's answer while the others go on; 0 = whole steps, as today's engine);
+  per-row write positions, so every row of a call reads span = `--span` rule of the most slots any
+  running row holds after the call (its length + what the call may write), capped at the capacity:
+  `length` = `length_bucket(max(need, 256))` (the decode-state branch's `sampling.buckets.span_bucket`),
+  `mult:K` = the next multiple of K (>= 256), `ragged:K` = each running row reads only its own slots in
+  pages of K (a paged-attention kernel; not built: what per-row reads would reach). Once nothing waits,
+  rows shrink to the next multiple of 8 (SHRINK). Printed beside it: the same with whole steps
+  ("new_whole_steps") and with ragged reads ("new_ragged").
+
+Both replays are checked call by call (rows, span, iterations; compactions) against the real
+ModelPolicy + DecodeSession on a tiny model (tests/bench/test_rollout_plan.py).
 
 Figures, summed over every decode iteration of every call:
   kv_read_utilisation = useful KV slots read / KV slots read, useful = the real context slots of each
-    row still generating (its tokens so far, this iteration's included), read = rows x span;
+    row still generating (its tokens so far, this iteration's included), read = rows x span (ragged: the
+    running rows' own pages);
   row_utilisation = rows still generating / rows of the call;
-  decode_steps = decode iterations (each reads every weight once);
-  est_rollout_s_per_step = one RL step's decode time on `--devices` GPUs at the HBM bound `--hbm_tb_s`:
-    per iteration each device reads the decode weights over its tensor shard (bf16; the input embedding
-    table excluded, one row is gathered) plus its share of the KV slots read (K and V, all layers, bf16),
-    time = sum over iterations of (weight_bytes / tensor + slots_read * kv_bytes_per_slot / devices) / bw.
-    Prefill, the host (environments, chat) and compilation are not counted.
+  decode_steps = decode iterations per RL step (each reads every weight once);
+  est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs at the HBM bound `--hbm_tb_s`:
+    per decode iteration and per prefill call each device reads the decode weights over its tensor
+    shard (bf16; the input embedding table excluded, one row is gathered) plus its share of the KV slots
+    read (K and V, all layers, bf16; a prefill call reads rows x span once, today's whole capacity):
+    time = sum of (weight_bytes / tensor + slots_read * kv_bytes_per_slot / devices) / bw.
+    Prefill compute, the host (environments, chat), gathers/compactions and compilation are not counted:
+    a lower bound for a memory-bound decode.
 
-The last line is one JSON object: the new design's figures at the top level, today's under "baseline".
+One JSON line per design, then the summary as the last line: the new design's figures at the top level,
+today's under "baseline", the other variants under "variants".
 """
 
 from __future__ import annotations

@@ -145,6 +145,7 @@ class ModelPolicy:
         return buckets.batch_bucket(n, batch_multiple(self.mesh))
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
+        self.partial = {}
         if self.max_rows is not None:
             return self._start_streaming(prompts, groups)
         n = len(prompts)
