@@ -1,7 +1,8 @@
 """The batched multi-turn rollout driver: policy (device) <-> tool environments (host).
 
 Each row of the batch is one episode (task x reward token x rollout index). Per round, every live
-episode takes one assistant step together: the policy supplies its tokens (sampled by the model, or
+episode that holds a decode row takes one assistant step together (with continuous batching, see
+`policies.ModelPolicy(rows=...)`, the others wait for a row to free up): the policy supplies its tokens (sampled by the model, or
 scripted), the host decodes them to text, parses tool calls (and a reasoning block) with the family
 parser, and either calls `env.step` (tool results) or, when the step has no call, `env.end_turn` (next
 user message and any released tools). Sampled tokens are never re-tokenised: they enter the training
@@ -69,11 +70,16 @@ class Policy(Protocol):
 
     `extend` appends tokens to rows' contexts (append mode); `replace` sets rows' whole contexts
     (rerender mode: a policy with a cache keeps what it can of the unchanged prefix).
+    `act` may answer None for an episode it has not given a decode row yet (continuous batching: it
+    waits for a free row, `ModelPolicy(rows=...)`, or is still decoding its step); the episode takes no
+    step and is asked again next round. The policy must make progress over all of its rows (a round may
+    step none of this process's episodes while another process's run: `rollout.distributed`);
+    `rollout.scheduler.RowScheduler` guarantees it (a group never needs more rows than the batch has).
     """
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None: ...
 
-    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]: ...
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample | None]: ...
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None: ...
 
@@ -183,8 +189,11 @@ def run_episodes(
         budgets = [min(config.max_step_tokens, config.max_context - len(episodes[i].tokens) - 1) for i in live]
         samples = policy.act(live, budgets)
         t0 = clock.add("policy", t0)
-        rows, tokens, ended = [], [], []
+        rows, tokens, ended, waiting = [], [], [], []
         for i, sample in zip(live, samples):
+            if sample is None:  # no decode row yet: asked again next round
+                waiting.append(i)
+                continue
             e, spec = episodes[i], specs[i]
             toks, reason = _advance(e, spec.env, sample, tokenizer, parser, eot, config, clock, rendered, i)
             if reason is None:
@@ -201,7 +210,7 @@ def run_episodes(
         elif rows:
             policy.extend(rows, tokens)
         t0 = clock.add("policy", t0)
-        live = rows
+        live = sorted(rows + waiting)
 
     for e, spec in zip(episodes, specs):
         try:

@@ -4,7 +4,14 @@ The engine asks a policy for each assistant step's tokens and tells it what was 
 (`extend`, append mode) or what the row's whole context now is (`replace`, re-render mode); the model
 policy keeps one `DecodeSession` row per live episode, so the KV cache survives across steps and
 turns: only deltas are prefilled, and a re-rendered context keeps the cache of its longest prefix that
-is unchanged (at least the shared prompt head: system, tools, first user message). The scripted policy emits fixed assistant texts through
+is unchanged (at least the shared prompt head: system, tools, first user message).
+
+Continuous batching (`ModelPolicy(rows=R)`): the episodes of a batch stream through R decode rows
+(`rollout.scheduler.RowScheduler` decides which group enters which free rows, when); a row whose episode
+has ended is truncated to nothing and refilled with the next waiting group's prompt. `act` answers None
+for an episode still waiting for a row; the engine asks again next round.
+
+The scripted policy emits fixed assistant texts through
 the tokenizer (the oracle: ground-truth calls formatted by the family parser), which proves the token
 bookkeeping end to end without a trained model.
 """
@@ -20,6 +27,7 @@ from jax.sharding import Mesh
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout.engine import StepSample
+from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
 from rcgrpo_jax.sampling.sampler import batch_multiple
@@ -51,6 +59,20 @@ class ModelPolicy:
     cache of its longest common prefix with the old one (at most all but its last token, so the row
     gets fresh logits) and only the rest is prefilled. `stats["reused_tokens"]` / `["replaced_tokens"]`
     count the tokens kept / prefilled by replaces.
+
+    rows: None = one row per episode, all prefilled at `start` (the batch only shrinks as episodes end).
+    An int R = continuous batching over R rows (rounded up to the batch-sharding multiple): groups are
+    admitted whole into free rows (truncate them to 0, prefill the group's shared prefix into its first
+    row, copy that row to the others with `select`, append each episode's own suffix), FIFO, whenever
+    enough rows are free; `act` returns None for episodes still waiting. Once nothing waits, SHRINK
+    gathers the remaining episodes into fewer rows as before. `stats["admissions"]` counts admission
+    rounds, `stats["refills"]` the rows that were reused for a later episode.
+    longest_first: admit groups longest prompt first (rows decoding together then have closer lengths,
+    and the longest episodes do not start last).
+    slice_tokens: 0 = a decode call runs until every row has finished its step. K > 0 = decode calls of
+    at most K tokens: `act` returns as soon as one of the asked rows has finished its step (stop token or
+    budget) and None for the rows still decoding theirs, which go on at the next `act`, after the finished
+    rows got their environment's answer (rows no longer idle while the longest step of the round ends).
     """
 
     def __init__(
@@ -68,20 +90,42 @@ class ModelPolicy:
         rng: jax.Array | None = None,
         slot_mode: str = SHRINK,
         share_prefix: bool = True,
+        rows: int | None = None,
+        longest_first: bool = False,
+        slice_tokens: int = 0,
     ):
         if slot_mode not in (SHRINK, KEEP):
             raise ValueError(f"slot_mode must be {SHRINK!r} or {KEEP!r}, got {slot_mode!r}")
+        if rows is not None and int(rows) < 1:
+            raise ValueError(f"rows must be None or >= 1, got {rows}")
+        if int(slice_tokens) < 0:
+            raise ValueError(f"slice_tokens must be >= 0, got {slice_tokens}")
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
         self.stop_ids = tuple(stop_ids)
         self.max_step_tokens, self.max_context = max_step_tokens, max_context
         self.sampling, self.chunk, self.rng = sampling, prefill_chunk, rng
         self.slot_mode, self.share_prefix = slot_mode, share_prefix
+        self.max_rows = None if rows is None else -(-int(rows) // batch_multiple(mesh)) * batch_multiple(mesh)
+        self.longest_first = longest_first
+        self.slice = min(int(slice_tokens), max_step_tokens) if slice_tokens else 0
+        self.partial: dict[int, tuple[list[int], list[np.ndarray], int]] = {}  # step in progress: toks, lps, left
+        self.sched: RowScheduler | None = None  # continuous batching only
+        self.prompts: list[list[int]] = []
+        self.keys: list = []
         # Longest row + room for one more block (compaction keeps a row's real tokens <= max_context).
         self.capacity = max_context + max(prefill_chunk, buckets.length_bucket(max_step_tokens))
         self.session: DecodeSession | None = None
         self.row_of: dict[int, int] = {}  # episode -> session row
         self.context: dict[int, list[int]] = {}  # episode -> the tokens its cache row holds
-        self.stats = {"rows_computed": 0, "rows_live": 0, "shrinks": 0, "reused_tokens": 0, "replaced_tokens": 0}
+        self.stats = {
+            "rows_computed": 0,
+            "rows_live": 0,
+            "shrinks": 0,
+            "reused_tokens": 0,
+            "replaced_tokens": 0,
+            "admissions": 0,
+            "refills": 0,
+        }
 
     def _new_session(self, rows: int) -> DecodeSession:
         return DecodeSession(
@@ -90,7 +134,7 @@ class ModelPolicy:
             rows,
             self.capacity,
             sampling=self.sampling,
-            max_new_tokens=buckets.length_bucket(self.max_step_tokens),
+            max_new_tokens=buckets.length_bucket(self.slice or self.max_step_tokens),
             prefill_chunk=self.chunk,
             mesh=self.mesh,
             rules=self.rules,
@@ -101,6 +145,9 @@ class ModelPolicy:
         return buckets.batch_bucket(n, batch_multiple(self.mesh))
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
+        self.partial = {}
+        if self.max_rows is not None:
+            return self._start_streaming(prompts, groups)
         n = len(prompts)
         order = list(dict.fromkeys(groups)) if self.share_prefix else list(range(n))
         key = (lambda i: groups[i]) if self.share_prefix else (lambda i: i)
@@ -117,18 +164,83 @@ class ModelPolicy:
         self.row_of = {i: i for i in range(n)}
         self.context = {i: list(prompts[i]) for i in range(n)}
 
-    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample]:
+    def _start_streaming(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
+        """Continuous batching: remember the prompts; rows are filled at each `act` (`_admit`)."""
+        n = len(prompts)
+        self.prompts = [list(p) for p in prompts]
+        self.keys = list(groups) if self.share_prefix else list(range(n))
+        rows = min(self.max_rows, self._rows(n))
+        priority = [-len(p) for p in self.prompts] if self.longest_first else None
+        self.sched = RowScheduler(rows, self.keys, priority)
+        self.session = self._new_session(rows)
+        self.row_of, self.context = self.sched.row_of, {}
+        self._used: set[int] = set()
+
+    def _admit(self) -> None:
+        """Fill free rows with waiting groups: truncate them to 0, prefill each group's shared prefix into
+        its first row, copy that row to the group's other rows, append every episode's own suffix."""
+        admitted = self.sched.admit()
+        if not admitted:
+            return
+        sess = self.session
+        keep = sess.lengths.copy()
+        prefix: list[Sequence[int]] = [()] * sess.rows
+        src = list(range(sess.rows))
+        suffix: list[Sequence[int]] = [()] * sess.rows
+        for a in admitted:
+            cut = _common_prefix([self.prompts[i] for i in a.episodes])
+            prefix[a.rows[0]] = self.prompts[a.episodes[0]][:cut]
+            for i, r in zip(a.episodes, a.rows):
+                keep[r], src[r], suffix[r] = 0, a.rows[0], self.prompts[i][cut:]
+                self.context[i] = list(self.prompts[i])
+                self.stats["refills"] += r in self._used
+                self._used.add(r)
+        sess.truncate(keep)
+        sess.append(prefix)
+        if src != list(range(sess.rows)):
+            sess.select(src)
+        sess.append(suffix)
+        self.stats["admissions"] += 1
+
+    def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample | None]:
+        """Each row's next assistant step; None for an episode still waiting for a decode row."""
+        if self.sched is not None:
+            self._admit()
+        running = [(i, b) for i, b in zip(rows, budgets) if i in self.row_of]
+        if not self.slice:
+            out = self._decode(dict(running))
+            samples = {i: StepSample(*out[i]) for i, _ in running}
+            return [samples.get(i) for i in rows]
+        for i, b in running:  # a new step starts with the engine's budget; one in progress keeps its own
+            self.partial.setdefault(i, ([], [], max(int(b), 0)))
+        samples: dict[int, StepSample] = {}
+        while running and not samples:
+            out = self._decode({i: min(self.slice, self.partial[i][2]) for i, _ in running})
+            for i, _ in running:
+                toks, lps, left = self.partial[i]
+                t, lp, stopped = out[i]
+                toks += t
+                lps.append(lp)
+                left -= len(t)
+                self.partial[i] = (toks, lps, left)
+                if stopped or left <= 0:
+                    samples[i] = StepSample(toks, np.concatenate(lps).astype(np.float32), bool(stopped))
+                    del self.partial[i]
+        return [samples.get(i) for i in rows]
+
+    def _decode(self, budgets: dict[int, int]) -> dict[int, tuple[list[int], np.ndarray, bool]]:
+        """One decode call: up to budgets[i] tokens for episode i's row; what each sampled."""
         sess = self.session
         full = np.zeros((sess.rows,), np.int32)
-        for i, b in zip(rows, budgets):
+        for i, b in budgets.items():
             full[self.row_of[i]] = max(int(b), 0)
         self.stats["rows_computed"] += sess.rows
-        self.stats["rows_live"] += len(rows)
+        self.stats["rows_live"] += len(budgets)
         out = sess.decode(full, self.stop_ids)
-        samples = [StepSample(*out[self.row_of[i]]) for i in rows]
-        for i, s in zip(rows, samples):
-            self.context[i].extend(s.tokens)
-        return samples
+        got = {i: out[self.row_of[i]] for i in budgets}
+        for i, (t, _, _) in got.items():
+            self.context[i].extend(t)
+        return got
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
         full: list[Sequence[int]] = [()] * self.session.rows
@@ -155,6 +267,8 @@ class ModelPolicy:
         self.session.append(suffix)
 
     def finish(self, rows: Sequence[int]) -> None:
+        if self.sched is not None:
+            return self._finish_streaming(rows)
         for i in rows:
             self.row_of.pop(i, None)
             self.context.pop(i, None)
@@ -166,6 +280,22 @@ class ModelPolicy:
             src = [self.row_of[i] for i in live]
             self.session.select(src + [src[0]] * (want - len(src)))
             self.row_of = {i: r for r, i in enumerate(live)}
+            self.stats["shrinks"] += 1
+
+    def _finish_streaming(self, rows: Sequence[int]) -> None:
+        """Free the ended episodes' rows (refilled at the next act); with nothing left waiting, SHRINK
+        gathers the running episodes into fewer rows."""
+        self.sched.end(rows)
+        for i in rows:
+            self.context.pop(i, None)
+            self.partial.pop(i, None)
+        if self.slot_mode != SHRINK or self.sched.waiting or not self.sched.row_of:
+            return
+        want = self._rows(len(self.sched.row_of))
+        if want < self.session.rows:
+            self.session.select(self.sched.shrink(want))
+            self.row_of = self.sched.row_of
+            self._used = set(range(want))
             self.stats["shrinks"] += 1
 
 

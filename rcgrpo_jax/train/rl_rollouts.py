@@ -1,5 +1,6 @@
 """The rollout phase of an RL step: G rollouts of each of the step's tasks with the current policy, on the
-task source's environments, chunk by chunk through `rollout.distributed` (with several processes each
+task source's environments, chunk by chunk (or, with `rl.rollout_rows`, all at once streaming through that
+many decode rows) through `rollout.distributed` (with several processes each
 one builds and steps only the environments of its share while the sampler runs over all of a chunk's
 episodes on the global mesh, and every process ends with the same group-major list).
 """
@@ -72,7 +73,10 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
         render_mode=rl.render_mode,
         thinking=rl.thinking,
     )
-    chunk = int(rl.rollout_chunk) or len(rows)
+    # Continuous batching (rl.rollout_rows > 0): all of the step's rollouts in one engine call, streaming
+    # through that many decode rows (rollout.policies.ModelPolicy(rows=...)); else chunks of rollout_chunk.
+    stream_rows = int(rl.get("rollout_rows", 0) or 0)
+    chunk = len(rows) if stream_rows else (int(rl.rollout_chunk) or len(rows))
     episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
     decode_params = jax.device_put(params, setup.decode_shardings)
     # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
@@ -91,6 +95,8 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
                 rules=sharding_lib.DECODE_RULES,
                 rng=jax.random.fold_in(key, c),
                 slot_mode=rl.slot_mode,
+                rows=stream_rows or None,
+                slice_tokens=int(rl.get("rollout_slice", 0) or 0),
             )
 
         eps, s = run_across_processes(

@@ -41,6 +41,8 @@ def _run(
     max_context=1024,
     max_step_tokens=24,
     rng=0,
+    rows=None,
+    slice_tokens=0,
 ):
     _, config, params, tok, parser = tiny
     policy = ModelPolicy(
@@ -54,7 +56,26 @@ def _run(
         slot_mode=slot_mode,
         share_prefix=share_prefix,
         rng=jax.random.key(rng),
+        rows=rows,
+        slice_tokens=slice_tokens,
     )
+    if rows is not None:  # record every admission of the continuous-batching scheduler, and the batch size
+        policy.admitted, policy.max_session_rows = [], 0
+        start = policy._start_streaming
+
+        def recording_start(prompts, groups):
+            start(prompts, groups)
+            admit = policy.sched.admit
+
+            def recording_admit():
+                out = admit()
+                policy.admitted += [i for a in out for i in a.episodes]
+                policy.max_session_rows = max(policy.max_session_rows, policy.session.rows)
+                return out
+
+            policy.sched.admit = recording_admit
+
+        policy._start_streaming = recording_start
     rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
     episodes, split = run_episodes(specs, policy, tok, parser, rc)
     return episodes, split, policy
@@ -65,10 +86,17 @@ def sampled(tiny_qwen):
     return _run(tiny_qwen, _specs(), sampling=SamplingParams(temperature=1.0))
 
 
-def test_records_line_up_and_logprobs_match_a_full_forward(tiny_qwen, sampled):
-    _, config, params, tok, _ = tiny_qwen
-    episodes, split, _ = sampled
-    for e, spec in zip(episodes, _specs()):
+@pytest.fixture(scope="module")
+def greedy_g3(tiny_qwen):
+    """Greedy, 2 groups of 3, one row per episode (no refill)."""
+    return _run(tiny_qwen, _specs(g=3))
+
+
+def _check_records(tiny, episodes, specs):
+    """Records line up with the prompt, the loss mask covers exactly the sampled spans, and every sampled
+    token's behaviour log-prob equals a fresh full forward over the final context."""
+    _, config, params, tok, _ = tiny
+    for e, spec in zip(episodes, specs):
         assert e.done and e.done_reason in (ep_mod.COMPLETED, ep_mod.MAX_CONTEXT)
         assert len(e.tokens) == len(e.loss_mask) == len(e.logprobs)
         messages, tools = spec.env.reset()
@@ -83,18 +111,37 @@ def test_records_line_up_and_logprobs_match_a_full_forward(tiny_qwen, sampled):
         np.testing.assert_allclose(np.asarray(e.logprobs)[pos], logp[pos - 1, np.asarray(e.tokens)[pos]], atol=2e-4)
         assert e.steps == len(e.step_spans) >= 2 and len(e.turn_starts) == 2
         assert e.messages[-1]["role"] == "assistant"
+
+
+def test_records_line_up_and_logprobs_match_a_full_forward(tiny_qwen, sampled):
+    episodes, split, _ = sampled
+    _check_records(tiny_qwen, episodes, _specs())
     assert set(split) == {"policy", "env", "chat"}
 
 
-def test_slot_modes_and_prefix_sharing_agree(tiny_qwen):
-    runs = [
-        _run(tiny_qwen, _specs(g=3), slot_mode=m, share_prefix=s)
-        for m, s in ((SHRINK, True), (KEEP, True), (SHRINK, False))
+def test_slot_modes_and_prefix_sharing_agree(tiny_qwen, greedy_g3):
+    runs = [greedy_g3] + [
+        _run(tiny_qwen, _specs(g=3), slot_mode=m, share_prefix=s) for m, s in ((KEEP, True), (SHRINK, False))
     ]
     ref = [e.tokens for e in runs[0][0]]
     for eps, _, _ in runs[1:]:
         assert [e.tokens for e in eps] == ref
     assert runs[1][2].stats["rows_computed"] >= runs[0][2].stats["rows_computed"]
+
+
+def test_refill_streams_episodes_through_fewer_rows(tiny_qwen, greedy_g3):
+    """Continuous batching: 6 episodes (2 groups of 3) through 4 rows, so the second group enters the rows
+    the first one freed, decoded in slices of 8 tokens (a step of up to 24 spans several decode calls):
+    the greedy episodes equal those of one row per episode decoded step by step, token for token, each
+    episode is admitted exactly once, and the log-probs of the refilled rows match a full forward."""
+    eps, _, policy = _run(tiny_qwen, _specs(g=3), rows=4, slice_tokens=8)
+    ref = greedy_g3[0]
+    assert [e.tokens for e in eps] == [e.tokens for e in ref]
+    assert [(e.done_reason, e.steps) for e in eps] == [(e.done_reason, e.steps) for e in ref]
+    assert sorted(policy.admitted) == list(range(6)) and policy.max_session_rows == 4
+    assert policy.stats["admissions"] == 2 and policy.stats["refills"] == 3 and not policy.partial
+    assert policy.session.stats["decode_calls"] > sum(e.steps for e in eps[:1] + eps[3:4])  # sliced steps
+    _check_records(tiny_qwen, eps[3:], _specs(g=3)[3:])  # the group that entered freed rows
 
 
 def test_context_limit_truncates_cleanly(tiny_qwen):

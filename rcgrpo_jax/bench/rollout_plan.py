@@ -1,0 +1,683 @@
+"""Rollout planner: one RL step's decode work replayed over real BFCL episode lengths, with no model.
+
+    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8] [--span=length]
+
+What is replayed. The expert (ground-truth) episodes of the training tasks run through the real rollout
+engine (`rollout.run_episodes`) with the scripted oracle policy, the preset family's chat template in its
+JSON tool format, the BFCL environments and the family parser; each record gives the episode's lengths:
+prompt, every assistant step (the oracle's text + end of turn, i.e. the experts' step lengths) and every
+context delta after it (tool results, next user turn). Each task is run with a reward goal in the prompt
+(RC-GRPO's), and stands for its G = `rl.group_size` rollouts; a rollout of the step takes the expert's
+steps. The tasks are taken `tasks_per_step` (= `train.batch_size` / G) at a time, as RL steps.
+
+Tokenizer (built offline, in a few seconds): the byte-level BPE of `models.tiny` (Qwen2's pre-tokenizer
+regex, `--vocab` merges) trained on the rendered expert conversations of every 8th training task. Why: the
+real Qwen2.5 / LLaMA-3.1 tokenizers cannot be fetched here, and a byte-level BPE with the same split rule
+trained on this very text compresses it like a production vocabulary does (~3.4-3.5 characters per token
+here; BFCL.md's figure for Qwen's tool blocks is ~3.5). The run prints its characters per token.
+
+The two designs, each replayed with its own bookkeeping (no device; decode steps are loop iterations):
+
+- baseline (today's `sampling.session.DecodeSession` + `rollout.policies.ModelPolicy`, mirrored): the
+  step's rollouts in engine calls of `rl.rollout_chunk` episodes, one after the other; each call's rows
+  are a power of two (`batch_bucket`), all prompts prefilled at its start (shared prefix first), finished
+  rows leave the batch when the power of two shrinks (SHRINK), never refilled. One write index shared by
+  the batch grows by each appended block's width (`length_bucket`, in prefill-chunk multiples past one
+  chunk) and by the iterations of each decode call; past the capacity the cache is compacted (index =
+  longest row). Every row of a decode call reads span = min(capacity, next power of two of
+  max(index + max budget, 256)) slots.
+- new: `--rows` decode rows (0 = `rl.rollout_rows`, else `rl.rollout_chunk`; a multiple of 8 and of the
+  batch shards), all of the step's rollouts streaming through them (`rollout.scheduler.RowScheduler`:
+  whole groups into freed rows, FIFO; the refill prefills the shared prefix once, then the suffixes),
+  decoded in calls of at most `--slice` tokens (`ModelPolicy(slice_tokens=...)`: a row that finished its
+  step gets its environment's answer while the others go on; 0 = whole steps, as today's engine);
+  per-row write positions, so every row of a call reads span = `--span` rule of the most slots any
+  running row holds after the call (its length + what the call may write), capped at the capacity:
+  `length` = `length_bucket(max(need, 256))` (the decode-state branch's `sampling.buckets.span_bucket`),
+  `mult:K` = the next multiple of K (>= 256), `ragged:K` = each running row reads only its own slots in
+  pages of K (a paged-attention kernel; not built: what per-row reads would reach). Once nothing waits,
+  rows shrink to the next multiple of 8 (SHRINK). Printed beside it: the same with whole steps
+  ("new_whole_steps") and with ragged reads ("new_ragged").
+
+Both replays are checked call by call (rows, span, iterations; compactions) against the real
+ModelPolicy + DecodeSession on a tiny model (tests/bench/test_rollout_plan.py).
+
+Figures, summed over every decode iteration of every call:
+  kv_read_utilisation = useful KV slots read / KV slots read, useful = the real context slots of each
+    row still generating (its tokens so far, this iteration's included), read = rows x span (ragged: the
+    running rows' own pages);
+  row_utilisation = rows still generating / rows of the call;
+  decode_steps = decode iterations per RL step (each reads every weight once);
+  est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs at the HBM bound `--hbm_tb_s`:
+    per decode iteration and per prefill call each device reads the decode weights over its tensor
+    shard (bf16; the input embedding table excluded, one row is gathered) plus its share of the KV slots
+    read (K and V, all layers, bf16; a prefill call reads rows x span once, today's whole capacity):
+    time = sum of (weight_bytes / tensor + slots_read * kv_bytes_per_slot / devices) / bw.
+    Prefill compute, the host (environments, chat), gathers/compactions and compilation are not counted:
+    a lower bound for a memory-bound decode.
+
+One JSON line per design, then the summary as the last line: the new design's figures at the top level,
+today's under "baseline", the other variants under "variants".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Callable, Sequence
+
+from rcgrpo_jax.rollout.scheduler import RowScheduler
+from rcgrpo_jax.sampling import buckets
+
+MIN_SPAN = 256  # the smallest decode span (today's session and the decode-state branch alike)
+DEFAULT_SLICE = 8  # decode tokens per call of the new design unless rl.rollout_slice says otherwise
+ROW_MULTIPLE = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeLengths:
+    """Token lengths of one episode: prompt (`prefix` of it shared by the group), assistant steps,
+    and the context appended after each step but the last (len(deltas) == len(steps) - 1)."""
+
+    prompt: int
+    steps: tuple[int, ...]
+    deltas: tuple[int, ...]
+    prefix: int = 0
+
+    def __post_init__(self):
+        if len(self.deltas) != max(len(self.steps) - 1, 0):
+            raise ValueError(
+                f"{len(self.steps)} steps need {max(len(self.steps) - 1, 0)} deltas, got {len(self.deltas)}"
+            )
+        if self.prompt < 1 or min(self.steps, default=1) < 1 or min(self.deltas, default=0) < 0:
+            raise ValueError(f"lengths must be positive: {self}")
+
+    @staticmethod
+    def of(episode, prefix: int = 0) -> "EpisodeLengths":
+        """From an append-mode `rollout.Episode` record (its sampled spans and what lies between them)."""
+        spans = [(a, b) for _, a, b in episode.step_spans]
+        steps = tuple(b - a for a, b in spans)
+        deltas = tuple(spans[k + 1][0] - spans[k][1] for k in range(len(spans) - 1))
+        return EpisodeLengths(episode.prompt_len, steps, deltas, prefix or episode.prompt_len)
+
+    @property
+    def total(self) -> int:
+        return self.prompt + sum(self.steps) + sum(self.deltas)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The rollout settings the bookkeeping depends on (`rl.*` of the config)."""
+
+    max_context: int = 16384
+    max_step_tokens: int = 512
+    prefill_chunk: int = 512
+
+    @property
+    def max_new(self) -> int:  # the session's static decode budget
+        return buckets.length_bucket(self.max_step_tokens)
+
+    @property
+    def capacity(self) -> int:  # ModelPolicy.capacity
+        return self.max_context + max(self.prefill_chunk, self.max_new)
+
+
+@dataclasses.dataclass
+class Tally:
+    """Sums over decode iterations (see the module docstring)."""
+
+    decode_steps: int = 0
+    slots_read: int = 0
+    slots_useful: int = 0
+    row_steps: int = 0
+    live_row_steps: int = 0
+    calls: int = 0
+    prefill_calls: int = 0
+    prefill_slots_read: int = 0
+    compactions: int = 0
+    max_rows: int = 0
+    max_span: int = 0
+    log: list = dataclasses.field(default_factory=list)  # (rows, span, iterations) of each decode call
+
+    def add(self, other: "Tally") -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(other, f.name)
+            setattr(
+                self, f.name, max(getattr(self, f.name), v) if f.name.startswith("max_") else getattr(self, f.name) + v
+            )
+
+    def decode_call(self, rows: int, span: int, iters: int, read: int) -> None:
+        self.calls += 1
+        self.decode_steps += iters
+        self.row_steps += iters * rows
+        self.slots_read += read
+        self.max_rows, self.max_span = max(self.max_rows, rows), max(self.max_span, span)
+        self.log.append((rows, span, iters))
+
+    @property
+    def kv_read_utilisation(self) -> float:
+        return self.slots_useful / self.slots_read if self.slots_read else 0.0
+
+    @property
+    def row_utilisation(self) -> float:
+        return self.live_row_steps / self.row_steps if self.row_steps else 0.0
+
+
+# ------------------------------------------------------------------------------------------ rules
+
+
+def pow2_rows(n: int, multiple: int = 1) -> int:
+    """Today's `buckets.batch_bucket`: the next power of two, rounded up to the batch-sharding multiple."""
+    b = 1
+    while b < n:
+        b *= 2
+    return -(-b // multiple) * multiple
+
+
+def mult8_rows(n: int, multiple: int = 1) -> int:
+    """The decode-state branch's rows: n rounded up to a multiple of lcm(8, batch-sharding multiple)."""
+    step = math.lcm(ROW_MULTIPLE, max(int(multiple), 1))
+    return max(1, -(-int(n) // step)) * step
+
+
+def span_rule(name: str) -> Callable[[int, int], int]:
+    """`length`: min(capacity, length_bucket(max(need, 256))); `mult:K`: min(capacity, K * ceil(max(need,
+    256) / K)). need > capacity is a bookkeeping error."""
+    if name == "length":
+        size = lambda need: buckets.length_bucket(max(need, MIN_SPAN))  # noqa: E731
+    elif name.startswith("mult:") and name[5:].isdigit() and int(name[5:]) > 0:
+        k = int(name[5:])
+        size = lambda need: -(-max(need, MIN_SPAN) // k) * k  # noqa: E731
+    else:
+        raise ValueError(f"span rule must be 'length' or 'mult:K' (K > 0), got {name!r}")
+
+    def rule(need: int, capacity: int) -> int:
+        if need > capacity:
+            raise ValueError(f"{need} KV slots needed, capacity {capacity}")
+        return min(capacity, size(need))
+
+    return rule
+
+
+def _block_width(longest: int, chunk: int) -> int:
+    """Today's DecodeSession.append block width for its longest delta."""
+    width = buckets.length_bucket(longest)
+    return -(-width // chunk) * chunk if width > chunk else width
+
+
+# ------------------------------------------------------------------------------------------ replay
+
+
+class _Episode:
+    """An episode's progress through its steps."""
+
+    def __init__(self, lengths: EpisodeLengths):
+        self.lengths, self.k, self.length = lengths, 0, lengths.prompt
+
+    def budget(self, limits: Limits) -> int:
+        return min(limits.max_step_tokens, limits.max_context - self.length - 1)
+
+    def step(self, limits: Limits) -> int:
+        """Tokens this step samples (the expert's, cut by the budget as the engine does)."""
+        return max(min(self.lengths.steps[self.k], self.budget(limits)), 0)
+
+    def advance(self, sampled: int, limits: Limits) -> int | None:
+        """After sampling: the delta appended (the engine's end-of-turn token for a cut step included), or
+        None when the episode ends (last step, or the delta would pass the context limit)."""
+        self.length += sampled
+        full = self.lengths.steps[self.k]
+        if self.k + 1 >= len(self.lengths.steps):
+            return None
+        delta = self.lengths.deltas[self.k] + (sampled < full)
+        if self.length + delta + 1 > limits.max_context:
+            return None
+        self.length += delta
+        self.k += 1
+        return delta
+
+
+def _decode_round(
+    eps: dict[int, _Episode], row_of: dict[int, int], rows: int, span: int, limits: Limits, tally: Tally
+) -> dict[int, int]:
+    """One decode call over the running episodes; returns tokens sampled per episode."""
+    sampled = {i: e.step(limits) for i, e in eps.items() if i in row_of}
+    iters = min(max(sampled.values(), default=0), limits.max_new)
+    if iters == 0:
+        return sampled
+    tally.decode_call(rows, span, iters, iters * rows * span)
+    for i, s in sampled.items():
+        base = eps[i].length
+        tally.live_row_steps += s
+        tally.slots_useful += s * base + s * (s + 1) // 2  # sum over t < s of (base + t + 1)
+    return sampled
+
+
+def replay_streaming(
+    episodes: Sequence[EpisodeLengths],
+    groups: Sequence[int],
+    *,
+    rows: int,
+    limits: Limits,
+    span: str = "length",
+    row_bucket: Callable[[int], int] = mult8_rows,
+    shrink: bool = True,
+    slice_tokens: int = 0,
+    longest_first: bool = False,
+) -> Tally:
+    """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
+
+    slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
+      K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
+      and delta before the next call while the others go on decoding theirs (`ModelPolicy(slice_tokens=K)`).
+    longest_first: groups admitted longest prompt first (`ModelPolicy(longest_first=True)`).
+    span: a `span_rule` name, or `ragged:K`: every running row reads only its own slots in pages of K
+      (a paged-attention kernel; rows without an episode read nothing): what per-row reads would reach.
+    """
+    tally = Tally()
+    page = int(span[7:]) if span.startswith("ragged:") and span[7:].isdigit() and int(span[7:]) > 0 else 0
+    if span.startswith("ragged:") and not page:
+        raise ValueError(f"span rule must be 'ragged:K' with K > 0, got {span!r}")
+    rule = span_rule("length") if page else span_rule(span)
+    priority = [-e.prompt for e in episodes] if longest_first else None
+    sched = RowScheduler(rows, groups, priority)
+    eps: dict[int, _Episode] = {}
+    left: dict[int, int] = {}  # running episode -> tokens of its current step still to sample
+    done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
+    cap = limits.capacity
+    while sched.waiting or sched.row_of:
+        admitted = sched.admit()
+        for a in admitted:
+            for i in a.episodes:
+                eps[i] = _Episode(episodes[i])
+        if admitted:  # prefix block, then the suffixes (ModelPolicy._admit)
+            need = max(eps[i].length for i in sched.row_of)
+            tally.prefill_calls += 2
+            tally.prefill_slots_read += 2 * sched.rows * rule(need, cap)
+        for i in sched.row_of:
+            if i not in left:
+                left[i], done[i] = eps[i].step(limits), 0
+        width = min(slice_tokens or limits.max_new, limits.max_new)
+        call = {i: min(left[i], width) for i in sched.row_of}
+        need = max(eps[i].length + done[i] + min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of)
+        rows_now, sp = sched.rows, rule(need, cap)
+        iters = max(call.values(), default=0)
+        if iters:
+            if page:  # each row's own slots at the end of the call, in pages
+                per_row = [-(-(eps[i].length + done[i] + call[i]) // page) * page for i in call]
+                read, sp = iters * sum(per_row), max(per_row)
+            else:
+                read = iters * rows_now * sp
+            tally.decode_call(rows_now, sp, iters, read)
+        for i, n in call.items():
+            base = eps[i].length + done[i]
+            tally.live_row_steps += n
+            tally.slots_useful += n * base + n * (n + 1) // 2  # sum over t < n of (base + t + 1)
+            left[i] -= n
+            done[i] += n
+        finished = [i for i in call if left[i] == 0]
+        ended, appended = [], 0
+        for i in finished:
+            d = eps[i].advance(done.pop(i), limits)
+            del left[i]
+            if d is None:
+                ended.append(i)
+                del eps[i]
+            else:
+                appended = max(appended, d)
+        sched.end(ended)
+        if shrink and not sched.waiting and sched.row_of and row_bucket(len(sched.row_of)) < sched.rows:
+            sched.shrink(row_bucket(len(sched.row_of)))
+        if appended:
+            tally.prefill_calls += 1
+            need = max(eps[i].length + done.get(i, 0) for i in sched.row_of)
+            tally.prefill_slots_read += sched.rows * rule(need, cap)
+    return tally
+
+
+def replay_shared_index(
+    episodes: Sequence[EpisodeLengths],
+    groups: Sequence[int],
+    *,
+    limits: Limits,
+    chunk: int,
+    row_bucket: Callable[[int], int] = pow2_rows,
+    shrink: bool = True,
+) -> Tally:
+    """Today's design over one RL step's episodes: engine calls of `chunk` episodes in turn."""
+    tally = Tally()
+    chunk = chunk or len(episodes)
+    for c in range(0, len(episodes), chunk):
+        tally.add(_shared_index_call(episodes[c : c + chunk], groups[c : c + chunk], limits, row_bucket, shrink))
+    return tally
+
+
+def _shared_index_call(episodes, groups, limits: Limits, row_bucket, shrink: bool) -> Tally:
+    """One engine call of today's ModelPolicy + DecodeSession (see the module docstring)."""
+    tally, cap, pc = Tally(), limits.capacity, limits.prefill_chunk
+    n = len(episodes)
+    state = {"index": 0}
+    held: dict[int, int] = {}  # row -> real tokens it holds (padding rows too: compaction sees them)
+
+    def room(width: int) -> None:  # DecodeSession._room
+        if state["index"] + width <= cap:
+            return
+        state["index"] = max(held.values(), default=0)
+        tally.compactions += 1
+        if state["index"] + width > cap:
+            raise ValueError(f"capacity error: {width} slots after {state['index']}, capacity {cap}")
+
+    def append(deltas: dict[int, int]) -> None:  # DecodeSession._append: row -> tokens appended to it
+        longest = max(deltas.values(), default=0)
+        if longest == 0:
+            return
+        width = _block_width(longest, pc)
+        pieces = (
+            [(0, width)] if state["index"] + width <= cap else [(a, min(a + pc, width)) for a in range(0, width, pc)]
+        )
+        for a, b in pieces:
+            room(b - a)
+            state["index"] += b - a
+            for r, k in deltas.items():  # left-padded block: row r's tokens are its last k columns
+                held[r] = held.get(r, 0) + max(0, b - max(a, width - k))
+            tally.prefill_calls += 1
+            tally.prefill_slots_read += rows_now["n"] * cap  # today's prefill attends over the whole cache
+
+    order = list(dict.fromkeys(groups))
+    first = {g: groups.index(g) for g in order}
+    rows_now = {"n": row_bucket(len(order))}
+    held.update({r: 0 for r in range(rows_now["n"])})
+    append({r: episodes[first[g]].prefix for r, g in enumerate(order)})  # one row per group: its prefix
+    rows = rows_now["n"] = row_bucket(n)
+    src = [order.index(g) for g in groups]
+    held = {r: held[src[r] if r < n else src[0]] for r in range(rows)}  # select: broadcast, pad with copies
+    eps = {i: _Episode(e) for i, e in enumerate(episodes)}
+    row_of = {i: i for i in range(n)}
+    append({i: e.prompt - e.prefix for i, e in enumerate(episodes)})
+    while row_of:
+        budgets = [eps[i].budget(limits) for i in row_of]
+        bmax = min(max(budgets), limits.max_new)
+        room(bmax)
+        span = min(cap, pow2_rows(max(state["index"] + bmax, MIN_SPAN)))
+        sampled = _decode_round(eps, row_of, rows, span, limits, tally)
+        state["index"] += min(max(sampled.values(), default=0), limits.max_new)
+        deltas, ended = {}, []
+        for i, s in sampled.items():
+            d = eps[i].advance(s, limits)
+            held[row_of[i]] = eps[i].length - (d or 0)  # the delta is appended below
+            if d is None:
+                ended.append(i)
+            else:
+                deltas[i] = d
+        for i in ended:
+            del row_of[i]
+        if shrink and row_of and row_bucket(len(row_of)) < rows:  # ModelPolicy.finish's SHRINK
+            rows = rows_now["n"] = row_bucket(len(row_of))
+            live = sorted(row_of)
+            held = {r: held[row_of[i]] for r, i in enumerate(live)} | {
+                r: held[row_of[live[0]]] for r in range(len(live), rows)
+            }
+            row_of = {i: r for r, i in enumerate(live)}
+        if deltas:
+            append({row_of[i]: d for i, d in deltas.items()})
+    return tally
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def expert_lengths(tasks, tokenizer, parser, *, reward_token: str | None) -> tuple[list[EpisodeLengths], float]:
+    """Each task's expert episode through the real engine (scripted oracle), as lengths (`prefix` is the
+    prompt up to the reward token, what a group shares; the whole prompt without one), and the tokenizer's
+    characters per token over every episode's text."""
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.envs import bfcl
+    from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
+
+    specs = [EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=i, reward_token=reward_token) for i, t in enumerate(tasks)]
+    texts = [oracle_texts(bfcl.ground_truth_script(t), parser) for t in tasks]
+    policy = ScriptedPolicy(tokenizer, texts, chat.end_of_turn_ids(tokenizer)[0])
+    config = RolloutConfig(max_context=10**7, max_step_tokens=10**6, render_mode=chat.APPEND)
+    episodes, _ = run_episodes(specs, policy, tokenizer, parser, config)
+    token_id = tokenizer.convert_tokens_to_ids(reward_token) if reward_token else None
+    out, chars, tokens = [], 0, 0
+    for e in episodes:
+        if e.done_reason != "completed":
+            raise RuntimeError(f"expert episode {e.task_id} ended {e.done_reason}: {e.env_reason}")
+        prompt = e.tokens[: e.prompt_len]
+        prefix = prompt.index(token_id) if token_id in prompt else e.prompt_len
+        out.append(EpisodeLengths.of(e, prefix=prefix))
+        chars += len(tokenizer.decode(e.tokens, skip_special_tokens=False))
+        tokens += len(e.tokens)
+    return out, chars / max(tokens, 1)
+
+
+def mesh_sizes(mesh, devices: int) -> dict[str, int]:
+    """The config's ('data', 'fsdp', 'tensor') sizes on `devices` devices (one axis may be -1: the rest)."""
+    sizes = {a: int(mesh.get(a, 1)) for a in ("data", "fsdp", "tensor")}
+    fixed = math.prod(v for v in sizes.values() if v != -1)
+    return {a: (devices // fixed if v == -1 else v) for a, v in sizes.items()}
+
+
+def build_tokenizer(tasks, arch: str, vocab: int, workdir: str):
+    """The planner's tokenizer: `models.tiny`'s byte-level BPE trained on the rendered expert
+    conversations of every 8th task, with the family's template (JSON tools) and the reward tokens."""
+    import transformers
+
+    from rcgrpo_jax.data import trajectories
+    from rcgrpo_jax.models import reward_tokens, tiny
+
+    chats = [trajectories.expert_trajectory(t) for t in tasks[::8]]
+    tiny.build_tiny_tokenizer(workdir, arch=arch, corpus=[], tokenizer_vocab_size=vocab, chats=chats)
+    tok = transformers.AutoTokenizer.from_pretrained(workdir)
+    tok.add_special_tokens(
+        {"additional_special_tokens": [reward_tokens.HIGH_REWARD_TOKEN, reward_tokens.LOW_REWARD_TOKEN]}
+    )
+    return tok
+
+
+def decode_bytes(preset: str) -> dict[str, int]:
+    """Bytes a decode iteration reads at the preset's published architecture, bf16: the weights (all but
+    the input embedding table when it is not tied to the output) and one KV slot (K and V, all layers)."""
+    import jax
+
+    from configs import common
+    from rcgrpo_jax import models
+
+    cfg = models.ModelConfig.from_hf(common.hf_architecture(preset))
+    params = models.abstract_params(cfg)
+    total = sum(int(x.size) for x in jax.tree.leaves(params))
+    embed = 0 if cfg.tie_word_embeddings else int(params["embed"]["embedding"].size)
+    return {
+        "params": total,
+        "weight_bytes": 2 * (total - embed),
+        "kv_bytes_per_slot": 2 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim,
+    }
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def figures(tally: Tally, *, steps: float, weight_bytes: int, kv_slot: int, devices: int, tensor: int, bw: float):
+    reads = tally.decode_steps + tally.prefill_calls
+    seconds = (reads * weight_bytes / tensor + (tally.slots_read + tally.prefill_slots_read) * kv_slot / devices) / bw
+    return {
+        "kv_read_utilisation": tally.kv_read_utilisation,
+        "row_utilisation": tally.row_utilisation,
+        "decode_steps": tally.decode_steps / steps,
+        "est_rollout_s_per_step": seconds / steps,
+        "decode_calls": tally.calls / steps,
+        "prefill_calls": tally.prefill_calls / steps,
+        "max_rows": tally.max_rows,
+        "max_span": tally.max_span,
+        "compactions": tally.compactions / steps,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """A continuous-batching design to replay (`replay_streaming`'s knobs)."""
+
+    rows: int
+    span: str = "length"
+    slice_tokens: int = 0
+    longest_first: bool = False
+
+
+def plan(
+    episodes: Sequence[EpisodeLengths],
+    designs: dict[str, Design],
+    *,
+    group: int,
+    tasks_per_step: int,
+    limits: Limits,
+    chunk: int,
+    batch_multiple: int,
+) -> dict[str, Tally]:
+    """Today's design ("baseline") and each of `designs` over `episodes` (one per task, each standing for
+    `group` rollouts), RL step by step (`tasks_per_step` tasks each)."""
+    out = {"baseline": Tally(), **{name: Tally() for name in designs}}
+    for s in range(0, len(episodes), tasks_per_step):
+        tasks = episodes[s : s + tasks_per_step]
+        eps = [e for e in tasks for _ in range(group)]
+        groups = [k for k in range(len(tasks)) for _ in range(group)]
+        out["baseline"].add(
+            replay_shared_index(
+                eps, groups, limits=limits, chunk=chunk, row_bucket=lambda n: pow2_rows(n, batch_multiple)
+            )
+        )
+        for name, d in designs.items():
+            out[name].add(
+                replay_streaming(
+                    eps,
+                    groups,
+                    rows=mult8_rows(d.rows, batch_multiple),
+                    limits=limits,
+                    span=d.span,
+                    row_bucket=lambda n: mult8_rows(n, batch_multiple),
+                    slice_tokens=d.slice_tokens,
+                    longest_first=d.longest_first,
+                )
+            )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    from absl import flags
+    from ml_collections import config_flags
+
+    fl = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "an RL stage config file:preset", flag_values=fl)
+    flags.DEFINE_integer(
+        "rows", 0, "decode rows of the new design (0 = rl.rollout_rows, else rl.rollout_chunk)", flag_values=fl
+    )
+    flags.DEFINE_string("span", "length", "the new design's span rule: length | mult:K | ragged:K", flag_values=fl)
+    flags.DEFINE_integer(
+        "slice",
+        -1,
+        "decode tokens per call of the new design (0 = whole steps; -1 = rl.rollout_slice, else 8)",
+        flag_values=fl,
+    )
+    flags.DEFINE_bool("longest_first", False, "admit groups longest prompt first", flag_values=fl)
+    flags.DEFINE_integer("tasks", 0, "training tasks to replay (0 = all)", flag_values=fl)
+    flags.DEFINE_integer("vocab", 8192, "BPE vocabulary of the planner's tokenizer", flag_values=fl)
+    flags.DEFINE_integer("devices", 8, "GPUs of the host", flag_values=fl)
+    flags.DEFINE_float("hbm_tb_s", 4.8, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl)
+    fl(list(argv) if argv is not None else sys.argv)
+    config = fl.config
+    if config is None:
+        raise ValueError("--config=configs/<rl stage>.py:<preset> is required")
+    rl = config.rl
+    t0 = time.perf_counter()
+
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.data import datasets, sources
+
+    tasks = sources.tasks(config.data, "train")
+    tasks = tasks[: fl.tasks] if fl.tasks else tasks
+    arch = "llama" if config.preset.startswith("llama") else "qwen2"
+    with tempfile.TemporaryDirectory() as d:
+        tok = build_tokenizer(tasks, arch, fl.vocab, os.path.join(d, "tok"))
+    parser = chat.get_parser("llama3_json" if arch == "llama" else "hermes")
+    token = None if rl.reward_conditioning == "none" else datasets.HIGH_REWARD_TOKEN
+    episodes, chars_per_token = expert_lengths(tasks, tok, parser, reward_token=token)
+    t_data = time.perf_counter() - t0
+
+    group = int(rl.group_size)
+    tasks_per_step = max(int(config.train.batch_size) // group, 1)
+    limits = Limits(int(rl.max_context), int(rl.max_step_tokens), int(rl.prefill_chunk))
+    chunk = int(rl.rollout_chunk)
+    rows = fl.rows or int(rl.get("rollout_rows", 0) or 0) or chunk or tasks_per_step * group
+    axes = mesh_sizes(config.mesh, fl.devices)
+    tensor, batch_shards = axes["tensor"], axes["data"] * axes["fsdp"]
+    rows = mult8_rows(rows, batch_shards)
+    slice_tokens = fl.slice if fl.slice >= 0 else int(rl.get("rollout_slice", DEFAULT_SLICE))
+    designs = {"new": Design(rows, fl.span, slice_tokens, fl.longest_first)}
+    if slice_tokens:
+        designs["new_whole_steps"] = Design(rows, fl.span, 0, fl.longest_first)
+    if not fl.span.startswith("ragged:"):
+        designs["new_ragged"] = Design(rows, "ragged:128", slice_tokens, fl.longest_first)
+    tallies = plan(
+        episodes,
+        designs,
+        group=group,
+        tasks_per_step=tasks_per_step,
+        limits=limits,
+        chunk=chunk,
+        batch_multiple=batch_shards,
+    )
+    sizes = decode_bytes(config.preset) if config.preset != "tiny" else None
+    if sizes is None:
+        raise ValueError("the planner sizes a production preset (qwen2_5_7b, llama3_1_8b, ...), not tiny")
+    steps = len(episodes) / tasks_per_step
+    kw = dict(
+        steps=steps,
+        weight_bytes=sizes["weight_bytes"],
+        kv_slot=sizes["kv_bytes_per_slot"],
+        devices=fl.devices,
+        tensor=tensor,
+        bw=fl.hbm_tb_s * 1e12,
+    )
+    figs = {name: figures(t, **kw) for name, t in tallies.items()}
+    for name, f in figs.items():  # one line per design, then the summary
+        print(json.dumps({"design": name, **_rounded(f)}), flush=True)
+    new, base = figs["new"], figs["baseline"]
+    row = {
+        **new,
+        "baseline": base,
+        "variants": {k: v for k, v in figs.items() if k not in ("new", "baseline")},
+        "speedup": base["est_rollout_s_per_step"] / new["est_rollout_s_per_step"],
+        "rows": rows,
+        "span_rule": fl.span,
+        "slice_tokens": slice_tokens,
+        "longest_first": fl.longest_first,
+        "baseline_rows_per_call": pow2_rows(chunk or tasks_per_step * group, batch_shards),
+        "tasks": len(episodes),
+        "rollouts_per_step": tasks_per_step * group,
+        "rl_steps_replayed": steps,
+        "mean_episode_tokens": sum(e.total for e in episodes) / len(episodes),
+        "max_episode_tokens": max(e.total for e in episodes),
+        "mean_step_tokens": sum(sum(e.steps) for e in episodes) / sum(len(e.steps) for e in episodes),
+        "tokenizer": f"tiny byte-level BPE ({arch} split rule, vocab {len(tok)}), trained on the experts",
+        "weight_gb": sizes["weight_bytes"] / 1e9,
+        "kv_kb_per_token": sizes["kv_bytes_per_slot"] / 1e3,
+        "chars_per_token": chars_per_token,
+        "data_s": t_data,
+        "wall_s": time.perf_counter() - t0,
+    }
+    print(json.dumps(_rounded(row)), flush=True)
+    return row
+
+
+def _rounded(x):
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    return round(x, 4) if isinstance(x, float) else x
+
+
+if __name__ == "__main__":
+    main()

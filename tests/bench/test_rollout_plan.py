@@ -1,0 +1,204 @@
+"""The rollout planner: its replays on hand-computed cases, refill against no refill on hand-made lengths,
+and the whole command on a few real BFCL training tasks (figures in range, lengths that add up)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from rcgrpo_jax.bench import rollout_plan as rp
+from rcgrpo_jax.rollout.episode import Episode
+
+LIMITS = rp.Limits(max_context=1000, max_step_tokens=4, prefill_chunk=16)  # capacity 1016, spans >= 256
+A = rp.EpisodeLengths(prompt=100, steps=(3, 1), deltas=(5,))
+B = rp.EpisodeLengths(prompt=50, steps=(2,), deltas=())
+SAME = lambda n: n  # noqa: E731 - rows exactly as many as needed
+
+
+def test_streaming_replay_hand_computed():
+    # One row, two single-episode groups: A's two steps (3 then 1 tokens) then B (2 tokens) in the freed row.
+    # Every call reads 1 row x 256 slots per iteration; useful = each live row's context, this token included.
+    t = rp.replay_streaming([A, B], [0, 1], rows=1, limits=LIMITS, span="mult:128", row_bucket=SAME)
+    assert (t.decode_steps, t.calls, t.slots_read) == (6, 3, 6 * 256)
+    assert t.slots_useful == (101 + 102 + 103) + (109) + (51 + 52)
+    assert (t.row_steps, t.live_row_steps) == (6, 6) and t.row_utilisation == 1.0
+    # Two rows, no refill needed: round 1 runs 3 iterations over both rows (B idles after 2), B ends and the
+    # batch shrinks to one row for A's last step.
+    t = rp.replay_streaming([A, B], [0, 1], rows=2, limits=LIMITS, span="mult:128", row_bucket=SAME)
+    assert (t.decode_steps, t.slots_read, t.slots_useful) == (4, 3 * 2 * 256 + 256, 306 + 103 + 109)
+    assert (t.row_steps, t.live_row_steps) == (7, 6)
+
+
+def test_sliced_and_ragged_replay_hand_computed():
+    # Slices of 2 tokens: A's first step (3) takes two calls; B (2) finishes in the first.
+    t = rp.replay_streaming([A, B], [0, 1], rows=2, limits=LIMITS, span="mult:128", row_bucket=SAME, slice_tokens=2)
+    assert (t.calls, t.decode_steps, t.row_steps, t.live_row_steps) == (3, 2 + 1 + 1, 2 * 2 + 1 + 1, 6)
+    # ragged:64: each running row reads its own slots, in pages of 64 (A ends its call at 103 -> 128; B at 52 -> 64).
+    t = rp.replay_streaming([A, B], [0, 1], rows=2, limits=LIMITS, span="ragged:64", row_bucket=SAME)
+    assert t.slots_read == 3 * (128 + 64) + 128  # A's last step: 109 -> 110 slots -> 128
+
+
+def test_shared_index_replay_hand_computed():
+    # Today's session: one call over both episodes, 2 rows (a power of two). Blocks: prefixes (length_bucket(100)
+    # = 128), no suffix; decode 1: span = pow2(max(128 + 4, 256)) = 256, 3 iterations, index 131; B ends and
+    # the batch shrinks to 1 row; A's delta (5 -> a 16-wide block), index 147; decode 2: 1 iteration, span 256.
+    t = rp.replay_shared_index([A, B], [0, 1], limits=LIMITS, chunk=0, row_bucket=rp.pow2_rows)
+    assert (t.decode_steps, t.slots_read, t.slots_useful) == (4, 3 * 2 * 256 + 256, 306 + 103 + 109)
+    assert (t.prefill_calls, t.prefill_slots_read) == (2, 2 * 1016 + 1 * 1016)  # attends over the whole cache
+    assert t.max_span == 256 and t.compactions == 0
+
+
+def test_refill_beats_no_refill_on_row_utilisation():
+    # Groups of 2 alternating between 1 and 6 steps of 4 tokens: without refill the rows of finished short
+    # episodes idle until the chunk's long ones end; with refill the next groups take them.
+    short = rp.EpisodeLengths(prompt=40, steps=(4,), deltas=())
+    long = rp.EpisodeLengths(prompt=40, steps=(4,) * 6, deltas=(3,) * 5)
+    eps = [short, short, long, long] * 4
+    groups = [k // 2 for k in range(len(eps))]
+    kw = dict(limits=LIMITS, row_bucket=lambda n: rp.mult8_rows(n, 4))
+    refill = rp.replay_streaming(eps, groups, rows=8, span="length", **kw)
+    no_refill = rp.replay_shared_index(eps, groups, chunk=8, **kw)
+    assert refill.live_row_steps == no_refill.live_row_steps == 8 * (4 + 24)  # the same tokens sampled
+    assert refill.row_utilisation > no_refill.row_utilisation + 0.1
+    assert refill.decode_steps < no_refill.decode_steps
+    for t in (refill, no_refill):
+        assert 0 < t.kv_read_utilisation <= 1 and 0 < t.row_utilisation <= 1
+
+
+def test_rules_and_lengths():
+    assert rp.pow2_rows(160, 4) == 256 and rp.mult8_rows(160, 4) == 160 and rp.mult8_rows(161, 4) == 168
+    assert rp.span_rule("length")(812, 16896) == 1024 and rp.span_rule("mult:128")(812, 16896) == 896
+    assert rp.span_rule("length")(16000, 16896) == 16384 and rp.span_rule("mult:128")(10, 16896) == 256
+    for bad in ("pow2", "mult:0", "mult:x"):
+        with pytest.raises(ValueError, match="span rule"):
+            rp.span_rule(bad)
+    with pytest.raises(ValueError, match="capacity"):
+        rp.span_rule("length")(20000, 16896)
+    e = Episode("t", 0, 0, None, tokens=list(range(20)), prompt_len=8, step_spans=[(0, 8, 11), (0, 15, 20)])
+    assert rp.EpisodeLengths.of(e, prefix=6) == rp.EpisodeLengths(8, (3, 5), (4,), 6)
+    with pytest.raises(ValueError, match="deltas"):
+        rp.EpisodeLengths(8, (3, 5), ())
+    sizes = rp.decode_bytes("qwen2_5_7b")  # Qwen2.5-7B: 7.62e9 params, 28 layers x 4 kv heads x 128 dims
+    assert abs(sizes["params"] - 7.616e9) < 0.01e9 and sizes["kv_bytes_per_slot"] == 2 * 2 * 28 * 4 * 128
+
+
+def test_command_on_a_few_real_tasks():
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        row = rp.main(["rollout_plan", "--config=configs/rc_grpo.py:qwen2_5_7b", "--tasks=6", "--vocab=2048"])
+    lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.startswith("{")]
+    assert lines[-1]["kv_read_utilisation"] == pytest.approx(row["kv_read_utilisation"], abs=1e-4)
+    assert [x["design"] for x in lines[:-1]] == ["baseline", "new", "new_whole_steps", "new_ragged"]
+    for f in [row, row["baseline"], *row["variants"].values()]:
+        assert 0 < f["kv_read_utilisation"] <= 1 and 0 < f["row_utilisation"] <= 1
+        assert f["decode_steps"] > 0 and f["est_rollout_s_per_step"] > 0
+    assert row["tasks"] == 6 and row["rollouts_per_step"] == 1280 and row["rows"] == 160
+    assert row["baseline_rows_per_call"] == 256 and 2.5 < row["chars_per_token"] < 6
+    # Per-row spans and slices read less than the batch-wide index over the same episodes.
+    assert row["kv_read_utilisation"] >= row["baseline"]["kv_read_utilisation"]
+
+
+def test_expert_lengths_of_real_tasks():
+    """One oracle step per scripted text, a reward token inside the prompt (the group's shared prefix ends
+    there), a non-empty delta after every step but the last."""
+    import tempfile
+
+    from configs import rc_grpo
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.data import datasets, sources
+    from rcgrpo_jax.envs import bfcl
+    from rcgrpo_jax.rollout import oracle_texts
+
+    tasks = sources.tasks(rc_grpo.get_config("qwen2_5_7b").data, "train")[:3]
+    parser = chat.get_parser("hermes")
+    with tempfile.TemporaryDirectory() as d:
+        tok = rp.build_tokenizer(tasks, "qwen2", 1024, d)
+    eps, cpt = rp.expert_lengths(tasks, tok, parser, reward_token=datasets.HIGH_REWARD_TOKEN)
+    for e, t in zip(eps, tasks):
+        assert len(e.steps) == len(oracle_texts(bfcl.ground_truth_script(t), parser))
+        assert 0 < e.prefix < e.prompt and min(e.deltas) > 0 and min(e.steps) >= 2  # text + end of turn
+    assert cpt > 1
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    import transformers
+
+    from rcgrpo_jax import chat, models
+    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+
+    path = build_tiny_checkpoint(
+        str(tmp_path_factory.mktemp("plan_qwen")),
+        arch="qwen2",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=64,
+    )
+    config, params = models.load_hf(path, dtype="float32")
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    return config, params, tok, chat.get_parser(chat.family_for(config.model_type))
+
+
+def test_shared_index_replay_mirrors_the_real_session(tiny_model, monkeypatch):
+    """Today's ModelPolicy + DecodeSession on a tiny model: every decode call's (rows, span, iterations)
+    and the compactions are what the planner's replay of the same episodes' lengths predicts; with
+    continuous batching (4 rows, slices of 5 tokens) every call's rows and iterations are too (the spans
+    differ by design: the session here still has one shared write index)."""
+    import jax
+    import numpy as np
+
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax.sampling import sampler as sampler_mod
+    from tests.rollout.fake_env import AdderEnv
+
+    config, params, tok, parser = tiny_model
+    calls, decode = [], sampler_mod.Sampler.decode
+
+    def recording(self, params, logits, positions, cache, stop_ids, budgets, rng, span=None):
+        out = decode(self, params, logits, positions, cache, stop_ids, budgets, rng, span)
+        calls.append((int(logits.shape[0]), int(span), int(np.max(np.asarray(out.lengths)))))
+        return out
+
+    monkeypatch.setattr(sampler_mod.Sampler, "decode", recording)
+    limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
+    questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
+    specs = [
+        EpisodeSpec(AdderEnv(questions=questions[k], answers=(0,)), f"adder_{k}", group=k, rollout_index=j)
+        for k in range(2)
+        for j in range(3)
+    ]
+    groups = [s.group for s in specs]
+
+    def run(**kw):
+        calls.clear()
+        policy = ModelPolicy(
+            config,
+            params,
+            stop_ids=chat.end_of_turn_ids(tok),
+            max_step_tokens=limits.max_step_tokens,
+            max_context=limits.max_context,
+            prefill_chunk=limits.prefill_chunk,
+            rng=jax.random.key(0),
+            **kw,
+        )
+        rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
+        episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+        return [rp.EpisodeLengths.of(e) for e in episodes], policy, list(calls)
+
+    lengths, policy, real = run()
+    assert len({x.total for x in lengths}) > 1 and policy.stats["shrinks"] > 0  # a varied batch
+    t = rp.replay_shared_index(lengths, groups, limits=limits, chunk=0, row_bucket=rp.pow2_rows)
+    assert t.log == real and t.compactions == policy.session.stats["compactions"] > 0
+
+    lengths, policy, real = run(rows=4, slice_tokens=5)
+    assert policy.stats["refills"] == 3 and policy.session.stats["decode_calls"] > sum(
+        len(x.steps) for x in lengths[3:]
+    )
+    t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=rp.pow2_rows)
+    assert [(r, n) for r, _, n in t.log] == [(r, n) for r, _, n in real]
