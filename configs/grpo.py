@@ -85,6 +85,12 @@ def rl_config(
     rl.prefill_chunk = 512
     rl.rollout_chunk = 160  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
+    # Continuous batching: the step's rollouts stream through this many decode rows, a freed row refilled
+    # with the next waiting group (rollout.scheduler.RowScheduler); 0 = chunks of rollout_chunk, no refill.
+    rl.rollout_rows = 160
+    rl.rollout_slice = (
+        8  # decode tokens per call with rollout_rows (a row that ends its step frees early); 0 = whole steps
+    )
     # How the context follows the chat template: append (deltas; Qwen2.5, LLaMA-3.1, the tiny templates) |
     # rerender (every step re-rendered, one training sample per step: Qwen3, whose template rewrites past
     # turns) | auto (a render check at episode start picks).
@@ -115,6 +121,7 @@ def rl_config(
         rl.max_step_tokens = 48
         rl.prefill_chunk = 256
         rl.rollout_chunk = 0
+        rl.rollout_rows = 0  # one row per rollout: 16 rollouts need no refill
         c.checkpoint.every_steps = 4
     return c
 

@@ -116,6 +116,13 @@ def check(config, num_devices: int) -> dict[str, int]:
         raise ConfigError("rl.ppo_epochs", f"must be positive, got {rl.ppo_epochs}")
     if int(rl.rollout_chunk) < 0 or (int(rl.rollout_chunk) and int(rl.rollout_chunk) % g):
         raise ConfigError("rl.rollout_chunk", f"{rl.rollout_chunk} must be 0 (all) or a multiple of rl.group_size={g}")
+    rows, slice_ = int(rl.get("rollout_rows", 0) or 0), int(rl.get("rollout_slice", 0) or 0)
+    if rows < 0 or (rows and rows < g):
+        raise ConfigError(
+            "rl.rollout_rows", f"{rows} must be 0 (no refill) or at least rl.group_size={g}: a group is admitted whole"
+        )
+    if slice_ < 0:
+        raise ConfigError("rl.rollout_slice", f"must be 0 (whole steps) or positive, got {slice_}")
     buckets = tuple(int(b) for b in config.data.buckets)
     if int(rl.max_context) > buckets[-1]:
         raise ConfigError("rl.max_context", f"{rl.max_context} exceeds the largest of data.buckets={buckets}")
