@@ -28,13 +28,13 @@ def test_rows_are_the_papers_table_4_switches():
 def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
     a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
     assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
-    assert (a.world, a.sft) == (q.world, q.sft)  # the same world and stage 1 as the quickstart
+    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16}  # the same train split and stage 1
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
-    assert a.rl == {**q.rl, "train.max_steps": 8}
+    assert a.rl == {**q.rl, "train.max_steps": 4}
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
-    assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (8, 64, 4)
+    assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (4, 64, 4)
 
 
 def test_diagnostics_mean_per_step_and_the_judge_failures_counter_last(tmp_path):
