@@ -62,8 +62,8 @@ BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
 
 # The `awpo` budget: the quickstart's world (train split), model sizes and SFT (800 steps of 16: fewer leave
 # the policy guessing every name, so no RL group has outcome spread and AWPO's gate never opens), on a tiny
-# Qwen3 with head_dim 48 (attention width 192 = 1.5 x hidden 128, as Qwen3-4B's 4096 over 2560); 4 RL steps
-# of 16 tasks x group 4 per row (64 groups) and a test split of 16 tasks per type (64 + 16 held-out, one
+# Qwen3 with head_dim 48 (attention width 192 = 1.5 x hidden 128, as Qwen3-4B's 4096 over 2560); 3 RL steps
+# of 16 tasks x group 4 per row (48 groups) and a test split of 16 tasks per type (64 + 16 held-out, one
 # evaluation batch). Sized for the 25 minutes of a 2-core machine: about 14 at the quickstart's measured
 # speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven evaluations
 # at the quickstart's 12 RL steps and 160 test episodes would not fit. Measured: see README's AWPO section.
@@ -72,8 +72,8 @@ AWPO_BUDGET = dataclasses.replace(
     name="awpo",
     world={**budgets_lib.QUICKSTART.world, "test_per_type": 16},
     model={**budgets_lib.QUICKSTART.model, "head_dim": 48},
-    rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 4},
-    plan_s={**budgets_lib.QUICKSTART.plan_s, "rl": 60, "eval": 13},
+    rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 3},
+    plan_s={**budgets_lib.QUICKSTART.plan_s, "rl": 45, "eval": 13},
 )
 BUDGETS = {"awpo": AWPO_BUDGET, "quickstart": budgets_lib.QUICKSTART, "smoke": budgets_lib.SMOKE}
 

@@ -32,9 +32,9 @@ def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
-    assert a.rl == {**q.rl, "train.max_steps": 4}
+    assert a.rl == {**q.rl, "train.max_steps": 3}
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
-    assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (4, 64, 4)
+    assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
 
 
 def test_diagnostics_mean_per_step_and_the_judge_failures_counter_last(tmp_path):
