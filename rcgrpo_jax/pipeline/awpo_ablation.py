@@ -64,9 +64,10 @@ BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
 # the policy guessing every name, so no RL group has outcome spread and AWPO's gate never opens), on a tiny
 # Qwen3 with head_dim 48 (attention width 192 = 1.5 x hidden 128, as Qwen3-4B's 4096 over 2560); 3 RL steps
 # of 16 tasks x group 4 per row (48 groups) and a test split of 16 tasks per type (64 + 16 held-out, one
-# evaluation batch). Sized for the 25 minutes of a 2-core machine: about 14 at the quickstart's measured
-# speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven evaluations
-# at the quickstart's 12 RL steps and 160 test episodes would not fit. Measured: see README's AWPO section.
+# evaluation batch). Sized for the 25 minutes of a quiet 2-core machine: about 11-13 at the quickstart's
+# measured speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven
+# evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
+# takes several times longer (README's AWPO section has the measured run).
 AWPO_BUDGET = dataclasses.replace(
     budgets_lib.QUICKSTART,
     name="awpo",
