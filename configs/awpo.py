@@ -3,8 +3,17 @@ difficulty weighting and a clip radius that tightens with reliance on the judge 
 the paper's text: see rcgrpo_jax.rl.advantages.awpo). The judge is `rl.judge`: 'rule' (cheap, tests and
 CPU runs) or 'model' (an HF checkpoint at rl.judge.path scoring with a rubric prompt).
 
-  python -m rcgrpo_jax.main --config=configs/awpo.py:qwen2_5_7b --config.model.path=... \
-      --config.rl.judge.kind=model --config.rl.judge.path=/models/judge --workdir=...
+  python -m rcgrpo_jax.main --config=configs/awpo.py:qwen3_8b --config.model.path=... \
+      --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1 --workdir=...
+
+The tiny preset runs on AWPO's own backbone family: without `model.path` it builds a tiny Qwen3 (q/k
+RMSNorm, no attention biases, head_dim = 2 x hidden/heads; `rcgrpo_jax.models.tiny`) under the workdir,
+then trains on the CPU world with the `rule` judge:
+
+  python -m rcgrpo_jax.main --config=configs/awpo.py:tiny --workdir=/tmp/awpo
+
+Its template lists the tools as JSON schemas (`model.tiny_tools_format=json`): the start-up check allows
+the one-line `signatures` form only for tiny_arch='qwen2' today.
 """
 
 import os
@@ -15,4 +24,9 @@ from configs import common, grpo  # noqa: E402
 
 
 def get_config(arg: str | None = None):
-    return grpo.rl_config("awpo", common.parse_preset(arg), estimator="awpo")
+    preset = common.parse_preset(arg)
+    c = grpo.rl_config("awpo", preset, estimator="awpo")
+    if preset == "tiny":  # AWPO's backbone family (the papers' Qwen3s), built offline when model.path is unset
+        c.model.tiny_arch = "qwen3"
+        c.model.tiny_tools_format = "json"
+    return c

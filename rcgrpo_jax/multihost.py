@@ -113,20 +113,25 @@ class LockstepPolicy:
     """Runs a rollout policy whose device work spans all processes (a `ModelPolicy` on the global mesh)
     while each process drives only its own share of the episodes with its own environments.
 
-    The engine of each process calls start / act / finish / extend with its local episode indices. The
-    device calls are collectives, so every process must make the same ones: finish and extend are held
-    until the next act, and each act exchanges (a JSON allgather) what every process holds, then calls the
-    inner policy with the global rows, in the order a single process would (finish, extend, act; rows
-    ascending). Episode i of process p is global row offset_p + i, offsets in process order, so the inner
-    policy sees exactly the calls of a single-process run over all episodes. A process whose episodes
-    have all ended calls `drain()`, which keeps taking part in the exchanges until no process has a live
-    episode left.
+    The engine of each process calls start / act / finish / extend / replace with its local episode
+    indices. The device calls are collectives, so every process must make the same ones: finish, replace
+    (the re-render mode's "row i's context is now X") and extend are held until the next act, and each act
+    exchanges (a JSON allgather) what every process holds, then calls the inner policy with the global
+    rows, in the order a single process would (finish, replace, extend, act; rows ascending). Episode i of
+    process p is global row offset_p + i, offsets in process order, so the inner policy sees exactly the
+    calls of a single-process run over all episodes. A process whose episodes have all ended calls
+    `drain()`, which keeps taking part in the exchanges until no process has a live episode left.
+    An inner policy without `replace` makes this one's `replace` None too, so the engine's start-up check
+    of the re-render mode refuses it on every process alike (not one process failing mid-exchange).
     """
 
     def __init__(self, inner):
         self.inner = inner
+        if not callable(getattr(inner, "replace", None)):
+            self.replace = None  # the engine checks callable(policy.replace) for the re-render mode
         self.offset = 0
         self._finish: list[int] = []
+        self._replace: list[tuple[int, list[int]]] = []
         self._extend: list[tuple[int, list[int]]] = []
 
     def start(self, prompts: Sequence[Sequence[int]], groups: Sequence[int]) -> None:
@@ -134,7 +139,7 @@ class LockstepPolicy:
         counts = np.asarray(multihost_utils.process_allgather(np.asarray([len(mine)], np.int64))).reshape(-1)
         self.offset = int(counts[: jax.process_index()].sum())
         every = allgather_json(mine)
-        self._finish, self._extend = [], []
+        self._finish, self._replace, self._extend = [], [], []
         self.inner.start([p for p, _ in every], [g for _, g in every])
 
     def finish(self, rows: Sequence[int]) -> None:
@@ -142,6 +147,9 @@ class LockstepPolicy:
 
     def extend(self, rows: Sequence[int], deltas: Sequence[Sequence[int]]) -> None:
         self._extend += [(self.offset + int(i), [int(t) for t in d]) for i, d in zip(rows, deltas)]
+
+    def replace(self, rows: Sequence[int], contexts: Sequence[Sequence[int]]) -> None:
+        self._replace += [(self.offset + int(i), [int(t) for t in c]) for i, c in zip(rows, contexts)]
 
     def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list:
         mine = [self.offset + int(i) for i in rows]
@@ -154,15 +162,20 @@ class LockstepPolicy:
             pass
 
     def _exchange(self, asks: list) -> dict | None:
-        """One lockstep round: apply everyone's held finish/extend, then act on everyone's rows. Returns the
-        samples by global row, or None once no process asks for a step."""
-        every = allgather_json([{"finish": self._finish, "extend": self._extend, "act": asks}])
-        self._finish, self._extend = [], []
+        """One lockstep round: apply everyone's held finish/replace/extend, then act on everyone's rows.
+        Returns the samples by global row, or None once no process asks for a step."""
+        every = allgather_json(
+            [{"finish": self._finish, "replace": self._replace, "extend": self._extend, "act": asks}]
+        )
+        self._finish, self._replace, self._extend = [], [], []
         finish = sorted(r for e in every for r in e["finish"])
+        replace = sorted((r, c) for e in every for r, c in e["replace"])
         extend = sorted((r, d) for e in every for r, d in e["extend"])
         act = sorted((r, b) for e in every for r, b in e["act"])
         if finish:
             self.inner.finish(finish)
+        if replace:
+            self.inner.replace([r for r, _ in replace], [c for _, c in replace])
         if extend:
             self.inner.extend([r for r, _ in extend], [d for _, d in extend])
         if not act:

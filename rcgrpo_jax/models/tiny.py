@@ -2,18 +2,25 @@
 
 Tests and the CPU quickstart need real checkpoint directories (config.json + model.safetensors +
 tokenizer files with a chat template) without downloading anything. `build_tiny_checkpoint` makes
-one for either family in about a second:
+one for any of three families in about a second:
 
-- weights: `Qwen2ForCausalLM` / `LlamaForCausalLM` random init under `torch.manual_seed(seed)`;
+- weights: `Qwen2ForCausalLM` / `Qwen3ForCausalLM` / `LlamaForCausalLM` random init under
+  `torch.manual_seed(seed)`. ``qwen3`` has Qwen3's architecture (per-head q/k RMSNorm, no attention
+  biases, tied embeddings as the small Qwen3s) with a ``head_dim`` of its own: by default twice
+  hidden/heads, as Qwen3-0.6B (hidden 1024, 16 heads, head_dim 128), so a tiny Qwen3 always exercises
+  head_dim != hidden/heads;
 - tokenizer: byte-level BPE trained with `tokenizers` on a corpus (a built-in tool-calling text by
   default). For ``qwen2`` it uses exactly the NFC normalizer + regex split + byte-level
   pre-tokenisation that transformers' `Qwen2Tokenizer` rebuilds on load (AutoTokenizer on a qwen2
   directory ignores the saved pre-tokenizer and applies its own), so `tokenizers.Tokenizer.from_file`
-  and `AutoTokenizer.from_pretrained` give the same ids. For ``llama`` the tokenizer config names
+  and `AutoTokenizer.from_pretrained` give the same ids. ``qwen3`` uses the same tokenizer (Qwen3 ships
+  `Qwen2Tokenizer`) plus Qwen3's ``<think>`` / ``</think>`` added tokens. For ``llama`` the tokenizer config names
   `PreTrainedTokenizerFast` (as LLaMA 3 checkpoints do), which loads tokenizer.json as saved; it
   uses the LLaMA 3 split regex (digits in groups of up to three) and a BOS post-processor;
 - chat template: our own Jinja, in each family's style (see `QWEN2_CHAT_TEMPLATE`,
-  `LLAMA_CHAT_TEMPLATE`); both are append-only, which `rcgrpo_jax.chat.render_delta` relies on, and
+  `LLAMA_CHAT_TEMPLATE`; ``qwen3`` uses the Qwen2-style Hermes template, not Qwen3's official one, which
+  drops past reasoning and so needs the re-render mode: that template is tested on its own in
+  tests/rollout/test_render_modes.py); all are append-only, which `rcgrpo_jax.chat.render_delta` relies on, and
   render an assistant message with ``tool_calls`` exactly as `rcgrpo_jax.chat.get_parser(f).format`
   writes it.
 """
@@ -188,7 +195,10 @@ _FAMILY = {
         tie=False,
     ),
 }
+# Qwen3: Qwen2's tokenizer and Hermes tool calls, plus the reasoning tags as (non-special) added tokens.
+_FAMILY["qwen3"] = dict(_FAMILY["qwen2"], added=[*_FAMILY["qwen2"]["added"], "<think>", "</think>"], tie=True)
 ARCHS = tuple(_FAMILY)
+QWEN_STYLE = ("qwen2", "qwen3")  # the archs with Qwen's tokenizer and the Qwen2-style template
 
 
 def default_corpus() -> list[str]:
@@ -270,8 +280,8 @@ def _train_tokenizer(arch: str, corpus: Iterable[str], vocab_target: int):
 
     fam = _FAMILY[arch]
     tok = Tokenizer(models.BPE(dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False))
-    regex = QWEN2_SPLIT_REGEX if arch == "qwen2" else LLAMA3_SPLIT_REGEX
-    tok.normalizer = normalizers.NFC() if arch == "qwen2" else None
+    regex = QWEN2_SPLIT_REGEX if arch in QWEN_STYLE else LLAMA3_SPLIT_REGEX
+    tok.normalizer = normalizers.NFC() if arch in QWEN_STYLE else None
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
@@ -320,10 +330,10 @@ def build_tiny_tokenizer(
 def chat_template(arch: str, tools_format: str = "json") -> str:
     if arch not in _FAMILY:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
-    if arch == "qwen2":
+    if arch in QWEN_STYLE:
         return qwen2_chat_template(tools_format)
     if tools_format != "json":
-        raise ValueError(f"tools_format {tools_format!r} is only available for arch='qwen2'")
+        raise ValueError(f"tools_format {tools_format!r} is only available for arch in {QWEN_STYLE}")
     return _FAMILY[arch]["template"]
 
 
@@ -390,6 +400,7 @@ def build_tiny_checkpoint(
     num_layers: int = 2,
     num_heads: int = 4,
     num_kv_heads: int = 2,
+    head_dim: int | None = None,
     intermediate_size: int = 128,
     vocab_size: int | None = None,
     corpus: Iterable[str] | None = None,
@@ -406,7 +417,10 @@ def build_tiny_checkpoint(
     """Write a random-init HF checkpoint with a trained tokenizer and chat template to `path`.
 
     Args:
-      arch: ``qwen2`` (Hermes-style tools, q/k/v bias) or ``llama`` (LLaMA 3.1-style tools).
+      arch: ``qwen2`` (Hermes-style tools, q/k/v bias), ``qwen3`` (Hermes-style tools, q/k RMSNorm, no
+        bias) or ``llama`` (LLaMA 3.1-style tools).
+      head_dim: per-head width; None = hidden/heads for qwen2 and llama, 2 x hidden/heads for qwen3
+        (see the module docstring). An explicit value is written to config.json for every family.
       vocab_size: model vocabulary; None = the tokenizer's size. A larger value pads the embedding
         (real checkpoints do this); a smaller one is an error.
       corpus: texts to train the BPE on; None = `default_corpus()`.
@@ -452,8 +466,15 @@ def build_tiny_checkpoint(
         pad_token_id=ids[fam["pad"]],
         dtype=dtype,
     )
+    if head_dim is None and arch == "qwen3":
+        head_dim = 2 * (hidden_size // num_heads)
+    if head_dim is not None:
+        common["head_dim"] = int(head_dim)
     if arch == "qwen2":
         config, model_cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif arch == "qwen3":
+        config = transformers.Qwen3Config(attention_bias=False, use_sliding_window=False, **common)
+        model_cls = transformers.Qwen3ForCausalLM
     else:
         config, model_cls = transformers.LlamaConfig(attention_bias=False, **common), transformers.LlamaForCausalLM
     with torch.random.fork_rng(devices=[]):

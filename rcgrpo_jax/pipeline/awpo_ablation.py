@@ -1,8 +1,12 @@
 """AWPO's ablation (the paper's Table 4) in miniature, on the CPU world with the `rule` judge:
 
-    python -m rcgrpo_jax.pipeline.awpo_ablation [--workdir runs/awpo] [--budget quickstart|smoke] [--seeds N]
+    python -m rcgrpo_jax.pipeline.awpo_ablation [--workdir runs/awpo] [--budget awpo|quickstart|smoke] [--seeds N]
 
-One SFT policy (the quickstart's stage 1, through the same code), then RL rows with equal budgets from it:
+On AWPO's own backbone family: a tiny Qwen3 (per-head q/k RMSNorm, no attention biases, head_dim apart
+from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``) built offline with a tokenizer trained on the
+world's train text. One SFT policy of it (the quickstart's stage 1 through the same code, in its own
+directories, so it sits beside the RC-GRPO ablation's Qwen2 stage 1 in one workdir and reuses its data
+files), then RL rows with equal budgets from it:
 GRPO (outcome reward only), the naive mixed reward (GRPO on r + s: no gate, no difficulty weight, no clip
 change), AWPO, and AWPO without each of its three parts (gate always open; difficulty weight 1; a fixed
 clip radius). Every row is scored greedily by BFCL's official checker on the world's test split; the report
@@ -16,6 +20,7 @@ not what a reasoning judge adds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -36,7 +41,8 @@ ROWS: dict[str, tuple[str, Mapping[str, Any]]] = {
     "AWPO w/o difficulty weight": ("awpo", {"difficulty": "none"}),
     "AWPO w/o dynamic clip": ("awpo", {"clip_tighten": 0.0}),
 }
-# Logged per RL step (rl.diagnostics and the AWPO estimator's metrics); absent ones are skipped.
+# Logged per RL step (rl.diagnostics and the AWPO estimator's metrics); absent ones are skipped. The
+# report gives each one's mean over the steps; judge/failures is a cumulative counter: its last value.
 DIAGNOSTICS = (
     "reward_mean",
     "frac_zero_var_groups",
@@ -44,7 +50,39 @@ DIAGNOSTICS = (
     "estimator/gate_open_frac",
     "estimator/difficulty_mean",
     "estimator/clip_scale_mean",
+    "estimator/rho_mean",
+    "estimator/saturated_frac",
+    "judge/failures",
 )
+CUMULATIVE = ("judge/failures",)
+
+# The backbone: Qwen3's architecture at the budget's sizes. Its stage-1 files live under these names.
+ARCH = "qwen3"
+BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
+
+# The `awpo` budget: the quickstart's world (train split), model sizes and SFT (800 steps of 16: fewer leave
+# the policy guessing every name, so no RL group has outcome spread and AWPO's gate never opens), on a tiny
+# Qwen3 with head_dim 48 (attention width 192 = 1.5 x hidden 128, as Qwen3-4B's 4096 over 2560); 3 RL steps
+# of 16 tasks x group 4 per row (48 groups) and a test split of 16 tasks per type (64 + 16 held-out, one
+# evaluation batch). Sized for the 25 minutes of a quiet 2-core machine: about 11-13 at the quickstart's
+# measured speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven
+# evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
+# takes several times longer (README's AWPO section has the measured run).
+AWPO_BUDGET = dataclasses.replace(
+    budgets_lib.QUICKSTART,
+    name="awpo",
+    world={**budgets_lib.QUICKSTART.world, "test_per_type": 16},
+    model={**budgets_lib.QUICKSTART.model, "head_dim": 48},
+    rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 3},
+    plan_s={**budgets_lib.QUICKSTART.plan_s, "rl": 45, "eval": 13},
+)
+BUDGETS = {"awpo": AWPO_BUDGET, "quickstart": budgets_lib.QUICKSTART, "smoke": budgets_lib.SMOKE}
+
+
+def get_budget(name: str) -> budgets_lib.Budget:
+    if name not in BUDGETS:
+        raise ValueError(f"unknown budget {name!r}; known: {', '.join(BUDGETS)}")
+    return BUDGETS[name]
 
 
 def row_config(row: str, budget: budgets_lib.Budget, init: str, seed: int):
@@ -55,13 +93,25 @@ def row_config(row: str, budget: budgets_lib.Budget, init: str, seed: int):
     return ablation.stage_config(stage_file, budget, budget.rl, **fields)
 
 
-def run(workdir: str, *, budget_name: str = "quickstart", seeds: int = 1, quiet: bool = False) -> dict:
+def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
+    """The tiny Qwen3 checkpoint (workdir/qwen3_base_model), tokenizer trained on the world's train corpus
+    rendered through its chat template; built once."""
+    from rcgrpo_jax.train import model_prep
+
+    path = os.path.join(workdir, BASE_DIR)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        config = ablation.stage_config("sft", budget, {"model.tiny_arch": ARCH})
+        model_prep.build_tiny(config, path, seed=0, **budget.model)
+    return path
+
+
+def run(workdir: str, *, budget_name: str = "awpo", seeds: int = 1, quiet: bool = False) -> dict:
     """The whole AWPO ablation; returns the report's payload (also workdir/awpo_report.json)."""
     import jax
 
     from rcgrpo_jax.train import rl, rl_config, sft
 
-    budget = budgets_lib.get(budget_name)
+    budget = get_budget(budget_name)
     for row in ROWS:  # every override names an existing field with a valid value, before anything trains
         rl_config.choices(row_config(row, budget, None, 0))
     workdir = os.path.abspath(workdir)
@@ -75,29 +125,31 @@ def run(workdir: str, *, budget_name: str = "quickstart", seeds: int = 1, quiet:
     ev_dir = os.path.join(workdir, "eval")
 
     t = console.start("world + tiny checkpoint")
-    base = ablation.build_base(workdir, budget)
+    base = build_base(workdir, budget)
     data_files = ablation.build_datasets(workdir, budget)
     console.end("world + tiny checkpoint", t, base)
     t = console.start("SFT")
-    config = ablation.stage_config("sft", budget, budget.sft, **{"model.path": base, "data.path": data_files["sft"]})
-    ablation.train_stage(sft.run, config, os.path.join(workdir, "sft"))
-    init = os.path.join(workdir, "sft", "hf")
-    console.end("SFT", t)
+    config = ablation.stage_config(
+        "sft", budget, budget.sft, **{"model.path": base, "seed": 0, "data.path": data_files["sft"]}
+    )
+    out = ablation.train_stage(sft.run, config, os.path.join(workdir, SFT_DIR))
+    init = os.path.join(workdir, SFT_DIR, "hf")
+    console.end("SFT", t, f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}")
     t = console.start("evaluate SFT")
     evals: dict[str, list[dict]] = {
-        "SFT": [ablation.evaluate_row(init, os.path.join(ev_dir, "sft.json"), budget, "test")]
+        "SFT": [ablation.evaluate_row(init, os.path.join(ev_dir, f"{SFT_DIR}.json"), budget, "test")]
     }
-    console.end("evaluate SFT", t)
+    console.end("evaluate SFT", t, f"overall {100 * evals['SFT'][0]['overall']:.1f}%")
 
     rl_metrics: dict[str, str] = {}
     for seed in range(seeds):
         for i, row in enumerate(ROWS):
             t = console.start(f"{row} seed {seed}")
-            run_dir = os.path.join(workdir, "rl", f"row{i}_s{seed}")
+            run_dir = os.path.join(workdir, "rl", f"awpo_row{i}_s{seed}")
             ablation.train_stage(rl.run, row_config(row, budget, init, seed), run_dir)
             rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
             s = ablation.evaluate_row(
-                os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"row{i}_s{seed}.json"), budget, "test"
+                os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"awpo_row{i}_s{seed}.json"), budget, "test"
             )
             evals.setdefault(row, []).append(s)
             console.end(f"{row} seed {seed}", t, f"overall {100 * s['overall']:.1f}%")
@@ -116,32 +168,59 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def diagnostics(path: str) -> dict[str, float | None]:
-    """Each DIAGNOSTICS key's mean over the run's steps (None when the run did not log it)."""
+    """Each DIAGNOSTICS key's mean over the run's steps, a CUMULATIVE counter's last value (None when the
+    run did not log it)."""
     from rcgrpo_jax.eval import plots
 
     rows = plots.read_jsonl(path) if os.path.exists(path) else []
-    return {k: _mean(plots.series(rows, k)[1]) for k in DIAGNOSTICS}
+    out = {}
+    for k in DIAGNOSTICS:
+        values = plots.series(rows, k)[1]
+        out[k] = (values[-1] if values else None) if k in CUMULATIVE else _mean(values)
+    return out
 
 
 def verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], diag: Mapping[str, Mapping[str, float | None]]) -> str:
-    """What the table shows, in plain words, whatever it shows."""
+    """What the table shows, in plain words, whatever it shows: the spread of the rows against one test
+    episode, and from the logs why rows agree (groups without outcome spread, a closed gate, a judge that
+    adds no spread or follows the outcome)."""
     n = evals["SFT"][0]["n"]
     resolution = 100.0 / max(n, 1)
     overall = {row: 100 * _mean([s["overall"] for s in runs]) for row, runs in evals.items()}
-    best = max((r for r in ROWS if r in overall), key=lambda r: overall[r])
-    spread = max(overall[r] for r in ROWS if r in overall) - min(overall[r] for r in ROWS if r in overall)
-    gate = diag.get("AWPO", {}).get("estimator/gate_open_frac")
+    rows = [r for r in ROWS if r in overall]
+    best = max(rows, key=lambda r: overall[r])
+    spread = max(overall[r] for r in rows) - min(overall[r] for r in rows)
+    awpo = diag.get("AWPO", {})
     lines = [
-        f"One test episode is {resolution:.2f} points. The rows span {spread:.1f} points; the best is {best} "
+        f"One test episode is {resolution:.2f} points. The RL rows span {spread:.1f} points; the best is {best} "
         f"({overall[best]:.1f}% against SFT's {overall['SFT']:.1f}%).",
     ]
     if spread <= 2 * resolution:
         lines.append("Every row is within two test episodes of the others: at this scale the table cannot rank them.")
+    zero_var = awpo.get("frac_zero_var_groups")
+    if zero_var is not None:
+        lines.append(
+            f"In AWPO's run {100 * zero_var:.0f}% of the groups had all-equal outcome rewards (no outcome spread: "
+            "GRPO gives them no gradient and AWPO's gate is closed on them)."
+        )
+    gate = awpo.get("estimator/gate_open_frac")
     if gate is not None:
         lines.append(
-            f"AWPO's gate was open in {100 * gate:.0f}% of the groups on average (closed where the outcome had no "
-            "spread or was saturated, and where the judge inflated the spread)."
+            f"AWPO's gate was open in {100 * gate:.0f}% of the groups on average (it is closed where the outcome "
+            "has no spread or is saturated, and where the judge inflates the spread past 1/eps_mix)"
+            + (
+                f"; mean rho = sigma_out/sigma_mix over the groups with a finite, non-zero rho (0 when none had one): {awpo['estimator/rho_mean']:.2f}"
+                if awpo.get("estimator/rho_mean") is not None
+                else ""
+            )
+            + "."
         )
+    d, c = awpo.get("estimator/difficulty_mean"), awpo.get("estimator/clip_scale_mean")
+    if d is not None and c is not None:
+        lines.append(f"Mean difficulty weight d_g {d:.2f}; mean clip-radius scale {c:.2f}.")
+    fails = awpo.get("judge/failures")
+    if fails is not None:
+        lines.append(f"Judge failures (scored as the default): {int(fails)}.")
     lines.append(
         "The judge is the `rule` stand-in, a deterministic rubric, not an LLM reading the reasoning: this "
         "miniature shows the estimator's mechanics, not the paper's result."
@@ -165,8 +244,10 @@ def write_report(workdir, evals, rl_metrics, *, budget, seeds: int, total_s: flo
     md = [
         f"# AWPO ablation in miniature ({budget.name} budget, {seeds} seed{'s' if seeds > 1 else ''}, {total_s / 60:.1f} min)",
         "",
-        "Test accuracy by BFCL's official multi-turn checker on the world's test split; diagnostics are means "
-        "over the RL steps of seed 0. Every RL row starts from the same SFT policy with the same budget.",
+        f"Backbone: a tiny {ARCH} ({', '.join(f'{k} {v}' for k, v in budget.model.items())}). Test accuracy by "
+        "BFCL's official multi-turn checker on the world's test split; diagnostics are means over the RL steps "
+        "of seed 0 (judge/failures: the cumulative count at the last step). Every RL row starts from the same "
+        "SFT policy with the same budget.",
         "",
         table,
         "## What it shows",
@@ -201,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="AWPO's Table 4 in miniature on the CPU (see module doc).")
     ap.add_argument("--workdir", default="runs/awpo")
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--budget", default="quickstart", choices=sorted(budgets_lib.BUDGETS))
+    ap.add_argument("--budget", default="awpo", choices=sorted(BUDGETS))
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")

@@ -53,7 +53,7 @@ def run_across_processes(
         return run_episodes([make_spec(i) for i in range(n)], make_policy(range(n)), tokenizer, parser, config)
     mine = range(n)[multihost.process_slice(n)]
     policy = make_policy(range(n) if lockstep else mine)
-    driver = _Lockstep(policy) if lockstep else policy
+    driver = multihost.LockstepPolicy(policy) if lockstep else policy
     episodes, split = run_episodes([make_spec(i) for i in mine], driver, tokenizer, parser, config)
     if lockstep:
         driver.drain()  # keep answering the exchanges until every process's episodes have ended
@@ -61,40 +61,9 @@ def run_across_processes(
     return [from_record(r) for r in every], split
 
 
-class _Lockstep(multihost.LockstepPolicy):
-    """`multihost.LockstepPolicy` plus `replace` (the re-render mode's "row i's context is now X"): held
-    like finish / extend and applied in the same exchange, in a single process's order (finish, replace,
-    extend, act). It belongs in multihost.LockstepPolicy itself; it lives here until it moves there."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self._replace: list[tuple[int, list[int]]] = []
-
-    def start(self, prompts, groups) -> None:
-        self._replace = []
-        super().start(prompts, groups)
-
-    def replace(self, rows: Sequence[int], contexts: Sequence[Sequence[int]]) -> None:
-        self._replace += [(self.offset + int(i), [int(t) for t in c]) for i, c in zip(rows, contexts)]
-
-    def _exchange(self, asks: list) -> dict | None:
-        every = multihost.allgather_json(
-            [{"finish": self._finish, "replace": self._replace, "extend": self._extend, "act": asks}]
-        )
-        self._finish, self._replace, self._extend = [], [], []
-        finish = sorted(r for e in every for r in e["finish"])
-        replace = sorted((r, c) for e in every for r, c in e["replace"])
-        extend = sorted((r, d) for e in every for r, d in e["extend"])
-        act = sorted((r, b) for e in every for r, b in e["act"])
-        if finish:
-            self.inner.finish(finish)
-        if replace:
-            self.inner.replace([r for r, _ in replace], [c for _, c in replace])
-        if extend:
-            self.inner.extend([r for r, _ in extend], [d for _, d in extend])
-        if not act:
-            return None
-        return dict(zip((r for r, _ in act), self.inner.act([r for r, _ in act], [b for _, b in act])))
+# The lockstep driver is `multihost.LockstepPolicy` (replace included). This name only keeps
+# tests/rollout/test_render_modes.py, which still names it, working; it is no second implementation.
+_Lockstep = multihost.LockstepPolicy
 
 
 def _jsonable(x: Any) -> Any:

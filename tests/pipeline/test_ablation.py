@@ -136,22 +136,31 @@ def test_console_eta_rescales_by_measured_speed(capsys):
     assert "[2/2] b" in out and "ETA ~1m00s" in out  # 30 s planned x 2
 
 
-def test_awpo_ablation_smoke_run_reuses_stage_1_and_writes_its_report(smoke_run):
-    """AWPO's Table 4 in miniature from the same SFT policy (its DONE marker: not trained again)."""
+def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
+    """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's Qwen2 stage 1
+    in the same workdir (whose SFT is not trained again; the data files are shared)."""
     from rcgrpo_jax.pipeline import awpo_ablation
 
     workdir, _ = smoke_run
     sft_done = os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE))
     payload = awpo_ablation.run(workdir, budget_name="smoke", quiet=True)
     assert os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE)) == sft_done
+    for d in (awpo_ablation.BASE_DIR, os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
+        with open(os.path.join(workdir, d, "config.json")) as f:
+            hf = json.load(f)
+        assert hf["model_type"] == "qwen3" and hf["architectures"] == ["Qwen3ForCausalLM"], d
+        assert hf["head_dim"] != hf["hidden_size"] // hf["num_attention_heads"], d
+    with open(os.path.join(workdir, "sft", "hf", "config.json")) as f:
+        assert json.load(f)["model_type"] == "qwen2"  # the RC-GRPO ablation's stage 1, untouched
     assert list(payload["rows"]) == ["SFT", *awpo_ablation.ROWS]
     for r in payload["rows"].values():
         assert 0.0 <= r["test_overall"] <= 1.0 and len(r["per_seed"]) == 1
     awpo = payload["diagnostics"]["AWPO"]
     assert 0.0 <= awpo["estimator/gate_open_frac"] <= 1.0 and awpo["judge_score_mean"] is not None
+    assert awpo["judge/failures"] == 0  # the rule judge never fails
     assert payload["diagnostics"]["GRPO"]["estimator/gate_open_frac"] is None  # GRPO has no gate, no judge
     md = open(os.path.join(workdir, "awpo_report.md")).read()
-    assert all(f"| {row} |" in md for row in awpo_ablation.ROWS) and "stand-in" in md
+    assert all(f"| {row} |" in md for row in awpo_ablation.ROWS) and "stand-in" in md and "tiny qwen3" in md
     with open(os.path.join(workdir, "awpo_report.json")) as f:
         assert json.load(f)["rows"].keys() == payload["rows"].keys()
     assert payload["plots"] and all(open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for p in payload["plots"].values())

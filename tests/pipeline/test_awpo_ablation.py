@@ -3,6 +3,8 @@ reuses the RC-GRPO ablation's stage 1)."""
 
 from __future__ import annotations
 
+import json
+
 from rcgrpo_jax.pipeline import awpo_ablation, budgets
 from rcgrpo_jax.train import rl_config
 
@@ -21,3 +23,54 @@ def test_rows_are_the_papers_table_4_switches():
     for row in awpo_ablation.ROWS:  # equal budgets: the rows differ only in their advantage options
         c = awpo_ablation.row_config(row, b, "/init", 0)
         assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (1, 8, 4) and c.model.path == "/init"
+
+
+def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
+    a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
+    assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
+    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16}  # the same train split and stage 1
+    assert (
+        a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
+    )
+    assert a.rl == {**q.rl, "train.max_steps": 3}
+    c = awpo_ablation.row_config("AWPO", a, "/init", 0)
+    assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
+
+
+def test_diagnostics_mean_per_step_and_the_judge_failures_counter_last(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = [
+        {"step": 1, "estimator/gate_open_frac": 0.25, "judge/failures": 2, "frac_zero_var_groups": 1.0},
+        {"step": 2, "estimator/gate_open_frac": 0.75, "judge/failures": 5, "frac_zero_var_groups": 0.5},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = awpo_ablation.diagnostics(str(path))
+    assert d["estimator/gate_open_frac"] == 0.5 and d["frac_zero_var_groups"] == 0.75
+    assert d["judge/failures"] == 5  # cumulative: its last value, not the mean 3.5
+    assert d["judge_score_mean"] is None  # not logged
+
+
+def _s(overall: float, n: int = 64) -> dict:
+    return {"overall": overall, "n": n}
+
+
+def test_verdict_wording_by_hand():
+    evals = {"SFT": [_s(0.10)], **{row: [_s(0.10)] for row in awpo_ablation.ROWS}}
+    evals["AWPO"] = [_s(0.125)]  # +2.5 points = 1.6 episodes of 64 (1.5625 points each): within two
+    diag = {
+        "AWPO": {
+            "frac_zero_var_groups": 0.9,
+            "estimator/gate_open_frac": 0.05,
+            "estimator/rho_mean": 0.8,
+            "estimator/difficulty_mean": 0.31,
+            "estimator/clip_scale_mean": 0.97,
+            "judge/failures": 3.0,
+        }
+    }
+    text = awpo_ablation.verdict(evals, diag)
+    assert "One test episode is 1.56 points. The RL rows span 2.5 points; the best is AWPO (12.5%" in text
+    assert "cannot rank them" in text and "90% of the groups had all-equal outcome rewards" in text
+    assert "gate was open in 5% of the groups" in text and "0.80" in text
+    assert "d_g 0.31" in text and "scale 0.97" in text and "Judge failures (scored as the default): 3." in text
+    evals["AWPO"] = [_s(0.30)]
+    assert "cannot rank them" not in awpo_ablation.verdict(evals, {})
