@@ -61,11 +61,6 @@ def run_across_processes(
     return [from_record(r) for r in every], split
 
 
-# The lockstep driver is `multihost.LockstepPolicy` (replace included). This name only keeps
-# tests/rollout/test_render_modes.py, which still names it, working; it is no second implementation.
-_Lockstep = multihost.LockstepPolicy
-
-
 def _jsonable(x: Any) -> Any:
     """`x` with anything JSON can not hold written as its str (a checker's odd value must not break the
     exchange)."""

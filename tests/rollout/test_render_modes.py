@@ -12,7 +12,7 @@ import pytest
 import transformers
 from fake_env import AdderEnv
 
-from rcgrpo_jax import chat, models
+from rcgrpo_jax import chat, models, multihost
 from rcgrpo_jax.data import splits
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.rollout import (
@@ -216,7 +216,7 @@ def test_lockstep_forwards_replace_in_a_single_process_order():
             calls.append(("act", list(rows)))
             return [r * 10 for r in rows]
 
-    lock = distributed._Lockstep(Recorder())
+    lock = multihost.LockstepPolicy(Recorder())
     lock.start([[1], [2], [3]], [0, 1, 2])
     lock.replace([2, 0], [[7, 8], [9]])
     lock.finish([1])
