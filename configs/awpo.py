@@ -11,9 +11,6 @@ RMSNorm, no attention biases, head_dim = 2 x hidden/heads; `rcgrpo_jax.models.ti
 then trains on the CPU world with the `rule` judge:
 
   python -m rcgrpo_jax.main --config=configs/awpo.py:tiny --workdir=/tmp/awpo
-
-Its template lists the tools as JSON schemas (`model.tiny_tools_format=json`): the start-up check allows
-the one-line `signatures` form only for tiny_arch='qwen2' today.
 """
 
 import os
@@ -28,5 +25,4 @@ def get_config(arg: str | None = None):
     c = grpo.rl_config("awpo", preset, estimator="awpo")
     if preset == "tiny":  # AWPO's backbone family (the papers' Qwen3s), built offline when model.path is unset
         c.model.tiny_arch = "qwen3"
-        c.model.tiny_tools_format = "json"
     return c

@@ -123,10 +123,10 @@ def check(config, num_devices: int) -> dict[str, int]:
         _check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
     if build_tiny and not _get(config, "model.path"):
         arch, tools = _get(config, "model.tiny_arch", "qwen2"), _get(config, "model.tiny_tools_format", "json")
-        if arch != "qwen2" and tools != "json":
+        if arch not in ("qwen2", "qwen3") and tools != "json":
             raise ConfigError(
                 "model.tiny_tools_format",
-                f"{tools!r} exists only for tiny_arch='qwen2' (set it to 'json' for tiny_arch={arch!r})",
+                f"{tools!r} exists only for tiny_arch 'qwen2' and 'qwen3' (set it to 'json' for tiny_arch={arch!r})",
             )
 
     # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).
