@@ -197,8 +197,18 @@ class OursStep:
             "loss": float(metrics["loss"]),
             "finite": bool(metrics["finite"]),
             "reward_mean": float(rewards.mean()),
+            "compiled": self.compiled(),
         }
         return t
+
+    def compiled(self) -> int:
+        """Programs compiled so far by the jitted pieces of a step (sampler prefill/decode, reference pass,
+        micro-batch gradients, their sum, the optimizer apply): constant after the warm-up step unless a
+        step recompiles."""
+        from rcgrpo_jax.sampling import sampler
+
+        fns = (sampler._prefill, sampler._decode, self.ref_fn, self.updater._grads, self.updater._add)
+        return sum(f._cache_size() for f in (*fns, self.updater._apply))
 
 
 class TRLPeer:
@@ -272,6 +282,7 @@ def bench_beta(beta: float, args, work: Work, checkpoint: str, prompts, tmp: str
     try:
         key, k = jax.random.split(key)
         ours(k)  # warm-up: compilation
+        warm_compiled = ours.compiled()
         if peer:
             peer()  # warm-up: TRL's first step
         for r in range(args.rounds):
@@ -301,6 +312,7 @@ def bench_beta(beta: float, args, work: Work, checkpoint: str, prompts, tmp: str
         "unroll": args.unroll,
     }
     summary.update(summarize(rows))
+    summary["recompiled_after_warmup"] = any(r["ours_compiled"] != warm_compiled for r in rows)
     if peer:
         summary["peer"] = (
             f"trl {peer.info.get('trl_version', '?')} GRPOTrainer (torch threads {peer.info.get('torch_threads', '?')})"
