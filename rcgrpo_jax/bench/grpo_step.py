@@ -17,10 +17,14 @@ layer loop unrolled as the tiny preset has it (`--unroll`, configs/common.py).
 Peer: `trl_peer` in the bench env (`launch/bench_env.sh trl`), a subprocess that runs one TRL step
 whenever asked, so the two alternate in the same run (ABBA order per round: drift cancels in the medians).
 
-JSON lines: a "machine" row; per beta one row per round (ours, peer, ratio); then a summary per beta
+JSON lines: a "machine" row (with the fp32 matmul peak measured in the same run); per beta one row per round (ours, peer, ratio); then a summary per beta
 with medians over rounds (the first step of each side is a warm-up, not counted), ratio = peer / ours,
-and ours' per-phase split (generate / host / reference / update) as medians. The machine may be shared:
-rows carry the load average; only same-run ratios mean anything.
+and ours' per-phase split (generate / host / reference / update) as medians, the update's model FLOPs
+and its fraction of the matmul peak, and whether any step after the warm-up compiled a program. The machine may be shared:
+rows carry the load average; only same-run ratios mean anything. Each side's process CPU seconds (all its
+threads) over the step are reported too (`cpu_ratio` = peer / ours): on an oversubscribed machine the
+wall-clock ratio mostly measures how each runtime copes with losing its cores (torch's thread pool far
+worse than XLA's), the CPU seconds what each side's work costs (spin-waiting threads included).
 """
 
 from __future__ import annotations
@@ -96,12 +100,17 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": len(rounds), "ours_s": statistics.median(ours)}
     for p in PHASES:
         out[f"ours_{p}_s"] = statistics.median(r[f"ours_{p}_s"] for r in rounds)
+    if all("ours_cpu_s" in r for r in rounds):
+        out["ours_cpu_s"] = statistics.median(r["ours_cpu_s"] for r in rounds)
     peers = [r["peer_s"] for r in rounds if r.get("peer_s") is not None]
     if peers and len(peers) == len(rounds):
         out["peer_s"] = statistics.median(peers)
         out["ratio"] = ratio(out["peer_s"], out["ours_s"])
         per = [r["ratio"] for r in rounds]
         out["ratio_min"], out["ratio_max"] = min(per), max(per)
+        if "ours_cpu_s" in out and all("peer_cpu_s" in r for r in rounds):
+            out["peer_cpu_s"] = statistics.median(r["peer_cpu_s"] for r in rounds)
+            out["cpu_ratio"] = ratio(out["peer_cpu_s"], out["ours_cpu_s"])
     return out
 
 
@@ -238,13 +247,15 @@ class TRLPeer:
             if isinstance(msg, dict):
                 return msg
 
-    def __call__(self) -> float:
+    def __call__(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of the worker's threads) of one TRL step."""
         msg = self._read()
         if "ready" not in msg:
             raise RuntimeError(f"trl_peer: expected a ready line, got {msg}")
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-        return float(self._read()["step_s"])
+        done = self._read()
+        return float(done["step_s"]), float(done["step_cpu_s"])
 
     def close(self) -> None:
         try:
@@ -272,7 +283,9 @@ def peer_python(explicit: str | None) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def bench_beta(beta: float, args, work: Work, checkpoint: str, prompts, tmp: str, python: str | None) -> list[dict]:
+def bench_beta(
+    beta: float, args, work: Work, checkpoint: str, prompts, tmp: str, python: str | None, peak: float
+) -> list[dict]:
     import jax
 
     rows = []
@@ -291,14 +304,17 @@ def bench_beta(beta: float, args, work: Work, checkpoint: str, prompts, tmp: str
             order = ("ours", "peer") if r % 2 == 0 else ("peer", "ours")
             for side in order:
                 if side == "ours":
+                    cpu = time.process_time()
                     t = ours(k)
+                    row["ours_cpu_s"] = time.process_time() - cpu
                     row.update({f"ours_{p}_s": t.get(p, 0.0) for p in PHASES})
                     row["ours_s"] = sum(t.values())
                     row.update({f"ours_{k_}": v for k_, v in ours.last.items()})
                 elif peer:
-                    row["peer_s"] = peer()
+                    row["peer_s"], row["peer_cpu_s"] = peer()
             if peer:
                 row["ratio"] = ratio(row["peer_s"], row["ours_s"])
+                row["cpu_ratio"] = ratio(row["peer_cpu_s"], row["ours_cpu_s"])
             row["load_avg_1m"] = common.load_average()
             rows.append(common.emit(row))
     finally:
@@ -313,6 +329,12 @@ def bench_beta(beta: float, args, work: Work, checkpoint: str, prompts, tmp: str
     }
     summary.update(summarize(rows))
     summary["recompiled_after_warmup"] = any(r["ours_compiled"] != warm_compiled for r in rows)
+    # Model FLOPs of the update (forward + backward over every row, common.train_flops) against the
+    # machine's measured matmul peak: how far the update is from compute-bound.
+    n = work.prompts * work.group
+    flops = common.train_flops(common.param_count(ours.state.params), ours.config, n, work.prompt_len + work.new)
+    summary["update_gflop"] = flops / 1e9
+    summary["ours_update_frac_peak"] = flops / summary["ours_update_s"] / peak
     if peer:
         summary["peer"] = (
             f"trl {peer.info.get('trl_version', '?')} GRPOTrainer (torch threads {peer.info.get('torch_threads', '?')})"
@@ -336,6 +358,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--no-peer", action="store_true", help="ours only (no bench env needed)")
     ap.add_argument("--peer-python", default=None, help="the bench env's python (default: launch/bench_env.sh trl)")
+    ap.add_argument("--peak-n", type=int, default=1024, help="side of the square matmul that measures the peak")
     ap.add_argument("--arch", default=None, help="JSON overrides of the tiny checkpoint's sizes")
     args = ap.parse_args(argv)
     work = Work(args.prompts, args.group, args.prompt_len, args.new)
@@ -343,6 +366,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     info = {"bench": "machine", **common.machine_info()}
     python = None
     with common.guarded(info):
+        info["matmul_peak_gflop_s"] = common.matmul_peak(args.peak_n) / 1e9
         python = None if args.no_peer else peer_python(args.peer_python)
         info["peer_python"] = python
     rows.append(info)
@@ -360,7 +384,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for beta in (float(b) for b in args.betas.split(",")):
             row = {"bench": "grpo_step", "beta": beta}
             try:
-                rows += bench_beta(beta, args, work, ckpt, prompts, tmp, python)
+                peak = info.get("matmul_peak_gflop_s", float("nan")) * 1e9
+                rows += bench_beta(beta, args, work, ckpt, prompts, tmp, python, peak)
             except Exception as e:  # noqa: BLE001 - one beta's failure must not hide the other's row
                 import traceback
 

@@ -6,7 +6,7 @@ Run as a subprocess (launch/bench_env.sh trl builds the env; TRL is never a depe
 this module imports neither jax nor the rest of rcgrpo_jax). Protocol over stdin/stdout, one JSON object
 per line: before each optimizer step the worker prints {"ready": step} and waits for a line on stdin;
 after the step it prints {"step": step, "step_s": seconds from the go to the end of the optimizer step,
-"reward_mean": ..., "completion_tokens": ...}. So the parent interleaves TRL's steps with its own, and TRL's
+"step_cpu_s": the process's CPU seconds (all threads) over the same span}. So the parent interleaves TRL's steps with its own, and TRL's
 time counts generation, reward, reference pass, loss, backward and AdamW, as its trainer runs them.
 
 The work (WORK.json, written by the parent): "prompts", the token-id prompts (each survives decode ->
@@ -103,10 +103,11 @@ def main(argv=None) -> None:
             _say({"ready": state.global_step})
             if not sys.stdin.readline():
                 sys.exit(0)  # the parent closed the pipe
-            clock["t"] = time.perf_counter()
+            clock["t"], clock["cpu"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, a, state, control, **kw):
-            _say({"step": state.global_step, "step_s": time.perf_counter() - clock["t"]})
+            wall, cpu = time.perf_counter() - clock["t"], time.process_time() - clock["cpu"]
+            _say({"step": state.global_step, "step_s": wall, "step_cpu_s": cpu})
 
     trainer = trl.GRPOTrainer(
         model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok, callbacks=[Step()]

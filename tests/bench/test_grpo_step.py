@@ -42,6 +42,16 @@ def test_summarize_medians_and_ratio_range():
     assert s["ours_generate_s"] == 2.0 and s["ours_update_s"] == 1.0 and s["ours_reference_s"] == 0.0
 
 
+def test_summarize_cpu_seconds():
+    rounds = [
+        {**_round(2.0, 6.0), "ours_cpu_s": 1.0, "peer_cpu_s": 8.0},
+        {**_round(4.0, 4.0), "ours_cpu_s": 3.0, "peer_cpu_s": 4.0},
+    ]
+    s = grpo_step.summarize(rounds)
+    assert (s["ours_cpu_s"], s["peer_cpu_s"], s["cpu_ratio"]) == (2.0, 6.0, 3.0)
+    assert s["ratio"] == 5.0 / 3.0
+
+
 def test_summarize_without_peer_has_no_ratio():
     s = grpo_step.summarize([{"ours_s": 1.0, **{f"ours_{p}_s": 0.25 for p in grpo_step.PHASES}}])
     assert s["ours_s"] == 1.0 and "ratio" not in s and "peer_s" not in s
@@ -94,7 +104,21 @@ def test_bench_env_plan_reads_the_extra():
 
 def test_ours_only_run_rows():
     buf = io.StringIO()
-    argv = ["--no-peer", "--prompts", "2", "--group", "2", "--prompt-len", "16", "--new", "8", "--micro", "2"]
+    argv = [
+        "--no-peer",
+        "--peak-n",
+        "64",
+        "--prompts",
+        "2",
+        "--group",
+        "2",
+        "--prompt-len",
+        "16",
+        "--new",
+        "8",
+        "--micro",
+        "2",
+    ]
     with contextlib.redirect_stdout(buf):
         rows = grpo_step.main(argv + ["--rounds", "1", "--betas", "0.04", "--arch", '{"hidden_size": 32}'])
     printed = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
@@ -107,7 +131,13 @@ def test_ours_only_run_rows():
     total = sum(rnd[f"ours_{p}_s"] for p in grpo_step.PHASES)
     assert np.isclose(rnd["ours_s"], total, rtol=2e-3)  # printed to 4 significant digits
     assert rnd["ours_reference_s"] > 0.0  # the KL needs the reference pass
+    assert rnd["ours_cpu_s"] > 0.0 and summary["ours_cpu_s"] == rnd["ours_cpu_s"] and "cpu_ratio" not in summary
     assert "ratio" not in summary and "peer_s" not in rnd and summary["rounds"] == 1
     # prefill, decode, reference, micro-gradients, their sum, apply: all compiled at the warm-up step (the
     # sampler's programs are module-level, so other tests in this process may have added to the count)
     assert rnd["ours_compiled"] >= 6 and summary["recompiled_after_warmup"] is False
+    peak = printed[0]["matmul_peak_gflop_s"]
+    assert peak > 0 and summary["update_gflop"] > 0
+    assert np.isclose(
+        summary["ours_update_frac_peak"], summary["update_gflop"] / summary["ours_update_s"] / peak, rtol=2e-2
+    )
