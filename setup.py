@@ -29,5 +29,9 @@ setup(
         # CUDA jax (pip-installed CUDA 13 libraries; launch/setup_env.sh --gpu). gpu-cuda12 for drivers < 580.
         "gpu": ["jax[cuda13]>=0.10,<0.12"],
         "gpu-cuda12": ["jax[cuda12]>=0.10,<0.12"],
+        # Benchmark peers only, each in its own env built by launch/bench_env.sh (tunix pins an older
+        # transformers than the project's); never imported by the package.
+        "bench-trl": ["trl==1.16.0"],
+        "bench-tunix": ["google-tunix==0.1.7"],
     },
 )

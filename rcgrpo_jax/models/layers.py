@@ -23,6 +23,49 @@ from rcgrpo_jax.sharding import constrain
 INIT_STD = 0.02  # HF initializer_range for both families
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def linear(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
+    """x [..., K] @ w [K, N] -> [..., N] (the dot `nn.Dense` and the output layer use, with
+    preferred_element_type=out_dtype; forward values unchanged), with a backward laid out for XLA's CPU dots.
+
+    dx = dy w^T. The weight gradient dw = sum over the leading axes of x^T dy contracts the token axis,
+    which is the major axis of both operands, so XLA copies one of them into a transposed layout. Autodiff
+    writes dw = (dy^T x)^T, which transposes dy; here the transposed operand is the one with fewer
+    features: dw = x^T dy when K <= N (MLP gate/up: D < F; the output layer: D < V), else (dy^T x)^T as
+    autodiff does. Same sums as autodiff (products accumulated in out_dtype, then cast to x's and w's
+    dtypes), possibly in another order: equal to float rounding.
+    """
+    return _linear_fwd(x, w, out_dtype)[0]
+
+
+def _linear_fwd(x, w, out_dtype):
+    y = jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), preferred_element_type=out_dtype)
+    return y, (x, w)
+
+
+def _linear_bwd(out_dtype, res, dy):
+    x, w = res
+    dot = functools.partial(jax.lax.dot_general, preferred_element_type=out_dtype)
+    dx = dot(dy, w, (((dy.ndim - 1,), (1,)), ((), ())))
+    lead = tuple(range(x.ndim - 1))
+    if x.shape[-1] <= dy.shape[-1]:
+        dw = dot(x, dy, ((lead, lead), ((), ())))
+    else:
+        dw = dot(dy, x, ((lead, lead), ((), ()))).T
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def _linear_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """`nn.Dense`'s dot_general hook: its one contraction (last axis of x with the kernel's first) as `linear`."""
+    contract, batch = dimension_numbers
+    if batch != ((), ()) or tuple(map(tuple, contract)) != ((lhs.ndim - 1,), (0,)) or precision is not None:
+        raise ValueError(f"linear: unexpected dot {dimension_numbers} (precision {precision})")
+    return linear(lhs, rhs, preferred_element_type)
+
+
 def _dense(config: ModelConfig, features: int, use_bias: bool, name: str) -> nn.Dense:
     return nn.Dense(
         features,
@@ -30,6 +73,7 @@ def _dense(config: ModelConfig, features: int, use_bias: bool, name: str) -> nn.
         dtype=config.jnp_dtype,
         param_dtype=config.jnp_param_dtype,
         kernel_init=nn.initializers.normal(INIT_STD),
+        dot_general=_linear_dot_general,
         name=name,
     )
 

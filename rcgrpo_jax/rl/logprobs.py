@@ -1,8 +1,8 @@
 """Per-token log-probs and entropy from hidden states, without materialising [B, T, V] logits.
 
-The vocabulary is scanned in chunks with a streaming (online) logsumexp; each scan step is
-rematerialised in the backward pass, so neither the forward nor the gradient keeps more than one
-[B, T, chunk] block of logits alive. Optionally the sequence is chunked as well (then one
+The vocabulary is scanned in chunks with a streaming (online) logsumexp; with several chunks each scan
+step is rematerialised in the backward pass, so neither the forward nor the gradient keeps more than one
+[B, T, chunk] block of logits alive (a vocabulary of one chunk keeps its block for the backward). Optionally the sequence is chunked as well (then one
 [B, seq_chunk, chunk] block).
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from rcgrpo_jax.models.layers import linear
 
 Array = jax.Array
 
@@ -36,12 +38,11 @@ def _vocab_scan(hidden: Array, embedding: Array, targets: Array, chunk: int, tem
     emb = emb.reshape(emb.shape[0], n, chunk).transpose(1, 0, 2)  # [n, D, chunk]
     lead = targets.shape
 
-    @jax.checkpoint
     def step(carry, xs):
         # carry: running max m, sum s = sum exp(l - m), w = sum exp(l - m) (l - m), target logit t.
         m, s, w, t = carry
         emb_c, c = xs
-        logits = jnp.einsum("btd,dv->btv", hidden, emb_c, preferred_element_type=jnp.float32)
+        logits = linear(hidden, emb_c, jnp.float32)
         valid = c * chunk + jnp.arange(chunk) < vocab
         logits = jnp.where(valid, logits / temperature, _NEG)
         m_new = jnp.maximum(m, logits.max(axis=-1))
@@ -58,7 +59,9 @@ def _vocab_scan(hidden: Array, embedding: Array, targets: Array, chunk: int, tem
 
     zeros = jnp.zeros(lead, jnp.float32)
     init = (jnp.full(lead, _NEG, jnp.float32), zeros, zeros, zeros)
-    (m, s, w, t), _ = jax.lax.scan(step, init, (emb, jnp.arange(n)))
+    # Rematerialised per chunk when there are several (one [B, T, chunk] block alive at a time); a single
+    # chunk is the whole vocabulary anyway, so its logits are kept for the backward instead of recomputed.
+    (m, s, w, t), _ = jax.lax.scan(jax.checkpoint(step) if n > 1 else step, init, (emb, jnp.arange(n)))
     log_s = jnp.log(s)
     return t - (m + log_s), log_s - w / s
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Creates (on demand) or reuses a bench-only environment holding one benchmark peer:
+#   trl    HF TRL's GRPOTrainer, the peer of `python -m rcgrpo_jax.bench.grpo_step`
+#   tunix  google-tunix's sampler, a peer of `python -m rcgrpo_jax.bench.sampler`
+# Neither is ever a runtime dependency of the project; the benchmarks run them as a subprocess.
+#
+#   bash launch/bench_env.sh trl                prints the env's interpreter (creating the env first)
+#   bash launch/bench_env.sh tunix --print-plan prints what it would do, does nothing
+#
+# The env (BENCH_VENV, default .venv-bench-<peer> in the repository) is a plain venv layered over the
+# project's interpreter (PYTHON, default .venv/bin/python, else python3): a .pth file puts that
+# interpreter's site-packages after the env's own, so the peer runs on the project's torch / jax /
+# transformers wherever its pins allow, and pip adds only what it needs beyond them (setup.py's
+# `bench-<peer>` extra; tunix pins an older transformers, which then shadows the project's in its env
+# only). A stamp of the inputs lets a warm env skip pip. Progress goes to stderr, the path to stdout.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+peer="${1:-}"
+case "$peer" in
+  trl|tunix) ;;
+  -h|--help|"") sed -n '2,16p' "${BASH_SOURCE[0]}"; [ -n "$peer" ]; exit ;;
+  *) echo "bench_env.sh: unknown peer '$peer' (trl, tunix)" >&2; exit 2 ;;
+esac
+plan=0
+case "${2:-}" in
+  --print-plan) plan=1 ;;
+  "") ;;
+  *) echo "bench_env.sh: unknown option $2 (--print-plan)" >&2; exit 2 ;;
+esac
+venv="${BENCH_VENV:-$root/.venv-bench-$peer}"
+base="${PYTHON:-}"
+if [ -z "$base" ]; then
+  if [ -x "$root/.venv/bin/python" ]; then base="$root/.venv/bin/python"; else base="$(command -v python3)"; fi
+fi
+# The pinned requirements of setup.py's bench-<peer> extra (read, not imported: setup.py runs setup()).
+reqs="$(cd "$root" && "$base" - "bench-$peer" <<'PYEOF'
+import ast, sys
+for node in ast.walk(ast.parse(open("setup.py").read())):
+    if isinstance(node, ast.keyword) and node.arg == "extras_require":
+        print(" ".join(ast.literal_eval(node.value)[sys.argv[1]]))
+        sys.exit(0)
+sys.exit("setup.py has no extras_require")
+PYEOF
+)"
+want="$(printf '%s\n%s\n' "$reqs" "$("$base" -c 'import sys; print(sys.executable, sys.version)')" | sha256sum | cut -c1-16)"
+if [ "$plan" = 1 ]; then
+  printf 'peer: %s\nbench venv: %s\nbase interpreter: %s\npip install %s\n' "$peer" "$venv" "$base" "$reqs"
+  exit 0
+fi
+if [ -f "$venv/.bench-stamp" ] && [ "$(cat "$venv/.bench-stamp")" = "$want" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+{
+  "$base" -m venv --clear "$venv"
+  purelib="$("$base" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$purelib" > "$own/_rcgrpo_base.pth"
+  # shellcheck disable=SC2086  # $reqs is a list of pinned requirements without spaces
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check $reqs
+  echo "$want" > "$venv/.bench-stamp"
+} >&2
+echo "$venv/bin/python"
