@@ -10,8 +10,8 @@ import transformers
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, generate
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
-from rcgrpo_jax.sampling.sampler import Sampler, left_pad, new_cache, stop_table
-from rcgrpo_jax.sampling.session import DecodeSession
+from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
+from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
 
 PROMPT_LENS = (3, 11, 7, 20)
 NEW = 12
@@ -146,19 +146,29 @@ def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
 
 
 def test_session_append_continues_like_a_fresh_prompt(checkpoint):
-    """Decode, append deltas of different lengths to the live cache, decode again; compaction included."""
+    """Decode, append deltas of different lengths to the live cache, decode again; the span grows
+    with the longest row (from a 16-slot start) and every row writes at its own length."""
     _, config, params, prompts = checkpoint
     sess = DecodeSession(
-        config, params, len(prompts), capacity=64, sampling=SamplingParams(), max_new_tokens=8, prefill_chunk=16
+        config,
+        params,
+        len(prompts),
+        capacity=72,
+        sampling=SamplingParams(),
+        max_new_tokens=8,
+        prefill_chunk=16,
+        min_span=16,
     )
+    assert sess.span == 16
     sess.append(prompts)
+    assert sess.span == 32 and sess.lengths.tolist() == list(PROMPT_LENS)  # the longest prompt is 20
     first = sess.decode([5, 8, 3, 6], ())
     deltas = [[5, 6, 7], [9], list(range(10, 30)), [40, 41]]
     sess.append(deltas)
     second = sess.decode([8] * 4, ())
-    sess.append([[1, 2]] * 4)  # 64 slots are short by now: forces a compaction
+    sess.append([[1, 2]] * 4)
     third = sess.decode([4] * 4, ())
-    assert sess.stats["compactions"] >= 1
+    assert sess.stats["resizes"] == 2 and sess.span == 48  # 7 + 3 + 20 + 8 + 2 + 4 = 44 slots in row 2
     for i, p in enumerate(prompts):
         ctx = p + first[i][0] + deltas[i]
         assert second[i][0] == generate(config, params, [ctx], max_new_tokens=8).tokens[0]
@@ -166,6 +176,33 @@ def test_session_append_continues_like_a_fresh_prompt(checkpoint):
         ref = generate(config, params, [ctx], max_new_tokens=4)
         assert third[i][0] == ref.tokens[0]
         np.testing.assert_allclose(third[i][1], ref.logprobs[0], atol=2e-4)
+        assert sess.lengths[i] == len(ctx) + 4
+    with pytest.raises(CapacityError):
+        sess.append([list(range(1, 31))] * 4)  # row 2 would hold 74 > 72 slots
+
+
+def test_session_truncate_and_select_shrink_the_span(checkpoint):
+    """Rows leave (select) and contexts are cut (truncate): the span shrinks to the longest row plus a
+    decode budget, and what is decoded next equals a fresh prompt of the kept context."""
+    _, config, params, prompts = checkpoint
+    sess = DecodeSession(
+        config, params, 4, capacity=96, sampling=SamplingParams(), max_new_tokens=8, prefill_chunk=16, min_span=16
+    )
+    long = [prompts[i] + list(range(1, 41)) for i in range(4)]  # 43..60 tokens
+    sess.append(long)
+    assert sess.span == 64
+    sess.select([0, 2, 0])  # rows of 43, 47, 43 tokens
+    assert sess.rows == 3 and sess.lengths.tolist() == [43, 47, 43]
+    sess.truncate([5, 30, 43])
+    assert sess.lengths.tolist() == [5, 30, 43] and sess.span == 64  # 43 + 8 still needs 64
+    sess.truncate([5, 30, 10])
+    assert sess.span == 48  # 30 + 8 = 38 slots: bucket 48
+    sess.append([[7, 8], [9], [11, 12, 13]])
+    out = sess.decode([6, 6, 6], ())
+    for ctx, (toks, lps, _) in zip([long[0][:5] + [7, 8], long[2][:30] + [9], long[0][:10] + [11, 12, 13]], out):
+        ref = generate(config, params, [ctx], max_new_tokens=6)
+        assert toks == ref.tokens[0]
+        np.testing.assert_allclose(lps, ref.logprobs[0], atol=2e-4)
 
 
 def test_generate_on_a_mesh_matches_single_device(checkpoint):
@@ -176,36 +213,35 @@ def test_generate_on_a_mesh_matches_single_device(checkpoint):
     assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
 
 
-def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
-    """The loop works on the first `span` slots only; tokens, log-probs and the returned cache agree."""
+def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
+    """Prefill and decode work on the cache's whole span: 48 and 96 slots give the same tokens,
+    log-probs, lengths and valid slots (prompts appended at each row's own length, 0)."""
     _, config, params, prompts = checkpoint
     sampler = Sampler(config, 8, SamplingParams(temperature=1.0, top_k=20))
-    tokens, positions, mask = left_pad(prompts, 32)
+    tokens, counts = right_pad(prompts, 32)
     outs = []
-    for span in (None, 48):
-        cache = new_cache(config, len(prompts), 96)
-        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache)
+    for span in (48, 96):
+        cache = new_cache(config, len(prompts), span)
+        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(counts), cache)
+        assert np.asarray(cache.lengths).tolist() == list(PROMPT_LENS)
         out = sampler.decode(
             params,
             logits,
-            jnp.asarray([len(p) for p in prompts]),
             cache,
             jnp.asarray(stop_table((), len(prompts))),
             jnp.full((len(prompts),), 8),
             jax.random.key(3),
-            span=span,
         )
         outs.append(jax.device_get(out))
-    full, part = outs
-    np.testing.assert_array_equal(part.tokens, full.tokens)
-    np.testing.assert_allclose(part.logprobs, full.logprobs, atol=1e-5)
-    assert int(part.cache.index) == int(full.cache.index) == 40
-    np.testing.assert_array_equal(part.cache.mask, full.cache.mask)
-    assert part.cache.mask[:, 32:40].all() and not part.cache.mask[:, 40:].any()
-    np.testing.assert_allclose(
-        part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5
-    )  # attention over 48 vs 96 slots: summation order
-    np.testing.assert_allclose(part.cache.v, full.cache.v, rtol=1e-5, atol=1e-5)
+    short, full = outs
+    np.testing.assert_array_equal(short.tokens, full.tokens)
+    np.testing.assert_allclose(short.logprobs, full.logprobs, atol=1e-5)
+    assert short.cache.lengths.tolist() == full.cache.lengths.tolist() == [n + 8 for n in PROMPT_LENS]
+    for i, n in enumerate(short.cache.lengths):  # valid slots agree (attention over 48 vs 96: summation order)
+        pairs = [(short.cache.k_t[j][i, :, :, :n], full.cache.k_t[j][i, :, :, :n]) for j in range(2)]
+        pairs += [(short.cache.v[j][i, :, :n], full.cache.v[j][i, :, :n]) for j in range(2)]
+        for x, y in pairs:
+            np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
 
 
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
