@@ -34,6 +34,8 @@ from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.layers import MLP, RMSNorm, apply_rope, rope_inv_freq
 from rcgrpo_jax.sharding import constrain
 
+QUERY_BLOCK = 128  # a prefill block's queries attend in pieces of this many (scores [B, G, 128, R, S])
+
 
 @flax.struct.dataclass
 class DecodeCache:
@@ -125,12 +127,21 @@ def _proj(p, x: jax.Array, dtype) -> jax.Array:
 def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
     """cache_x [B, ...] (its slots on `axis`) with row b's new[b, t] ([B, T, G, Dh]: the cache's other
     axes, in order) written at slot slots[b, t]; slots >= S are dropped. A vmap over rows, so the
-    scatter's batch axis stays the rows' (and their sharding)."""
+    scatter's batch axis stays the rows' (and their sharding).
+
+    A 16-bit float cache is scattered as its raw uint16 bits (a bitcast, no copy): XLA's CPU backend
+    would otherwise run a bf16 scatter in float32, on a float32 copy of the whole cache."""
 
     def one(x, n, s):
         idx = (slice(None),) * (axis - 1) + (s,)
-        return x.at[idx].set(jnp.moveaxis(n, 0, axis - 1).astype(x.dtype), mode="drop")
+        return x.at[idx].set(jnp.moveaxis(n, 0, axis - 1), mode="drop")
 
+    new = new.astype(cache_x.dtype)
+    if jnp.issubdtype(cache_x.dtype, jnp.floating) and cache_x.dtype.itemsize == 2:
+        raw = jax.vmap(one)(
+            jax.lax.bitcast_convert_type(cache_x, jnp.uint16), jax.lax.bitcast_convert_type(new, jnp.uint16), slots
+        )
+        return jax.lax.bitcast_convert_type(raw, cache_x.dtype)
     return jax.vmap(one)(cache_x, new, slots)
 
 
@@ -152,11 +163,26 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v):
     k_t = _write(k_t, k, write_slots, axis=3)  # k_t [B, G, Dh, S]: slots on axis 3
     v = _write(v, val, write_slots, axis=2)  # v [B, G, S, Dh]: slots on axis 2
     q = jnp.transpose(q, (0, 2, 1, 3, 4))  # [B, G, T, R, Dh]
-    scores = jnp.einsum("bgtrd,bgds->bgtrs", q, k_t.astype(dt), preferred_element_type=jnp.float32)
-    allowed = jnp.arange(k_t.shape[-1])[None, None, :] <= slots[:, :, None]  # [B, T, S]
-    scores = jnp.where(allowed[:, None, :, None, :], scores / math.sqrt(dh), -jnp.inf)
-    weights = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bgtrs,bgsd->bgtrd", weights, v.astype(dt))
+    k_read, v_read = k_t.astype(dt), v.astype(dt)
+
+    def attend(q_blk, slots_blk):  # [B, G, Tb, R, Dh], [B, Tb] -> [B, G, Tb, R, Dh]
+        scores = jnp.einsum("bgtrd,bgds->bgtrs", q_blk, k_read, preferred_element_type=jnp.float32)
+        allowed = jnp.arange(k_read.shape[-1])[None, None, :] <= slots_blk[:, :, None]  # [B, Tb, S]
+        scores = jnp.where(allowed[:, None, :, None, :], scores / math.sqrt(dh), -jnp.inf)
+        weights = jax.nn.softmax(scores, axis=-1).astype(dt)
+        return jnp.einsum("bgtrs,bgsd->bgtrd", weights, v_read)
+
+    if t > QUERY_BLOCK:  # bounds the [T, S] scores of a wide prefill block (padded to whole blocks)
+        n = -(-t // QUERY_BLOCK)
+        extra = n * QUERY_BLOCK - t
+        q_pad = jnp.pad(q, ((0, 0), (0, 0), (0, extra), (0, 0), (0, 0)))
+        s_pad = jnp.pad(slots, ((0, 0), (0, extra)), mode="edge")
+        q_blocks = jnp.moveaxis(q_pad.reshape(b, g, n, QUERY_BLOCK, h // g, dh), 2, 0)
+        s_blocks = jnp.moveaxis(s_pad.reshape(b, n, QUERY_BLOCK), 1, 0)
+        out = jax.lax.map(lambda xs: attend(*xs), (q_blocks, s_blocks))  # [n, B, G, Tb, R, Dh]
+        out = jnp.moveaxis(out, 0, 2).reshape(b, g, n * QUERY_BLOCK, h // g, dh)[:, :, :t]
+    else:
+        out = attend(q, slots)
     out = jnp.transpose(out, (0, 2, 1, 3, 4)).reshape(b, t, h * dh)
     return _proj(p["o_proj"], out, dt), k_t, v
 

@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.sampling import SamplingParams, generate
+from rcgrpo_jax.sampling import SamplingParams, buckets, generate
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
 from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
@@ -109,6 +109,22 @@ def test_stop_tokens_per_row_and_chunked_prefill(checkpoint):
     for row, stop, got, stopped in zip(full, stops, res.tokens, res.stopped):
         cut = row.index(stop[0]) + 1
         assert got == row[:cut] and stopped
+
+
+def test_a_wide_prefill_block_attends_in_query_blocks(checkpoint):
+    """Prompts of 150 and 9 tokens in one 192-wide block: its queries attend in QUERY_BLOCK pieces (the
+    last one padded); the greedy tokens equal HF's and the log-probs a full forward."""
+    from rcgrpo_jax.sampling import decode_step
+
+    hf, config, params, _ = checkpoint
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(1, 96, n).tolist() for n in (150, 9)]
+    assert buckets.length_bucket(150) == 192 and 192 % decode_step.QUERY_BLOCK > 0
+    res = generate(config, params, prompts, max_new_tokens=6, prefill_chunk=256)
+    assert res.tokens == _hf_greedy(hf, prompts, 6)
+    for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
+        full = _hf_logprobs(hf, p + toks)
+        np.testing.assert_allclose(lps, full[np.arange(len(p) - 1, len(p) + 5), toks], atol=2e-4)
 
 
 def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
