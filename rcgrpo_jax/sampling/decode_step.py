@@ -127,21 +127,15 @@ def _proj(p, x: jax.Array, dtype) -> jax.Array:
 def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
     """cache_x [B, ...] (its slots on `axis`) with row b's new[b, t] ([B, T, G, Dh]: the cache's other
     axes, in order) written at slot slots[b, t]; slots >= S are dropped. A vmap over rows, so the
-    scatter's batch axis stays the rows' (and their sharding).
+    scatter's batch axis stays the rows' (and their sharding); in place in a donated cache.
 
-    A 16-bit float cache is scattered as its raw uint16 bits (a bitcast, no copy): XLA's CPU backend
-    would otherwise run a bf16 scatter in float32, on a float32 copy of the whole cache."""
+    (XLA's CPU backend runs a bf16 scatter in float32, on a float32 copy of the layer's cache, which the
+    CPU dry run counts; GPUs scatter bf16 natively.)"""
 
     def one(x, n, s):
         idx = (slice(None),) * (axis - 1) + (s,)
-        return x.at[idx].set(jnp.moveaxis(n, 0, axis - 1), mode="drop")
+        return x.at[idx].set(jnp.moveaxis(n, 0, axis - 1).astype(x.dtype), mode="drop")
 
-    new = new.astype(cache_x.dtype)
-    if jnp.issubdtype(cache_x.dtype, jnp.floating) and cache_x.dtype.itemsize == 2:
-        raw = jax.vmap(one)(
-            jax.lax.bitcast_convert_type(cache_x, jnp.uint16), jax.lax.bitcast_convert_type(new, jnp.uint16), slots
-        )
-        return jax.lax.bitcast_convert_type(raw, cache_x.dtype)
     return jax.vmap(one)(cache_x, new, slots)
 
 

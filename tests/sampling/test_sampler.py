@@ -229,6 +229,36 @@ def test_generate_on_a_mesh_matches_single_device(checkpoint):
     assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
 
 
+def test_decode_weights_cast_once_split_per_layer_and_placed(checkpoint):
+    """decode_weights: every leaf in the decode dtype, the layers as one pytree each (the stacked [L]
+    axis gone from the values and the shardings), on the decode shardings; float32 decode weights
+    generate exactly what the stacked params do."""
+    from rcgrpo_jax.sampling import decode_weights
+
+    _, config, params, prompts = checkpoint
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    stacked_sh = sharding.param_shardings(
+        jax.eval_shape(lambda: params), mesh, sharding.DECODE_RULES.params, sharding.DECODE_RULES.logical
+    )
+    train = sharding.shard_params(params, mesh, sharding.TRAIN_RULES)
+    w = decode_weights(train, jnp.bfloat16, stacked_sh)
+    assert len(w["layers"]) == config.num_layers and isinstance(w["layers"], tuple)
+    assert {x.dtype for x in jax.tree.leaves(w)} == {jnp.dtype(jnp.bfloat16)}
+    q = w["layers"][1]["attn"]["q_proj"]["kernel"]
+    np.testing.assert_array_equal(
+        np.asarray(q), np.asarray(params["layers"]["attn"]["q_proj"]["kernel"][1].astype(jnp.bfloat16))
+    )
+    assert (
+        tuple(q.sharding.spec) == tuple(stacked_sh["layers"]["attn"]["q_proj"]["kernel"].spec)[1:] == (None, "tensor")
+    )
+    assert w["embed"]["embedding"].sharding.spec == stacked_sh["embed"]["embedding"].spec
+    f32 = decode_weights(params, jnp.float32)
+    assert (
+        generate(config, f32, prompts, max_new_tokens=NEW).tokens
+        == generate(config, params, prompts, max_new_tokens=NEW).tokens
+    )
+
+
 def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
     """Prefill and decode work on the cache's whole span: 48 and 96 slots give the same tokens,
     log-probs, lengths and valid slots (prompts appended at each row's own length, 0)."""
