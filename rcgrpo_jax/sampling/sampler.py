@@ -49,16 +49,44 @@ class Sampler:
     sampling: SamplingParams = SamplingParams()
     prefill_chunk: int = 512
 
-    def prefill(self, params, tokens, counts, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
-        """Append tokens [B, T] to the cache, row b's first counts[b] of them (the rest is padding) at
-        its own length; returns the logits after each row's last appended token [B, V] f32 (rows with
-        counts 0: meaningless) and the cache. The caller keeps lengths + counts <= cache.span."""
+    def prefill(self, params, tokens, *args) -> tuple[jax.Array, DecodeCache]:
+        """prefill(params, tokens, counts, cache): append tokens [B, T] to the cache, row b's first
+        counts[b] of them (the rest is padding) at its own length; returns the logits after each row's
+        last appended token [B, V] f32 (rows with counts 0: meaningless) and the cache. The caller keeps
+        lengths + counts <= cache.span.
+
+        The earlier form prefill(params, tokens, positions, token_mask, cache) is still taken: a row's
+        real tokens are those under token_mask (any padding), appended in order; positions are not read
+        (a token's position is its slot)."""
+        if len(args) == 3:
+            _, token_mask, cache = args
+            tokens, counts = _pack(tokens, token_mask)
+        elif len(args) == 2:
+            counts, cache = args
+        else:
+            raise TypeError("prefill(params, tokens, counts, cache)")
         return _prefill(self, params, tokens, counts, cache)
 
-    def decode(self, params, logits, cache: DecodeCache, stop_ids, budgets, rng) -> DecodeOutput:
-        """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward, each row
-        writing at its own length. The caller keeps lengths + budgets <= cache.span."""
+    def decode(self, params, logits, *args, span: int | None = None) -> DecodeOutput:
+        """decode(params, logits, cache, stop_ids, budgets, rng): sample up to min(budgets[i],
+        max_new_tokens) tokens per row from `logits` onward, each row writing at its own length. The
+        caller keeps lengths + budgets <= cache.span (the span every step attends over).
+
+        The earlier form decode(params, logits, positions, cache, stop_ids, budgets, rng, span=None) is
+        still taken; positions are not read (each row continues at its length) and span is the cache's."""
+        if len(args) == 5 and not isinstance(args[0], DecodeCache):
+            args = args[1:]
+        if len(args) != 4 or not isinstance(args[0], DecodeCache):
+            raise TypeError("decode(params, logits, cache, stop_ids, budgets, rng)")
+        cache, stop_ids, budgets, rng = args
         return _decode(self, params, logits, cache, stop_ids, budgets, rng)
+
+
+@jax.jit
+def _pack(tokens: jax.Array, token_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each row's real tokens (token_mask) moved to the front, in order; their counts."""
+    order = jnp.argsort(~token_mask.astype(bool), axis=1, stable=True)
+    return jnp.take_along_axis(tokens, order, axis=1), token_mask.astype(jnp.int32).sum(axis=1)
 
 
 def _logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Array:

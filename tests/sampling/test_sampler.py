@@ -290,6 +290,29 @@ def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
             np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
 
 
+def test_the_earlier_call_forms_give_the_same_result(checkpoint):
+    """prefill(params, tokens, positions, token_mask, cache) with left padding and decode(params, logits,
+    positions, cache, ...) (bench.gpu's calls) equal the per-row forms."""
+    _, config, params, prompts = checkpoint
+    sampler = Sampler(config, 6, SamplingParams())
+    right, counts = right_pad(prompts, 32)
+    left = np.zeros_like(right)
+    for i, p in enumerate(prompts):
+        left[i, 32 - len(p) :] = p
+    args = (jnp.asarray(stop_table((), 4)), jnp.full((4,), 6), jax.random.key(0))
+    logits, cache = sampler.prefill(params, jnp.asarray(right), jnp.asarray(counts), new_cache(config, 4, 48))
+    new = jax.device_get(sampler.decode(params, logits, cache, *args))
+    old_logits, cache = sampler.prefill(
+        params, jnp.asarray(left), jnp.zeros((4, 32), jnp.int32), jnp.asarray(left > 0), new_cache(config, 4, 48)
+    )
+    np.testing.assert_allclose(old_logits, logits, atol=1e-5 * float(jnp.abs(logits).max()))
+    old = jax.device_get(sampler.decode(params, old_logits, jnp.asarray(counts), cache, *args))
+    np.testing.assert_array_equal(old.tokens, new.tokens)
+    assert old.cache.lengths.tolist() == new.cache.lengths.tolist() == [n + 6 for n in PROMPT_LENS]
+    with pytest.raises(TypeError):
+        sampler.decode(params, logits, *args)
+
+
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
     """Qwen3's per-head q/k RMSNorm in the decode step (head_dim 16, apart from hidden / heads = 8, GQA,
     biases on q, k, v and o, norm weights away from 1): greedy tokens equal HF transformers' generate and
