@@ -103,13 +103,16 @@ def _cast_and_split(params, dtype):
     return layer_weights(jax.tree.map(lambda a: a.astype(dtype), params))
 
 
+_cast_and_split_jit = jax.jit(_cast_and_split, static_argnums=1)  # one compilation per params shape and dtype
+
+
 def decode_weights(params, dtype, shardings=None):
     """The sampler's weights for one RL step: every leaf cast to `dtype` (the run's `model.decode_dtype`),
     the layers split into per-layer pytrees, placed on `shardings` (those of the stacked params under the
     decode rules; None = where they are). The cast runs where the params live (their training shards),
     so only `dtype`-sized data moves and no float32 copy is kept."""
     dtype = jnp.dtype(dtype)
-    cast = jax.jit(_cast_and_split, static_argnums=1)(params, dtype)
+    cast = _cast_and_split_jit(params, dtype)
     if shardings is None:
         return cast
     num_layers = len(cast["layers"])
