@@ -197,6 +197,7 @@ def test_session_append_continues_like_a_fresh_prompt(checkpoint):
         sess.append([list(range(1, 31))] * 4)  # row 2 would hold 74 > 72 slots
 
 
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
 def test_session_truncate_and_select_shrink_the_span(checkpoint):
     """Rows leave (select) and contexts are cut (truncate): the span shrinks to the longest row plus a
     decode budget, and what is decoded next equals a fresh prompt of the kept context."""
@@ -229,6 +230,7 @@ def test_generate_on_a_mesh_matches_single_device(checkpoint):
     assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
 
 
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
 def test_decode_weights_cast_once_split_per_layer_and_placed(checkpoint):
     """decode_weights: every leaf in the decode dtype, the layers as one pytree each (the stacked [L]
     axis gone from the values and the shardings), on the decode shardings; float32 decode weights
@@ -290,6 +292,7 @@ def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
             np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
 
 
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
 def test_the_earlier_call_forms_give_the_same_result(checkpoint):
     """prefill(params, tokens, positions, token_mask, cache) with left padding and decode(params, logits,
     positions, cache, ...) (bench.gpu's calls) equal the per-row forms."""
