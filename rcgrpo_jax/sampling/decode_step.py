@@ -127,13 +127,35 @@ def _proj(p, x: jax.Array, dtype) -> jax.Array:
     return y + p["bias"].astype(dtype) if "bias" in p else y
 
 
-def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
-    """cache_x [B, ...] (its slots on `axis`) with row b's new[b, t] ([B, T, G, Dh]: the cache's other
-    axes, in order) written at slot slots[b, t]; slots >= S are dropped. A vmap over rows, so the
-    scatter's batch axis stays the rows' (and their sharding); in place in a donated cache.
+KV_WRITES = ("auto", "scatter", "select")
 
-    (XLA's CPU backend runs a bf16 scatter in float32, on a float32 copy of the layer's cache, which the
-    CPU dry run counts; GPUs scatter bf16 natively.)"""
+
+def kv_write_for(value: str, backend: str | None = None) -> str:
+    """How a one-token step writes its key/value: "scatter" (one scatter per layer, in place: what a GPU
+    runs) or "select" (a where over the row's slots: XLA's CPU scatter copies the cache, so on a CPU
+    this is faster). "auto": select on the CPU backend, scatter elsewhere."""
+    if value not in KV_WRITES:
+        raise ValueError(f"kv_write must be one of {KV_WRITES}, got {value!r}")
+    if value != "auto":
+        return value
+    backend = jax.default_backend() if backend is None else backend
+    return "select" if str(backend).lower() == "cpu" else "scatter"
+
+
+def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mode: str = "scatter") -> jax.Array:
+    """cache_x [B, ...] (its slots on `axis`) with row b's new[b, t] ([B, T, G, Dh]: the cache's other
+    axes, in order) written at slot slots[b, t]; slots >= S are dropped.
+
+    "scatter": a vmap over rows, so the scatter's batch axis stays the rows' (and their sharding); in
+    place in a donated cache. (XLA's CPU backend runs a bf16 scatter in float32, on a float32 copy of the
+    layer's cache, which the CPU dry run counts; GPUs scatter bf16 natively.) "select" (one token per
+    row only): where(slot == slots[b], new, cache), elementwise."""
+    if mode == "select" and new.shape[1] == 1:
+        hit = jnp.arange(cache_x.shape[axis])[None, :] == slots  # [B, S]; slots [B, 1]
+        n = new[:, 0].astype(cache_x.dtype)  # [B, G, Dh]
+        if axis == 3:  # [B, G, Dh, S]
+            return jnp.where(hit[:, None, None, :], n[..., None], cache_x)
+        return jnp.where(hit[:, None, :, None], n[:, :, None, :], cache_x)  # [B, G, S, Dh]
 
     def one(x, n, s):
         idx = (slice(None),) * (axis - 1) + (s,)
@@ -142,7 +164,7 @@ def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int) -> j
     return jax.vmap(one)(cache_x, new, slots)
 
 
-def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v):
+def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v, write: str):
     """x [B, T, D] at `slots` [B, T]: writes its keys/values at `write_slots` and attends over the slots
     <= its own. Returns (out [B, T, D], k_t, v)."""
     b, t, _ = x.shape
@@ -157,8 +179,8 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v):
     inv_freq = rope_inv_freq(c)
     q = apply_rope(q, slots, inv_freq).reshape(b, t, g, h // g, dh)
     k = apply_rope(k, slots, inv_freq)
-    k_t = _write(k_t, k, write_slots, axis=3)  # k_t [B, G, Dh, S]: slots on axis 3
-    v = _write(v, val, write_slots, axis=2)  # v [B, G, S, Dh]: slots on axis 2
+    k_t = _write(k_t, k, write_slots, 3, write)  # k_t [B, G, Dh, S]: slots on axis 3
+    v = _write(v, val, write_slots, 2, write)  # v [B, G, S, Dh]: slots on axis 2
     q = jnp.transpose(q, (0, 2, 1, 3, 4))  # [B, G, T, R, Dh]
     k_read, v_read = k_t.astype(dt), v.astype(dt)
 
@@ -185,7 +207,7 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v):
 
 
 def forward(
-    c: ModelConfig, weights, cache: DecodeCache, tokens: jax.Array, counts: jax.Array
+    c: ModelConfig, weights, cache: DecodeCache, tokens: jax.Array, counts: jax.Array, write: str = "scatter"
 ) -> tuple[jax.Array, DecodeCache]:
     """Append tokens [B, T] (row b's first counts[b] are real, the rest padding) to each row at its own
     length. Returns (final-normed hidden [B, T, D], cache with lengths += counts).
@@ -202,7 +224,7 @@ def forward(
     k_all, v_all = list(cache.k_t), list(cache.v)
     for i, p in enumerate(weights["layers"]):
         h = norm.apply({"params": p["input_norm"]}, x)
-        a, k_all[i], v_all[i] = _attention(c, p["attn"], h, slots, write_slots, k_all[i], v_all[i])
+        a, k_all[i], v_all[i] = _attention(c, p["attn"], h, slots, write_slots, k_all[i], v_all[i], write)
         x = x + a
         x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
         x = constrain(x, ("batch", "seq", "hidden"))

@@ -42,12 +42,14 @@ class Sampler:
     max_new_tokens: static size of the decode buffers (per-row budgets may be smaller).
     prefill_chunk: the widest block one prefill call takes (`DecodeSession` splits longer deltas into
       pieces of it, which bounds the [T, S] attention scores of long BFCL prompts).
+    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend).
     """
 
     config: ModelConfig
     max_new_tokens: int
     sampling: SamplingParams = SamplingParams()
     prefill_chunk: int = 512
+    kv_write: str = "auto"
 
     def prefill(self, params, tokens, *args) -> tuple[jax.Array, DecodeCache]:
         """prefill(params, tokens, counts, cache): append tokens [B, T] to the cache, row b's first
@@ -107,6 +109,7 @@ _prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(4,))
 
 def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
     config, n = s.config, s.max_new_tokens
+    write = decode_step.kv_write_for(s.kv_write)
     batch = logits.shape[0]
     budgets = jnp.minimum(budgets.astype(jnp.int32), n)
     weights = decode_step.layer_weights(params)  # per-layer already when given `decode_weights`
@@ -136,7 +139,7 @@ def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
         lengths = st.lengths + live
         hit_stop = live & jnp.any(tok[:, None] == st.stop_ids, axis=-1)
         # The sampled token goes into the cache even when it ends the row: the engine appends after it.
-        hidden, kv = decode_step.forward(config, weights, st.cache, tok[:, None], live.astype(jnp.int32))
+        hidden, kv = decode_step.forward(config, weights, st.cache, tok[:, None], live.astype(jnp.int32), write)
         return st.replace(
             step=st.step + 1,
             done=st.done | hit_stop | (lengths >= st.budgets),

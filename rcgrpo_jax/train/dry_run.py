@@ -77,7 +77,8 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 
     top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
-    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, shapes["prefill_width"])
+    # kv_write="scatter": the program a GPU runs (on a CPU backend "auto" would pick the CPU's select).
+    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, shapes["prefill_width"], kv_write="scatter")
     rules = model_prep.rules(config.sharding.decode_rules)
     with mesh_context(mesh, rules):
         prefill = sampler._prefill.lower(

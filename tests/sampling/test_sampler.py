@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.sampling import SamplingParams, buckets, generate
+from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, generate
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
 from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
@@ -314,6 +314,33 @@ def test_the_earlier_call_forms_give_the_same_result(checkpoint):
     assert old.cache.lengths.tolist() == new.cache.lengths.tolist() == [n + 6 for n in PROMPT_LENS]
     with pytest.raises(TypeError):
         sampler.decode(params, logits, *args)
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
+def test_scatter_and_select_writes_decode_alike(checkpoint):
+    """The decode step's two key/value writes (scatter: a GPU's; select: a CPU's) give the same tokens,
+    log-probs and valid cache slots, rows of different lengths and budgets (one row idle)."""
+    _, config, params, prompts = checkpoint
+    tokens, counts = right_pad(prompts, 32)
+    outs = []
+    for write in ("scatter", "select"):
+        sampler = Sampler(config, 8, SamplingParams(temperature=1.0), kv_write=write)
+        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(counts), new_cache(config, 4, 48))
+        budgets = jnp.asarray([8, 3, 0, 5])
+        outs.append(
+            jax.device_get(
+                sampler.decode(params, logits, cache, jnp.asarray(stop_table((), 4)), budgets, jax.random.key(2))
+            )
+        )
+    a, b = outs
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6)
+    assert a.cache.lengths.tolist() == b.cache.lengths.tolist() == [3 + 8, 11 + 3, 7, 20 + 5]
+    for i, n in enumerate(a.cache.lengths):
+        np.testing.assert_array_equal(a.cache.k_t[1][i, :, :, :n], b.cache.k_t[1][i, :, :, :n])
+        np.testing.assert_array_equal(a.cache.v[1][i, :, :n], b.cache.v[1][i, :, :n])
+    with pytest.raises(ValueError, match="kv_write"):
+        decode_step.kv_write_for("gather")
 
 
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
