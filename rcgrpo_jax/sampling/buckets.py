@@ -1,6 +1,18 @@
-"""Length and batch buckets: few distinct static shapes, so few compilations."""
+"""Length, batch and span buckets: few distinct static shapes, so few compilations.
+
+The rules a scheduling simulator must mirror (bench.rollout_plan):
+  rows  `batch_bucket(n, m)`: n rounded up to a multiple of lcm(8, m) (m = the batch-sharding size);
+  span  `span_bucket(need, capacity)`: the KV slots a prefill/decode call works on,
+        min(capacity, length_bucket(max(need, MIN_SPAN))), where need = the most slots any row of the
+        call holds after it (its length plus what the call writes into it).
+"""
 
 from __future__ import annotations
+
+import math
+
+ROW_MULTIPLE = 8  # rows of a decode batch come in multiples of this (not powers of two)
+MIN_SPAN = 256  # the smallest KV span a session works on
 
 
 def length_bucket(n: int, minimum: int = 16) -> int:
@@ -15,8 +27,15 @@ def length_bucket(n: int, minimum: int = 16) -> int:
 
 
 def batch_bucket(n: int, multiple: int = 1) -> int:
-    """Next power of two >= n, rounded up to a multiple of the batch-sharding size."""
-    b = 1
-    while b < n:
-        b *= 2
-    return -(-b // multiple) * multiple
+    """n rounded up to a multiple of lcm(ROW_MULTIPLE, multiple) (at least one such multiple).
+
+    160 episodes on a batch-sharding of 4 stay 160 rows (a power of two would make them 256)."""
+    step = math.lcm(ROW_MULTIPLE, max(int(multiple), 1))
+    return max(1, -(-int(n) // step)) * step
+
+
+def span_bucket(need: int, capacity: int, minimum: int = MIN_SPAN) -> int:
+    """KV slots a call works on when its rows need `need` slots: a length bucket, capped at capacity."""
+    if need > capacity:
+        raise ValueError(f"{need} KV slots needed, capacity {capacity}")
+    return min(int(capacity), length_bucket(max(int(need), minimum)))

@@ -1,13 +1,16 @@
-"""Jitted prefill and decode over an explicit KV cache, and `generate()` on top of them.
+"""Jitted prefill and decode over the sampler's KV cache, and `generate()` on top of them.
 
 Design (after gemma's sampler): `Sampler` is a frozen dataclass of static settings and the static
 self of the jitted functions; the decode loop is one `lax.while_loop` over a `DecodeState` that
-runs until every row is done or the static budget is spent. Prompts are LEFT-padded so every row
-shares the cache's next write slot; padding is written but marked invalid, and positions are
-explicit, so holes in the cache cost nothing but space. Caches are donated.
+runs until every row is done or the static budget is spent. The cache is a `decode_step.DecodeCache`:
+per-layer K^T / V in the decode loop's layout, each row appending at its own length (slot = RoPE
+position), so there is no padding in it, no holes and no shared write index. Caches are donated and
+updated in place; the cache's span (slot axis) is what every call attends over, and the caller
+(`DecodeSession`) sizes it to a bucket of the longest row.
 
-The lower-level `prefill` (append a left-padded block to a live cache) and `decode` are what the
-multi-turn rollout engine reuses: after a tool result it appends only the new tokens, then decodes.
+The lower-level `prefill` (append a block to a live cache) and `decode` are what the multi-turn
+rollout engine reuses (through `DecodeSession`): after a tool result it appends only the new tokens,
+then decodes.
 """
 
 from __future__ import annotations
@@ -20,16 +23,16 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from rcgrpo_jax import models, multihost, sharding
-from rcgrpo_jax.models import KVCache, ModelConfig
+from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import buckets, decode_step
+from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams, sample
 from rcgrpo_jax.sampling.state import DecodeOutput, DecodeState
 
-PAD_ID = 0  # written into masked slots only; never attended to
+PAD_ID = 0  # fed for padding and for rows that are not live; their writes are dropped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,29 +40,55 @@ class Sampler:
     """Static settings of the jitted prefill/decode.
 
     max_new_tokens: static size of the decode buffers (per-row budgets may be smaller).
-    prefill_chunk: prompts longer than this are prefilled in chunks of it (bounds the [T, S]
-      attention scores of long BFCL prompts); a block is chunked only when its length is a multiple.
+    prefill_chunk: the widest block one prefill call takes (`DecodeSession` splits longer deltas into
+      pieces of it, which bounds the [T, S] attention scores of long BFCL prompts).
+    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend).
     """
 
     config: ModelConfig
     max_new_tokens: int
     sampling: SamplingParams = SamplingParams()
     prefill_chunk: int = 512
+    kv_write: str = "auto"
 
-    def prefill(self, params, tokens, positions, token_mask, cache: KVCache) -> tuple[jax.Array, KVCache]:
-        """Append a left-padded block [B, T] to the cache; returns last-column logits [B, V] f32."""
-        return _prefill(self, params, tokens, positions, token_mask, cache)
+    def prefill(self, params, tokens, *args) -> tuple[jax.Array, DecodeCache]:
+        """prefill(params, tokens, counts, cache): append tokens [B, T] to the cache, row b's first
+        counts[b] of them (the rest is padding) at its own length; returns the logits after each row's
+        last appended token [B, V] f32 (rows with counts 0: meaningless) and the cache. The caller keeps
+        lengths + counts <= cache.span.
 
-    def decode(
-        self, params, logits, positions, cache: KVCache, stop_ids, budgets, rng, span: int | None = None
-    ) -> DecodeOutput:
-        """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward.
+        The earlier form prefill(params, tokens, positions, token_mask, cache) is still taken: a row's
+        real tokens are those under token_mask (any padding), appended in order; positions are not read
+        (a token's position is its slot)."""
+        if len(args) == 3:
+            _, token_mask, cache = args
+            tokens, counts = _pack(tokens, token_mask)
+        elif len(args) == 2:
+            counts, cache = args
+        else:
+            raise TypeError("prefill(params, tokens, counts, cache)")
+        return _prefill(self, params, tokens, counts, cache)
 
-        span: static number of leading cache slots the loop works on (attends over); the caller
-        guarantees index + max_new_tokens <= span. None = the whole cache.
-        """
-        span = cache.max_len if span is None else min(int(span), cache.max_len)
-        return _decode(self, span, params, logits, positions, cache, stop_ids, budgets, rng)
+    def decode(self, params, logits, *args, span: int | None = None) -> DecodeOutput:
+        """decode(params, logits, cache, stop_ids, budgets, rng): sample up to min(budgets[i],
+        max_new_tokens) tokens per row from `logits` onward, each row writing at its own length. The
+        caller keeps lengths + budgets <= cache.span (the span every step attends over).
+
+        The earlier form decode(params, logits, positions, cache, stop_ids, budgets, rng, span=None) is
+        still taken; positions are not read (each row continues at its length) and span is the cache's."""
+        if len(args) == 5 and not isinstance(args[0], DecodeCache):
+            args = args[1:]
+        if len(args) != 4 or not isinstance(args[0], DecodeCache):
+            raise TypeError("decode(params, logits, cache, stop_ids, budgets, rng)")
+        cache, stop_ids, budgets, rng = args
+        return _decode(self, params, logits, cache, stop_ids, budgets, rng)
+
+
+@jax.jit
+def _pack(tokens: jax.Array, token_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each row's real tokens (token_mask) moved to the front, in order; their counts."""
+    order = jnp.argsort(~token_mask.astype(bool), axis=1, stable=True)
+    return jnp.take_along_axis(tokens, order, axis=1), token_mask.astype(jnp.int32).sum(axis=1)
 
 
 def _logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Array:
@@ -67,50 +96,35 @@ def _logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Arr
     return jnp.dot(hidden_last, emb.astype(hidden_last.dtype), preferred_element_type=jnp.float32)
 
 
-def _prefill_impl(s: Sampler, params, tokens, positions, token_mask, cache):
-    config = s.config
-    batch, length = tokens.shape
-    chunk = s.prefill_chunk
-    if length > chunk and length % chunk == 0:
-        n = length // chunk
-        split = lambda x: jnp.moveaxis(x.reshape(batch, n, chunk), 1, 0)
-
-        def step(c, xs):
-            t, p, m = xs
-            h, c = models.forward(config, params, t, p, m, c, return_hidden=True)
-            return c, h[:, -1]
-
-        cache, last = jax.lax.scan(step, cache, (split(tokens), split(positions), split(token_mask)))
-        hidden_last = last[-1]
-    else:
-        hidden, cache = models.forward(config, params, tokens, positions, token_mask, cache, return_hidden=True)
-        hidden_last = hidden[:, -1]
-    return _logits_last(config, params, hidden_last), cache
+def _prefill_impl(s: Sampler, params, tokens, counts, cache):
+    weights = decode_step.layer_weights(params)
+    counts = counts.astype(jnp.int32)
+    hidden, cache = decode_step.forward(s.config, weights, cache, tokens.astype(jnp.int32), counts)
+    last = jnp.take_along_axis(hidden, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)[:, 0]
+    return _logits_last(s.config, weights, last), cache
 
 
-_prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(5,))
+_prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(4,))
 
 
-def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_ids, budgets, rng) -> DecodeOutput:
+def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
     config, n = s.config, s.max_new_tokens
+    write = decode_step.kv_write_for(s.kv_write)
     batch = logits.shape[0]
     budgets = jnp.minimum(budgets.astype(jnp.int32), n)
-    # Re-lay out weights and cache once per call, outside the loop (see decode_step's docstring).
-    weights = decode_step.prepare_weights(params)
+    weights = decode_step.layer_weights(params)  # per-layer already when given `decode_weights`
     init = DecodeState(
         step=jnp.zeros((), jnp.int32),
         done=budgets <= 0,
         stopped=jnp.zeros((batch,), bool),
-        positions=positions.astype(jnp.int32),
         logits=logits.astype(jnp.float32),
         tokens=jnp.full((batch, n), PAD_ID, jnp.int32),
         logprobs=jnp.zeros((batch, n), jnp.float32),
         lengths=jnp.zeros((batch,), jnp.int32),
         budgets=budgets,
         stop_ids=stop_ids.astype(jnp.int32),
-        cache=decode_step.prepare_kv(cache, span),
+        cache=cache,
         rng=rng,
-        index=cache.index,
     )
 
     def cond(st: DecodeState):
@@ -125,21 +139,17 @@ def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_i
         lengths = st.lengths + live
         hit_stop = live & jnp.any(tok[:, None] == st.stop_ids, axis=-1)
         # The sampled token goes into the cache even when it ends the row: the engine appends after it.
-        hidden, kv = decode_step.step(
-            config, weights, st.cache, tok[:, None], st.positions[:, None], live[:, None], st.index
-        )
+        hidden, kv = decode_step.forward(config, weights, st.cache, tok[:, None], live.astype(jnp.int32), write)
         return st.replace(
             step=st.step + 1,
             done=st.done | hit_stop | (lengths >= st.budgets),
             stopped=st.stopped | hit_stop,
-            positions=st.positions + live,
-            logits=jnp.where(live[:, None], _logits_last(config, params, hidden), st.logits),
+            logits=jnp.where(live[:, None], _logits_last(config, weights, hidden[:, 0]), st.logits),
             tokens=jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.step)),
             logprobs=jax.lax.dynamic_update_slice(st.logprobs, lp[:, None], (0, st.step)),
             lengths=lengths,
             cache=kv,
             rng=rng,
-            index=st.index + 1,
         )
 
     st = jax.lax.while_loop(cond, body, init)
@@ -148,38 +158,29 @@ def _decode_impl(s: Sampler, span: int, params, logits, positions, cache, stop_i
         logprobs=st.logprobs,
         lengths=st.lengths,
         stopped=st.stopped,
-        positions=st.positions,
         logits=st.logits,
-        cache=decode_step.restore(cache, st.cache, st.index),
+        cache=st.cache,
     )
 
 
-_decode = jax.jit(_decode_impl, static_argnums=(0, 1), donate_argnums=(5,))
+_decode = jax.jit(_decode_impl, static_argnums=0, donate_argnums=(3,))
 
 
 # ----------------------------------------------------------------------------- host-side helpers
 
 
-def left_pad(seqs: Sequence[Sequence[int]], length: int, rows: int | None = None, start_positions=None):
-    """Left-pad token lists into numpy (tokens, positions, mask) of shape [rows, length].
-
-    Positions continue from `start_positions[i]` (default 0) over the real tokens only.
-    """
+def right_pad(seqs: Sequence[Sequence[int]], width: int, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists as a right-padded numpy block [rows, width] int32 and their counts [rows] int32."""
     rows = len(seqs) if rows is None else rows
-    tokens = np.full((rows, length), PAD_ID, np.int32)
-    mask = np.zeros((rows, length), bool)
-    positions = np.zeros((rows, length), np.int32)
+    tokens = np.full((rows, width), PAD_ID, np.int32)
+    counts = np.zeros((rows,), np.int32)
     for i, seq in enumerate(seqs):
         k = len(seq)
-        if k > length:
-            raise ValueError(f"sequence of {k} tokens does not fit a block of {length}")
-        if k:
-            tokens[i, length - k :] = seq
-            mask[i, length - k :] = True
-        start = 0 if start_positions is None else int(start_positions[i])
-        positions[i, length - k :] = start + np.arange(k)
-        positions[i, : length - k] = start
-    return tokens, positions, mask
+        if k > width:
+            raise ValueError(f"sequence of {k} tokens does not fit a block of {width}")
+        tokens[i, :k] = seq
+        counts[i] = k
+    return tokens, counts
 
 
 def stop_table(stop_token_ids, rows: int) -> np.ndarray:
@@ -194,25 +195,23 @@ def stop_table(stop_token_ids, rows: int) -> np.ndarray:
     return table
 
 
-def cache_sharding(config: ModelConfig, mesh: Mesh) -> KVCache:
-    """Shardings for a KVCache: batch over data+fsdp, kv heads over tensor when they divide."""
-    heads = "tensor" if config.num_kv_heads % mesh.shape.get("tensor", 1) == 0 else None
-    kv = NamedSharding(mesh, P(None, sharding.BATCH_AXES, None, heads, None))
-    return KVCache(k=kv, v=kv, mask=NamedSharding(mesh, P(sharding.BATCH_AXES, None)), index=NamedSharding(mesh, P()))
+def cache_sharding(config: ModelConfig, mesh: Mesh) -> DecodeCache:
+    """Shardings of a DecodeCache: rows over data+fsdp, kv heads over tensor when they divide."""
+    return decode_step.cache_sharding(config, mesh, sharding.BATCH_AXES)
 
 
 @functools.lru_cache(maxsize=64)
-def _cache_maker(config: ModelConfig, batch: int, length: int, mesh: Mesh | None):
-    make = functools.partial(models.init_cache, config, batch, length)
+def _cache_maker(config: ModelConfig, rows: int, span: int, mesh: Mesh | None):
+    make = functools.partial(decode_step.init_cache, config, rows, span)
     if mesh is None:
         return jax.jit(make)
     return jax.jit(make, out_shardings=cache_sharding(config, mesh))
 
 
-def new_cache(config: ModelConfig, batch: int, length: int, mesh: Mesh | None = None) -> KVCache:
-    """An empty cache, created directly on its sharding when a mesh is given (one compilation per
-    shape: the jitted maker is cached)."""
-    return _cache_maker(config, batch, length, mesh)()
+def new_cache(config: ModelConfig, rows: int, span: int, mesh: Mesh | None = None) -> DecodeCache:
+    """An empty cache of `span` slots per row, created directly on its sharding when a mesh is given
+    (one compilation per shape: the jitted maker is cached)."""
+    return _cache_maker(config, rows, span, mesh)()
 
 
 def put_batch(x, mesh: Mesh | None):
@@ -258,43 +257,36 @@ def generate(
     stop_token_ids: one tuple for all prompts, or one tuple per prompt. rng: a PRNG key (needed
     only when temperature > 0; defaults to key 0). With a mesh, the batch is split over data+fsdp,
     activations follow `rules.logical`, and params are used with the sharding they already carry
-    (place them with `sharding.shard_params(params, mesh, rules)`).
+    (place them with `sharding.shard_params(params, mesh, rules)`, or `decode_weights`).
     """
+    from rcgrpo_jax.sampling.session import DecodeSession
+
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one prompt and no empty prompt")
     rows = buckets.batch_bucket(len(prompts), batch_multiple(mesh))
-    length = buckets.length_bucket(max(len(p) for p in prompts))
-    if length > prefill_chunk:
-        length = -(-length // prefill_chunk) * prefill_chunk
+    longest = max(len(p) for p in prompts)
     budget = buckets.length_bucket(max_new_tokens)
-    sampler = Sampler(config, budget, SamplingParams(temperature, top_k, top_p), prefill_chunk)
-    tokens, positions, mask = left_pad(prompts, length, rows)
-    budgets = np.zeros((rows,), np.int32)
-    budgets[: len(prompts)] = max_new_tokens
-    next_pos = np.array([len(p) for p in prompts] + [0] * (rows - len(prompts)), np.int32)
-    rng = jax.random.key(0) if rng is None else rng
-
-    with mesh_context(mesh, rules):
-        cache = new_cache(config, rows, length + budget, mesh)
-        logits, cache = sampler.prefill(
-            params, put_batch(tokens, mesh), put_batch(positions, mesh), put_batch(mask, mesh), cache
-        )
-        out = sampler.decode(
-            params,
-            logits,
-            put_batch(next_pos, mesh),
-            cache,
-            put_batch(stop_table(stop_token_ids, rows), mesh),
-            put_batch(budgets, mesh),
-            rng,
-        )
-        toks, lps, lens, stopped = multihost.gather((out.tokens, out.logprobs, out.lengths, out.stopped))
-    n = len(prompts)
+    capacity = buckets.length_bucket(longest) + budget
+    session = DecodeSession(
+        config,
+        params,
+        rows,
+        capacity,
+        sampling=SamplingParams(temperature, top_k, top_p),
+        max_new_tokens=budget,
+        prefill_chunk=prefill_chunk,
+        mesh=mesh,
+        rng=jax.random.key(0) if rng is None else rng,
+        rules=rules,
+        span=buckets.span_bucket(longest + max_new_tokens, capacity),
+    )
+    session.append(prompts)
+    out = session.decode([max_new_tokens] * len(prompts), stop_token_ids)[: len(prompts)]
     return GenerateResult(
-        tokens=[toks[i, : lens[i]].tolist() for i in range(n)],
-        logprobs=[lps[i, : lens[i]] for i in range(n)],
-        lengths=[int(x) for x in lens[:n]],
-        stopped=[bool(x) for x in stopped[:n]],
+        tokens=[toks for toks, _, _ in out],
+        logprobs=[lps for _, lps, _ in out],
+        lengths=[len(toks) for toks, _, _ in out],
+        stopped=[stopped for _, _, stopped in out],
     )
 
 

@@ -1,10 +1,16 @@
-"""A live batched KV cache on the host side: append token deltas, decode, gather rows, compact.
+"""A live batched KV cache on the host side: append token deltas, decode, truncate, gather rows.
 
 This is the thin stateful shell the multi-turn rollout engine drives; every device operation is one of
-the pure jitted functions here or in `sampler.py`. Rows are episodes. The cache's write index is
-shared by the batch, so appending a left-padded delta or decoding rows that stop early leaves holes;
-`compact` squeezes each row's real slots to the front (order kept, so causality holds) when the
-index would run past the capacity.
+the pure jitted functions here or in `sampler.py`. Rows are episodes. Each row appends at its own length
+(`decode_step.DecodeCache`), so the cache has no holes and needs no compaction; every call works on the
+cache's whole span, which the session keeps at `buckets.span_bucket` of the slots its rows need:
+
+  append / decode  grow the span to span_bucket(max_b(lengths[b] + written[b])) when that is larger;
+  select / truncate  shrink it to span_bucket(max_b(lengths[b]) + max_new_tokens) when that is smaller
+                     (room for the next decode, so the two do not alternate);
+
+so a decode step reads (rows x span) slots, span within a bucket of the longest row, whatever the rows'
+history. Resizing copies one layer's K or V at a time (a transient of one layer, not of the cache).
 """
 
 from __future__ import annotations
@@ -18,41 +24,31 @@ import numpy as np
 from jax.sharding import Mesh
 
 from rcgrpo_jax import multihost, sharding
-from rcgrpo_jax.models import KVCache, ModelConfig
+from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
-from rcgrpo_jax.sampling.sampler import Sampler, left_pad, mesh_context, new_cache, put_batch, stop_table
+from rcgrpo_jax.sampling.sampler import Sampler, mesh_context, new_cache, put_batch, right_pad, stop_table
 
 
 class CapacityError(RuntimeError):
-    """A row holds more real tokens than the cache can take even after compaction."""
+    """A row would hold more tokens than the session's capacity."""
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _resize(x: jax.Array, span: int, axis: int) -> jax.Array:
+    """x with its slot axis cut or zero-padded to `span` (the rows' valid slots always fit)."""
+    if x.shape[axis] >= span:
+        return jax.lax.slice_in_dim(x, 0, span, axis=axis)
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, span - x.shape[axis])
+    return jnp.pad(x, pad)
 
 
 @jax.jit
-def compact(cache: KVCache) -> KVCache:
-    """Move each row's valid slots to the front, in order; the index becomes the longest row."""
-    order = jnp.argsort(~cache.mask, axis=1, stable=True)  # [B, S]: valid slots first
-    gather = lambda x: jnp.take_along_axis(x, order[None, :, :, None, None], axis=2)
-    mask = jnp.take_along_axis(cache.mask, order, axis=1)
-    return KVCache(k=gather(cache.k), v=gather(cache.v), mask=mask, index=jnp.max(mask.sum(1)).astype(jnp.int32))
-
-
-@jax.jit
-def take_rows(cache: KVCache, rows: jax.Array) -> KVCache:
+def take_rows(cache: DecodeCache, rows: jax.Array) -> DecodeCache:
     """The cache restricted to / repeated over `rows` (prefix sharing broadcasts a group's prompt row)."""
-    return KVCache(
-        k=jnp.take(cache.k, rows, axis=1),
-        v=jnp.take(cache.v, rows, axis=1),
-        mask=jnp.take(cache.mask, rows, axis=0),
-        index=cache.index,
-    )
-
-
-@jax.jit
-def truncate_rows(cache: KVCache, keep: jax.Array) -> KVCache:
-    """Each row b keeps only its first keep[b] valid slots (the rest become holes; `compact` reclaims them)."""
-    mask = cache.mask & (jnp.cumsum(cache.mask, axis=1) <= keep[:, None])
-    return KVCache(k=cache.k, v=cache.v, mask=mask, index=cache.index)
+    return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), cache)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -63,8 +59,9 @@ def _merge_logits(old: jax.Array, new: jax.Array, fresh: jax.Array) -> jax.Array
 class DecodeSession:
     """Episodes' live contexts as rows of one KV cache.
 
-    capacity should be at least the longest context a row may reach plus max(max_new_tokens,
-    prefill_chunk), so that compaction always makes room for the next block.
+    capacity: the most slots a row may hold (its longest context plus one decode call's budget); the
+    span never exceeds it. span: the initial span (default the smallest bucket). min_span: the
+    smallest span a resize goes to.
     """
 
     def __init__(
@@ -80,30 +77,64 @@ class DecodeSession:
         mesh: Mesh | None = None,
         rng: jax.Array | None = None,
         rules: sharding.Rules = sharding.DECODE_RULES,
+        span: int | None = None,
+        min_span: int = buckets.MIN_SPAN,
     ):
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
-        self.capacity, self.chunk = capacity, prefill_chunk
+        self.capacity, self.chunk, self.min_span = int(capacity), int(prefill_chunk), int(min_span)
         self.sampler = Sampler(config, max_new_tokens, sampling, prefill_chunk)
-        self.cache = new_cache(config, rows, capacity, mesh)
-        self.positions = np.zeros((rows,), np.int32)  # next RoPE position per row
-        self.lengths = np.zeros((rows,), np.int64)  # real tokens per row
+        span = buckets.span_bucket(0, self.capacity, self.min_span) if span is None else int(span)
+        if not 0 < span <= self.capacity:
+            raise ValueError(f"span {span} must be in (0, capacity {self.capacity}]")
+        self.cache = new_cache(config, rows, span, mesh)
+        self.lengths = np.zeros((rows,), np.int64)  # tokens per row (= the next token's RoPE position)
         self.logits = jnp.zeros((rows, config.vocab_size), jnp.float32)
-        self.index = 0
         self.rng = jax.random.key(0) if rng is None else rng
-        self.stats = {"prefill_calls": 0, "decode_calls": 0, "compactions": 0, "prefill_tokens": 0}
+        self.stats = {
+            "prefill_calls": 0,
+            "decode_calls": 0,
+            "resizes": 0,
+            "prefill_tokens": 0,
+            "decode_steps": 0,  # while-loop iterations over all decode calls
+            "kv_slots_read": 0,  # decode steps x rows x span: what the dense decode attention reads
+            "kv_slots_useful": 0,  # of those, the valid slots of the rows that were live at that step
+        }
 
     @property
     def rows(self) -> int:
-        return len(self.positions)
+        return len(self.lengths)
 
-    def _room(self, width: int) -> None:
-        if self.index + width <= self.capacity:
+    @property
+    def span(self) -> int:
+        return self.cache.span
+
+    @property
+    def positions(self) -> np.ndarray:
+        """RoPE position of each row's next token (= its length: slot i holds position i)."""
+        return self.lengths.astype(np.int32)
+
+    def _resize(self, span: int) -> None:
+        if span == self.cache.span:
             return
-        self.cache = compact(self.cache)
-        self.index = int(self.cache.index)
-        self.stats["compactions"] += 1
-        if self.index + width > self.capacity:
-            raise CapacityError(f"need {width} slots after {self.index}, capacity {self.capacity}")
+        k_t, v = list(self.cache.k_t), list(self.cache.v)
+        for i in range(len(k_t)):  # one layer at a time: the old layer is freed before the next is copied
+            k_t[i] = _resize(k_t[i], span, 3)
+            v[i] = _resize(v[i], span, 2)
+        self.cache = DecodeCache(k_t=tuple(k_t), v=tuple(v), lengths=self.cache.lengths)
+        self.stats["resizes"] += 1
+
+    def _grow(self, need: int) -> None:
+        """Make the span hold `need` slots per row (the most any row holds after the next call)."""
+        if need > self.capacity:
+            raise CapacityError(f"a row needs {need} slots, capacity {self.capacity}")
+        if need > self.cache.span:
+            self._resize(buckets.span_bucket(need, self.capacity, self.min_span))
+
+    def _shrink(self) -> None:
+        need = min(int(self.lengths.max(initial=0)) + self.sampler.max_new_tokens, self.capacity)
+        span = buckets.span_bucket(need, self.capacity, self.min_span)
+        if span < self.cache.span:
+            self._resize(span)
 
     def append(self, deltas: Sequence[Sequence[int]]) -> None:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits."""
@@ -112,66 +143,62 @@ class DecodeSession:
 
     def _append(self, deltas: Sequence[Sequence[int]]) -> None:
         deltas = list(deltas) + [()] * (self.rows - len(deltas))
-        longest = max(len(d) for d in deltas)
-        if longest == 0:
+        n = np.array([len(d) for d in deltas], np.int64)
+        if n.max(initial=0) == 0:
             return
-        width = buckets.length_bucket(longest)
-        if width > self.chunk:
-            width = -(-width // self.chunk) * self.chunk
-        tokens, positions, mask = left_pad(deltas, width, self.rows, self.positions)
-        pieces = (
-            [(0, width)]
-            if self.index + width <= self.capacity
-            else [(a, min(a + self.chunk, width)) for a in range(0, width, self.chunk)]
-        )
-        logits = None
-        for a, b in pieces:
-            self._room(b - a)
+        self._grow(int((self.lengths + n).max()))
+        tokens, _ = right_pad(deltas, int(n.max()), self.rows)
+        start = 0
+        while start < n.max():  # pieces of at most prefill_chunk columns, each of a bucketed width
+            counts = np.clip(n - start, 0, self.chunk)
+            width = min(self.chunk, buckets.length_bucket(int(counts.max())))
+            block = np.zeros((self.rows, width), np.int32)
+            block[:, : min(width, tokens.shape[1] - start)] = tokens[:, start : start + width]
             logits, self.cache = self.sampler.prefill(
-                self.params, *(put_batch(x[:, a:b], self.mesh) for x in (tokens, positions, mask)), self.cache
+                self.params, put_batch(block, self.mesh), put_batch(counts.astype(np.int32), self.mesh), self.cache
             )
-            self.index += b - a
-        fresh = np.array([len(d) > 0 for d in deltas])
-        self.logits = _merge_logits(self.logits, logits, put_batch(fresh, self.mesh))
-        n = np.array([len(d) for d in deltas])
-        self.positions = self.positions + n.astype(np.int32)
-        self.lengths = self.lengths + n
-        self.stats["prefill_calls"] += len(pieces)
+            self.logits = _merge_logits(self.logits, logits, put_batch(counts > 0, self.mesh))
+            self.lengths = self.lengths + counts
+            self.stats["prefill_calls"] += 1
+            start += self.chunk
         self.stats["prefill_tokens"] += int(n.sum())
 
     def decode(self, budgets: Sequence[int], stop_ids) -> list[tuple[list[int], np.ndarray, bool]]:
-        """Sample up to budgets[i] tokens for each row (0 = skip); per row (tokens, logprobs, stopped)."""
+        """Sample up to budgets[i] tokens for each row (0 or missing = skip); per row (tokens, logprobs,
+        stopped)."""
         with mesh_context(self.mesh, self.rules):
             return self._decode(budgets, stop_ids)
 
     def _decode(self, budgets: Sequence[int], stop_ids) -> list[tuple[list[int], np.ndarray, bool]]:
-        budgets = np.minimum(np.asarray(budgets, np.int32), self.sampler.max_new_tokens)
+        given = np.asarray(budgets, np.int64).reshape(-1)
+        if len(given) > self.rows:
+            raise ValueError(f"{len(given)} budgets for {self.rows} rows")
+        budgets = np.zeros((self.rows,), np.int64)  # rows without a budget (padding rows) skip
+        budgets[: len(given)] = np.clip(given, 0, self.sampler.max_new_tokens)
         if budgets.max(initial=0) <= 0:
             return [([], np.zeros((0,), np.float32), False)] * self.rows
-        self._room(int(budgets.max()))
+        self._grow(int((self.lengths + budgets).max()))
         self.rng, key = jax.random.split(self.rng)
-        # The loop attends over (and re-lays out) only the slots it can reach: a power-of-two span,
-        # so a long rollout compiles the decode loop a handful of times, not once per length.
-        span = min(self.capacity, buckets.batch_bucket(max(self.index + int(budgets.max()), 256)))
+        start = self.lengths.copy()
         out = self.sampler.decode(
             self.params,
             self.logits,
-            put_batch(self.positions, self.mesh),
             self.cache,
             put_batch(stop_table(stop_ids, self.rows), self.mesh),
-            put_batch(budgets, self.mesh),
+            put_batch(budgets.astype(np.int32), self.mesh),
             key,
-            span=span,
         )
         self.cache, self.logits = out.cache, out.logits
         # gather, not device_get: with several processes the rows live on other processes' devices too
-        toks, lps, lens, stopped, index = multihost.gather(
-            (out.tokens, out.logprobs, out.lengths, out.stopped, out.cache.index)
-        )
-        self.index = int(index)
-        self.positions = self.positions + lens.astype(np.int32)
+        toks, lps, lens, stopped = multihost.gather((out.tokens, out.logprobs, out.lengths, out.stopped))
+        lens = lens.astype(np.int64)
         self.lengths = self.lengths + lens
+        steps = int(lens.max(initial=0))
         self.stats["decode_calls"] += 1
+        self.stats["decode_steps"] += steps
+        self.stats["kv_slots_read"] += steps * self.rows * self.cache.span
+        # a live row at its k-th token of this call attends over start + k + 1 slots
+        self.stats["kv_slots_useful"] += int((lens * start + lens * (lens + 1) // 2).sum())
         return [(toks[i, : lens[i]].tolist(), lps[i, : lens[i]], bool(stopped[i])) for i in range(self.rows)]
 
     def truncate(self, keep: Sequence[int]) -> None:
@@ -181,16 +208,15 @@ class DecodeSession:
         if np.array_equal(keep, self.lengths):
             return
         with mesh_context(self.mesh, self.rules):
-            self.cache = truncate_rows(self.cache, put_batch(keep.astype(np.int32), self.mesh))
-        self.positions, self.lengths = keep.astype(np.int32), keep
+            self.cache = self.cache.replace(lengths=put_batch(keep.astype(np.int32), self.mesh))
+            self.lengths = keep
+            self._shrink()
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep (or repeat) the given rows, in that order: shrinks the batch or broadcasts a shared prefix."""
         idx = np.asarray(rows, np.int32)
         with mesh_context(self.mesh, self.rules):
-            self._select(idx)
-
-    def _select(self, idx: np.ndarray) -> None:
-        self.cache = take_rows(self.cache, put_batch(idx, self.mesh))
-        self.logits = jnp.take(self.logits, put_batch(idx, self.mesh), axis=0)
-        self.positions, self.lengths = self.positions[idx], self.lengths[idx]
+            self.cache = take_rows(self.cache, put_batch(idx, self.mesh))
+            self.logits = jnp.take(self.logits, put_batch(idx, self.mesh), axis=0)
+            self.lengths = self.lengths[idx]
+            self._shrink()

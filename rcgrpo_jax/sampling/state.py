@@ -5,8 +5,7 @@ from __future__ import annotations
 import flax.struct
 import jax
 
-from rcgrpo_jax.models import KVCache
-from rcgrpo_jax.sampling.decode_step import LayerKV
+from rcgrpo_jax.sampling.decode_step import DecodeCache
 
 
 @flax.struct.dataclass
@@ -16,16 +15,14 @@ class DecodeState:
     step: jax.Array  # int32 []: decode steps taken (= next column of the buffers)
     done: jax.Array  # bool [B]: row finished (stop token, budget, or never live)
     stopped: jax.Array  # bool [B]: row finished on a stop token
-    positions: jax.Array  # int32 [B]: RoPE position of the next token fed to the model
     logits: jax.Array  # f32 [B, V]: next-token logits
     tokens: jax.Array  # int32 [B, N]: sampled tokens, row i valid in [:lengths[i]]
     logprobs: jax.Array  # f32 [B, N]: log-prob of each under the sampled-from distribution
     lengths: jax.Array  # int32 [B]: tokens sampled per row
     budgets: jax.Array  # int32 [B]: per-row cap on tokens this call
     stop_ids: jax.Array  # int32 [B, K]: per-row stop tokens, -1 = unused
-    cache: LayerKV  # the first `span` cache slots, per layer, in the decode loop's layout
+    cache: DecodeCache  # written in place; a row's next token goes to slot cache.lengths[row]
     rng: jax.Array
-    index: jax.Array  # int32 []: next cache slot to write
 
 
 @flax.struct.dataclass
@@ -34,8 +31,7 @@ class DecodeOutput:
 
     tokens: jax.Array  # int32 [B, N]
     logprobs: jax.Array  # f32 [B, N]
-    lengths: jax.Array  # int32 [B]
+    lengths: jax.Array  # int32 [B]: tokens sampled per row
     stopped: jax.Array  # bool [B]
-    positions: jax.Array  # int32 [B]: position of the next token to append
     logits: jax.Array  # f32 [B, V]: next-token logits (unchanged for rows that did not decode)
-    cache: KVCache
+    cache: DecodeCache

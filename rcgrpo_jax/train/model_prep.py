@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -157,6 +157,20 @@ def shard_bytes(tree, shardings) -> int:
     return total
 
 
+def program_bytes(compiled) -> int:
+    """Bytes one device needs while a compiled program runs: its arguments, its outputs not aliased to
+    (donated) arguments, its temporaries and its code (XLA's memory analysis)."""
+    ma = compiled.memory_analysis()
+    code = int(getattr(ma, "generated_code_size_in_bytes", 0))
+    return (
+        int(ma.argument_size_in_bytes)
+        + int(ma.output_size_in_bytes)
+        - int(ma.alias_size_in_bytes)
+        + int(ma.temp_size_in_bytes)
+        + code
+    )
+
+
 def memory_report(compiled, abstract_state, state_sh) -> dict[str, float]:
     """Per-device GB: parameters and optimizer state (from their shardings), and XLA's figures."""
     ma = compiled.memory_analysis()
@@ -174,6 +188,42 @@ def memory_report(compiled, abstract_state, state_sh) -> dict[str, float]:
         "temp_gb": temp / 1e9,
         "code_gb": code / 1e9,
         "peak_gb": (args + out - alias + temp + code) / 1e9,
+    }
+
+
+PHASES = ("update", "prefill", "decode")
+
+
+def memory_plan(
+    phases: dict[str, float],
+    resident: dict[str, float],
+    resident_during: dict[str, Sequence[str]],
+    limit_gb: float,
+) -> dict[str, Any]:
+    """The dry run's per-device memory plan (GB).
+
+    phases: what each program needs beyond the resident buffers it reads (a phase a trainer does not
+      run is 0); resident: the buffers that outlive a program (train state, reference, decode weights,
+      KV cache); resident_during[phase]: the names of those that are alive while the phase runs.
+      per_device_gb.resident = sum(resident); per_device_gb.peak = max over phases of
+      (phase + its resident buffers); fits = peak <= limit_gb.
+    """
+    unknown = {n for names in resident_during.values() for n in names} - set(resident)
+    if unknown or set(phases) - set(PHASES) or set(resident_during) != set(phases):
+        raise ValueError(f"memory plan: unknown resident buffers {sorted(unknown)} or phases {sorted(phases)}")
+    during = {ph: sum(resident[n] for n in resident_during[ph]) for ph in phases}
+    totals = {ph: phases[ph] + during[ph] for ph in phases}
+    peak_phase = max(totals, key=totals.get)
+    per_device = {ph: float(phases.get(ph, 0.0)) for ph in PHASES}
+    per_device["resident"] = float(sum(resident.values()))
+    per_device["peak"] = float(totals[peak_phase])
+    return {
+        "per_device_gb": per_device,
+        "resident_gb": {k: float(v) for k, v in resident.items()},
+        "resident_during_gb": during,
+        "peak_phase": peak_phase,
+        "limit_gb": float(limit_gb),
+        "fits": bool(per_device["peak"] <= limit_gb),
     }
 
 

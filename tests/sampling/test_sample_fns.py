@@ -7,6 +7,7 @@ import hypothesis.extra.numpy as hnp
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,5 +91,12 @@ def test_buckets():
         192,
         256,
     ]
-    assert [buckets.batch_bucket(n) for n in (1, 3, 8, 9)] == [1, 4, 8, 16]
-    assert buckets.batch_bucket(3, multiple=8) == 8
+    # rows: multiples of 8 (and of the batch sharding), not powers of two: 160 episodes stay 160 rows
+    assert [buckets.batch_bucket(n) for n in (0, 1, 3, 8, 9, 129, 160)] == [8, 8, 8, 8, 16, 136, 160]
+    assert buckets.batch_bucket(160, multiple=4) == 160
+    assert buckets.batch_bucket(3, multiple=16) == 16 and buckets.batch_bucket(17, multiple=12) == 24
+    # spans: a length bucket of what the rows need, at least MIN_SPAN, at most the capacity
+    assert [buckets.span_bucket(n, 20_000) for n in (0, 256, 257, 5000, 12289)] == [256, 256, 384, 6144, 16384]
+    assert buckets.span_bucket(16_500, 16_896) == 16_896 and buckets.span_bucket(10, 64) == 64
+    with pytest.raises(ValueError, match="capacity"):
+        buckets.span_bucket(65, 64)

@@ -8,10 +8,10 @@ import torch
 import transformers
 
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.sampling import SamplingParams, generate
+from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, generate
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
-from rcgrpo_jax.sampling.sampler import Sampler, left_pad, new_cache, stop_table
-from rcgrpo_jax.sampling.session import DecodeSession
+from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
+from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
 
 PROMPT_LENS = (3, 11, 7, 20)
 NEW = 12
@@ -111,6 +111,22 @@ def test_stop_tokens_per_row_and_chunked_prefill(checkpoint):
         assert got == row[:cut] and stopped
 
 
+def test_a_wide_prefill_block_attends_in_query_blocks(checkpoint):
+    """Prompts of 150 and 9 tokens in one 192-wide block: its queries attend in QUERY_BLOCK pieces (the
+    last one padded); the greedy tokens equal HF's and the log-probs a full forward."""
+    from rcgrpo_jax.sampling import decode_step
+
+    hf, config, params, _ = checkpoint
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(1, 96, n).tolist() for n in (150, 9)]
+    assert buckets.length_bucket(150) == 192 and 192 % decode_step.QUERY_BLOCK > 0
+    res = generate(config, params, prompts, max_new_tokens=6, prefill_chunk=256)
+    assert res.tokens == _hf_greedy(hf, prompts, 6)
+    for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
+        full = _hf_logprobs(hf, p + toks)
+        np.testing.assert_allclose(lps, full[np.arange(len(p) - 1, len(p) + 5), toks], atol=2e-4)
+
+
 def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
     _, config, params, prompts = checkpoint
     sp = SamplingParams(temperature=1.3, top_k=20, top_p=0.9)
@@ -146,19 +162,29 @@ def test_sampled_logprobs_are_of_the_filtered_distribution(checkpoint):
 
 
 def test_session_append_continues_like_a_fresh_prompt(checkpoint):
-    """Decode, append deltas of different lengths to the live cache, decode again; compaction included."""
+    """Decode, append deltas of different lengths to the live cache, decode again; the span grows
+    with the longest row (from a 16-slot start) and every row writes at its own length."""
     _, config, params, prompts = checkpoint
     sess = DecodeSession(
-        config, params, len(prompts), capacity=64, sampling=SamplingParams(), max_new_tokens=8, prefill_chunk=16
+        config,
+        params,
+        len(prompts),
+        capacity=72,
+        sampling=SamplingParams(),
+        max_new_tokens=8,
+        prefill_chunk=16,
+        min_span=16,
     )
+    assert sess.span == 16
     sess.append(prompts)
+    assert sess.span == 32 and sess.lengths.tolist() == list(PROMPT_LENS)  # the longest prompt is 20
     first = sess.decode([5, 8, 3, 6], ())
     deltas = [[5, 6, 7], [9], list(range(10, 30)), [40, 41]]
     sess.append(deltas)
     second = sess.decode([8] * 4, ())
-    sess.append([[1, 2]] * 4)  # 64 slots are short by now: forces a compaction
+    sess.append([[1, 2]] * 4)
     third = sess.decode([4] * 4, ())
-    assert sess.stats["compactions"] >= 1
+    assert sess.stats["resizes"] == 2 and sess.span == 48  # 7 + 3 + 20 + 8 + 2 + 4 = 44 slots in row 2
     for i, p in enumerate(prompts):
         ctx = p + first[i][0] + deltas[i]
         assert second[i][0] == generate(config, params, [ctx], max_new_tokens=8).tokens[0]
@@ -166,6 +192,34 @@ def test_session_append_continues_like_a_fresh_prompt(checkpoint):
         ref = generate(config, params, [ctx], max_new_tokens=4)
         assert third[i][0] == ref.tokens[0]
         np.testing.assert_allclose(third[i][1], ref.logprobs[0], atol=2e-4)
+        assert sess.lengths[i] == len(ctx) + 4
+    with pytest.raises(CapacityError):
+        sess.append([list(range(1, 31))] * 4)  # row 2 would hold 74 > 72 slots
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
+def test_session_truncate_and_select_shrink_the_span(checkpoint):
+    """Rows leave (select) and contexts are cut (truncate): the span shrinks to the longest row plus a
+    decode budget, and what is decoded next equals a fresh prompt of the kept context."""
+    _, config, params, prompts = checkpoint
+    sess = DecodeSession(
+        config, params, 4, capacity=96, sampling=SamplingParams(), max_new_tokens=8, prefill_chunk=16, min_span=16
+    )
+    long = [prompts[i] + list(range(1, 41)) for i in range(4)]  # 43..60 tokens
+    sess.append(long)
+    assert sess.span == 64
+    sess.select([0, 2, 0])  # rows of 43, 47, 43 tokens
+    assert sess.rows == 3 and sess.lengths.tolist() == [43, 47, 43]
+    sess.truncate([5, 30, 43])
+    assert sess.lengths.tolist() == [5, 30, 43] and sess.span == 64  # 43 + 8 still needs 64
+    sess.truncate([5, 30, 10])
+    assert sess.span == 48  # 30 + 8 = 38 slots: bucket 48
+    sess.append([[7, 8], [9], [11, 12, 13]])
+    out = sess.decode([6, 6, 6], ())
+    for ctx, (toks, lps, _) in zip([long[0][:5] + [7, 8], long[2][:30] + [9], long[0][:10] + [11, 12, 13]], out):
+        ref = generate(config, params, [ctx], max_new_tokens=6)
+        assert toks == ref.tokens[0]
+        np.testing.assert_allclose(lps, ref.logprobs[0], atol=2e-4)
 
 
 def test_generate_on_a_mesh_matches_single_device(checkpoint):
@@ -176,36 +230,121 @@ def test_generate_on_a_mesh_matches_single_device(checkpoint):
     assert res.tokens == generate(config, params, prompts, max_new_tokens=NEW).tokens
 
 
-def test_decode_over_a_span_of_the_cache_matches_the_whole_cache(checkpoint):
-    """The loop works on the first `span` slots only; tokens, log-probs and the returned cache agree."""
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
+def test_decode_weights_cast_once_split_per_layer_and_placed(checkpoint):
+    """decode_weights: every leaf in the decode dtype, the layers as one pytree each (the stacked [L]
+    axis gone from the values and the shardings), on the decode shardings; float32 decode weights
+    generate exactly what the stacked params do."""
+    from rcgrpo_jax.sampling import decode_weights
+
+    _, config, params, prompts = checkpoint
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    stacked_sh = sharding.param_shardings(
+        jax.eval_shape(lambda: params), mesh, sharding.DECODE_RULES.params, sharding.DECODE_RULES.logical
+    )
+    train = sharding.shard_params(params, mesh, sharding.TRAIN_RULES)
+    w = decode_weights(train, jnp.bfloat16, stacked_sh)
+    assert len(w["layers"]) == config.num_layers and isinstance(w["layers"], tuple)
+    assert {x.dtype for x in jax.tree.leaves(w)} == {jnp.dtype(jnp.bfloat16)}
+    q = w["layers"][1]["attn"]["q_proj"]["kernel"]
+    np.testing.assert_array_equal(
+        np.asarray(q), np.asarray(params["layers"]["attn"]["q_proj"]["kernel"][1].astype(jnp.bfloat16))
+    )
+    assert (
+        tuple(q.sharding.spec) == tuple(stacked_sh["layers"]["attn"]["q_proj"]["kernel"].spec)[1:] == (None, "tensor")
+    )
+    assert w["embed"]["embedding"].sharding.spec == stacked_sh["embed"]["embedding"].spec
+    f32 = decode_weights(params, jnp.float32)
+    assert (
+        generate(config, f32, prompts, max_new_tokens=NEW).tokens
+        == generate(config, params, prompts, max_new_tokens=NEW).tokens
+    )
+
+
+def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
+    """Prefill and decode work on the cache's whole span: 48 and 96 slots give the same tokens,
+    log-probs, lengths and valid slots (prompts appended at each row's own length, 0)."""
     _, config, params, prompts = checkpoint
     sampler = Sampler(config, 8, SamplingParams(temperature=1.0, top_k=20))
-    tokens, positions, mask = left_pad(prompts, 32)
+    tokens, counts = right_pad(prompts, 32)
     outs = []
-    for span in (None, 48):
-        cache = new_cache(config, len(prompts), 96)
-        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache)
+    for span in (48, 96):
+        cache = new_cache(config, len(prompts), span)
+        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(counts), cache)
+        assert np.asarray(cache.lengths).tolist() == list(PROMPT_LENS)
         out = sampler.decode(
             params,
             logits,
-            jnp.asarray([len(p) for p in prompts]),
             cache,
             jnp.asarray(stop_table((), len(prompts))),
             jnp.full((len(prompts),), 8),
             jax.random.key(3),
-            span=span,
         )
         outs.append(jax.device_get(out))
-    full, part = outs
-    np.testing.assert_array_equal(part.tokens, full.tokens)
-    np.testing.assert_allclose(part.logprobs, full.logprobs, atol=1e-5)
-    assert int(part.cache.index) == int(full.cache.index) == 40
-    np.testing.assert_array_equal(part.cache.mask, full.cache.mask)
-    assert part.cache.mask[:, 32:40].all() and not part.cache.mask[:, 40:].any()
-    np.testing.assert_allclose(
-        part.cache.k, full.cache.k, rtol=1e-5, atol=1e-5
-    )  # attention over 48 vs 96 slots: summation order
-    np.testing.assert_allclose(part.cache.v, full.cache.v, rtol=1e-5, atol=1e-5)
+    short, full = outs
+    np.testing.assert_array_equal(short.tokens, full.tokens)
+    np.testing.assert_allclose(short.logprobs, full.logprobs, atol=1e-5)
+    assert short.cache.lengths.tolist() == full.cache.lengths.tolist() == [n + 8 for n in PROMPT_LENS]
+    for i, n in enumerate(short.cache.lengths):  # valid slots agree (attention over 48 vs 96: summation order)
+        pairs = [(short.cache.k_t[j][i, :, :, :n], full.cache.k_t[j][i, :, :, :n]) for j in range(2)]
+        pairs += [(short.cache.v[j][i, :, :n], full.cache.v[j][i, :, :n]) for j in range(2)]
+        for x, y in pairs:
+            np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
+def test_the_earlier_call_forms_give_the_same_result(checkpoint):
+    """prefill(params, tokens, positions, token_mask, cache) with left padding and decode(params, logits,
+    positions, cache, ...) (bench.gpu's calls) equal the per-row forms."""
+    _, config, params, prompts = checkpoint
+    sampler = Sampler(config, 6, SamplingParams())
+    right, counts = right_pad(prompts, 32)
+    left = np.zeros_like(right)
+    for i, p in enumerate(prompts):
+        left[i, 32 - len(p) :] = p
+    args = (jnp.asarray(stop_table((), 4)), jnp.full((4,), 6), jax.random.key(0))
+    logits, cache = sampler.prefill(params, jnp.asarray(right), jnp.asarray(counts), new_cache(config, 4, 48))
+    new = jax.device_get(sampler.decode(params, logits, cache, *args))
+    old_logits, cache = sampler.prefill(
+        params, jnp.asarray(left), jnp.zeros((4, 32), jnp.int32), jnp.asarray(left > 0), new_cache(config, 4, 48)
+    )
+    np.testing.assert_allclose(old_logits, logits, atol=1e-5 * float(jnp.abs(logits).max()))
+    old = jax.device_get(sampler.decode(params, old_logits, jnp.asarray(counts), cache, *args))
+    np.testing.assert_array_equal(old.tokens, new.tokens)
+    assert old.cache.lengths.tolist() == new.cache.lengths.tolist() == [n + 6 for n in PROMPT_LENS]
+    with pytest.raises(TypeError):
+        sampler.decode(params, logits, *args)
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
+def test_scatter_and_select_writes_decode_alike(checkpoint):
+    """The decode step's two key/value writes (scatter: a GPU's; select: a CPU's) give the same tokens,
+    log-probs and valid cache slots, rows of different lengths and budgets (one row idle)."""
+    _, config, params, prompts = checkpoint
+    tokens, counts = right_pad(prompts, 32)
+    outs = []
+    for write in ("scatter", "select"):
+        sampler = Sampler(config, 8, SamplingParams(temperature=1.0), kv_write=write)
+        logits, cache = sampler.prefill(params, jnp.asarray(tokens), jnp.asarray(counts), new_cache(config, 4, 48))
+        budgets = jnp.asarray([8, 3, 0, 5])
+        outs.append(
+            jax.device_get(
+                sampler.decode(params, logits, cache, jnp.asarray(stop_table((), 4)), budgets, jax.random.key(2))
+            )
+        )
+    a, b = outs
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    # the two programs fuse differently: float32 rounding apart, at the scale of the values compared
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5 * np.abs(b.logprobs).max())
+    assert a.cache.lengths.tolist() == b.cache.lengths.tolist() == [3 + 8, 11 + 3, 7, 20 + 5]
+    for i, n in enumerate(a.cache.lengths):
+        for x, y in (
+            (a.cache.k_t[1][i, :, :, :n], b.cache.k_t[1][i, :, :, :n]),
+            (a.cache.v[1][i, :, :n], b.cache.v[1][i, :, :n]),
+        ):
+            np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
+    with pytest.raises(ValueError, match="kv_write"):
+        decode_step.kv_write_for("gather")
 
 
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
