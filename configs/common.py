@@ -48,6 +48,7 @@ def model(preset: str) -> ml_collections.ConfigDict:
     c.tiny_tools_format = "signatures" if preset == "tiny" else "json"
     c.dtype = "float32" if preset == "tiny" else "bfloat16"  # compute dtype
     c.param_dtype = "float32"  # master weights (AdamW moments follow)
+    c.decode_dtype = "float32" if preset == "tiny" else "bfloat16"  # rollout weights, cast once per RL step
     c.remat = preset != "tiny"  # rematerialise each decoder layer in the backward pass
     # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`bench.train
     # --unroll`); the rolled loop keeps 28-32-layer compiles short.

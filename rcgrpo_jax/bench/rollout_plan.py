@@ -39,8 +39,10 @@ The two designs, each replayed with its own bookkeeping (no device; decode steps
   rows shrink to the next multiple of 8 (SHRINK). Printed beside it: the same with whole steps
   ("new_whole_steps") and with ragged reads ("new_ragged").
 
-Both replays are checked call by call (rows, span, iterations; compactions) against the real
-ModelPolicy + DecodeSession on a tiny model (tests/bench/test_rollout_plan.py).
+The new design's replay is checked call by call (rows, span, iterations) against the real ModelPolicy +
+DecodeSession on a tiny model, with and without refill (tests/bench/test_rollout_plan.py). The baseline
+mirrors the shared-index session that the per-row one replaced (commit c123769); it was checked call by
+call (and compaction by compaction) against that session before it went.
 
 Figures, summed over every decode iteration of every call:
   kv_read_utilisation = useful KV slots read / KV slots read, useful = the real context slots of each

@@ -142,6 +142,10 @@ def evaluate(
         render_mode=eval_cfg.get("render_mode", "auto"),
         thinking=eval_cfg.get("thinking"),
     )
+    if policy == "model" and params is not None:  # split per layer once, not in every prefill/decode call
+        from rcgrpo_jax.sampling import decode_weights
+
+        params = decode_weights(params, model_cfg.dtype)
     results: list[dict] = []
     batch = max(int(eval_cfg.batch_size), 1)
     t0 = time.perf_counter()

@@ -112,7 +112,7 @@ class ModelPolicy:
         self.sched: RowScheduler | None = None  # continuous batching only
         self.prompts: list[list[int]] = []
         self.keys: list = []
-        # Longest row + room for one more block (compaction keeps a row's real tokens <= max_context).
+        # Longest row + room for one more block (a row holds at most max_context real tokens, at its own length).
         self.capacity = max_context + max(prefill_chunk, buckets.length_bucket(max_step_tokens))
         self.session: DecodeSession | None = None
         self.row_of: dict[int, int] = {}  # episode -> session row

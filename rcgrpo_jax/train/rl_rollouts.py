@@ -47,7 +47,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
     from rcgrpo_jax.envs import bfcl
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
     from rcgrpo_jax.rollout.distributed import run_across_processes
-    from rcgrpo_jax.sampling import SamplingParams
+    from rcgrpo_jax.sampling import SamplingParams, decode_weights
 
     t0 = time.perf_counter()
     rl = config.rl
@@ -78,7 +78,10 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
     stream_rows = int(rl.get("rollout_rows", 0) or 0)
     chunk = len(rows) if stream_rows else (int(rl.rollout_chunk) or len(rows))
     episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
-    decode_params = jax.device_put(params, setup.decode_shardings)
+    # Cast once per step to model.decode_dtype (bf16 on the GPU presets) and placed by the decode rules.
+    decode_params = decode_weights(
+        params, config.model.get("decode_dtype") or config.model.dtype, setup.decode_shardings
+    )
     # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
     for c in range(0, len(rows), chunk):
 
