@@ -83,11 +83,15 @@ def rl_config(
     rl.max_step_tokens = 512  # decode budget of one assistant step
     rl.max_steps_per_turn = placeholder(int)  # None = the environment's cap (BFCL: 20)
     rl.prefill_chunk = 512
-    rl.rollout_chunk = 160  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
+    rl.rollout_chunk = (
+        80 if preset == "llama3_1_8b" else 160
+    )  # rollouts per engine call (bounds the KV cache); 0 = all; a multiple of group_size
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
     # Continuous batching: the step's rollouts stream through this many decode rows, a freed row refilled
     # with the next waiting group (rollout.scheduler.RowScheduler); 0 = chunks of rollout_chunk, no refill.
-    rl.rollout_rows = 160
+    # LLaMA-3.1-8B has 8 KV heads (Qwen2.5-7B 4): its KV cache at 160 rows x 16k slots does not fit beside
+    # the train state (--dry_run: peak 180.8 GB per device at 160, 109.4 GB at 80).
+    rl.rollout_rows = 80 if preset == "llama3_1_8b" else 160
     rl.rollout_slice = (
         8  # decode tokens per call with rollout_rows (a row that ends its step frees early); 0 = whole steps
     )

@@ -4,7 +4,7 @@
 #   bash launch/quickstart.sh [--seeds N] [--workdir DIR] [--budget quickstart|smoke] [--eval_split test|train]
 #
 # Sets up .venv (launch/setup_env.sh: package registries only, no model or data downloads), then runs
-# rcgrpo_jax.pipeline.ablation: world + tiny Qwen2 checkpoint -> base eval -> SFT and RCTP-FT -> GRPO and
+# rcgrpo_jax.pipeline.ablation: world + tiny Qwen3 checkpoint -> base eval -> SFT and RCTP-FT -> GRPO and
 # RC-GRPO from each (equal budgets, fixed seeds) -> greedy eval with BFCL's official checker -> DIR/report.md
 # and DIR/plots/*.png. Default DIR: runs/ablation. A rerun with the same DIR resumes finished stages.
 # Measure peak memory with:  /usr/bin/time -v bash launch/quickstart.sh   ("Maximum resident set size").

@@ -3,7 +3,7 @@
     python -m rcgrpo_jax.pipeline.ablation --workdir runs/ablation [--seeds N] [--budget quickstart]
 
 Stages, all through the same code as the 7B pipeline (the stage trainers' `run(config, workdir)`):
-  1. world + a tiny HF checkpoint (random init, Qwen2 architecture, tokenizer trained on the world's
+  1. world + a tiny HF checkpoint (random init, Qwen3 architecture, tokenizer trained on the world's
      train corpus);
   2. evaluation of the base model;
   3. SFT on expert trajectories; RCTP-FT on expert + failure trajectories 1:1 (both from the base);
@@ -115,13 +115,15 @@ def _fmt(seconds: float) -> str:
 
 
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
-    """The tiny Qwen2 checkpoint, tokenizer trained on the world's train corpus (test names reach the
-    model as pieces of trained tokens)."""
+    """The tiny checkpoint (`budget.arch`, Qwen3 for the quickstart), tokenizer trained on the world's train
+    corpus (test names reach the model as pieces of trained tokens)."""
     from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, "base_model")
     if not os.path.exists(os.path.join(path, "config.json")):
-        model_prep.build_tiny(stage_config("sft", budget, {}), path, seed=0, **budget.model)
+        model_prep.build_tiny(
+            stage_config("sft", budget, {"model.tiny_arch": budget.arch}), path, seed=0, **budget.model
+        )
     return path
 
 

@@ -5,7 +5,7 @@
 On AWPO's own backbone family: a tiny Qwen3 (per-head q/k RMSNorm, no attention biases, head_dim apart
 from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``) built offline with a tokenizer trained on the
 world's train text. One SFT policy of it (the quickstart's stage 1 through the same code, in its own
-directories, so it sits beside the RC-GRPO ablation's Qwen2 stage 1 in one workdir and reuses its data
+directories, so it sits beside the RC-GRPO ablation's stage 1 in one workdir and reuses its data
 files), then RL rows with equal budgets from it:
 GRPO (outcome reward only), the naive mixed reward (GRPO on r + s: no gate, no difficulty weight, no clip
 change), AWPO, and AWPO without each of its three parts (gate always open; difficulty weight 1; a fixed

@@ -43,7 +43,8 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
 
     rl = config.rl
     episodes = int(config.train.batch_size)
-    chunk = int(rl.rollout_chunk) or episodes
+    # Continuous batching streams every rollout through rl.rollout_rows rows; else one row per rollout of a chunk.
+    chunk = int(rl.get("rollout_rows", 0) or 0) or int(rl.rollout_chunk) or episodes
     new_tokens = buckets.length_bucket(int(rl.max_step_tokens))
     return {
         "rows": buckets.batch_bucket(min(chunk, episodes), batch_multiple(mesh)),

@@ -137,8 +137,8 @@ def test_console_eta_rescales_by_measured_speed(capsys):
 
 
 def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
-    """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's Qwen2 stage 1
-    in the same workdir (whose SFT is not trained again; the data files are shared)."""
+    """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's stage 1 in the
+    same workdir (whose SFT is not trained again; the data files are shared)."""
     from rcgrpo_jax.pipeline import awpo_ablation
 
     workdir, _ = smoke_run
@@ -151,7 +151,7 @@ def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_rep
         assert hf["model_type"] == "qwen3" and hf["architectures"] == ["Qwen3ForCausalLM"], d
         assert hf["head_dim"] != hf["hidden_size"] // hf["num_attention_heads"], d
     with open(os.path.join(workdir, "sft", "hf", "config.json")) as f:
-        assert json.load(f)["model_type"] == "qwen2"  # the RC-GRPO ablation's stage 1, untouched
+        assert json.load(f)["model_type"] == budgets.SMOKE.arch  # the RC-GRPO ablation's own stage 1, untouched
     assert list(payload["rows"]) == ["SFT", *awpo_ablation.ROWS]
     for r in payload["rows"].values():
         assert 0.0 <= r["test_overall"] <= 1.0 and len(r["per_seed"]) == 1
