@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-shot accelerator check on a single H200 (no network, no pip): decode tokens/s of a random
-# Qwen2.5-1.5B-shaped model at batch 1/16/64 with the fraction of the HBM bound, the MFU of one
+# Qwen2.5-1.5B-shaped model at batch 1/16/64 with the fraction of the HBM bound, the production decode
+# (Qwen2.5-7B-shaped, bf16, 40 rows each reading an 8k-slot span: tok/s, HBM fraction, peak memory), the MFU of one
 # RC-GRPO update step on 8 x 4096 tokens, and cuDNN's fused attention against the XLA path at 4k and
 # 16k tokens (Qwen2.5-7B heads: max difference, forward and backward times; --skip attention leaves it
 # out). Needs only what the box has: jax with its CUDA plugin, flax, optax, numpy, ml_collections and

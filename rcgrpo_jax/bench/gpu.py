@@ -13,6 +13,8 @@ One JSON line per measurement, each guarded so a failure prints an "error" row a
   decode    per batch size: prefill and decode times (compilation reported apart), decode tokens/s and
             the fraction of the HBM bound. Bytes per decode step = every weight once + the KV cache
             of the live context (prompt + half the new tokens on average), bf16.
+  prod_decode  the production decode: Qwen2.5-7B-shaped, 40 rows (rc_grpo's 160 over 4 batch shards) each
+            reading an 8k-slot span, 64 tokens: tok/s, fraction of the HBM bound, peak memory
   rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
             (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
   attention (with --attention; launch/gpu_check.sh passes it) per sequence length (4k, 16k): one layer of
@@ -51,6 +53,17 @@ SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16
     ),
+    # Qwen2.5-7B's published shape (untied embeddings): the production decode row.
+    "qwen2.5-7b": dict(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -69,6 +82,13 @@ class Plan:
     deadline_s: float = 420.0  # measurements not started by then are reported as skipped
     attn_seqs: tuple[int, ...] = (4096, 16384)
     attn_heads: tuple[int, int, int] = (28, 4, 128)  # Qwen2.5-7B: query heads, KV heads, head_dim
+    # The production decode (configs/rc_grpo.py:qwen2_5_7b): 160 rows over 4 batch shards = 40 rows per
+    # device, each row reading an 8k-slot span (the mean of BFCL's 2k-16k contexts), bf16 weights and cache.
+    # One H200 holds the whole model (the production mesh splits it over tensor=2: half the weight bytes).
+    prod_shape: str = "qwen2.5-7b"
+    prod_rows: int = 40
+    prod_span: int = 8192
+    prod_new: int = 64
 
 
 TINY = Plan(
@@ -81,6 +101,10 @@ TINY = Plan(
     repeats=1,
     attn_seqs=(64, 128),
     attn_heads=(4, 2, 16),
+    prod_shape="tiny",
+    prod_rows=8,
+    prod_span=64,
+    prod_new=8,
 )
 
 
@@ -91,13 +115,12 @@ def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
         model_type="qwen2",
         rope_theta=1e6,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
         attention_bias=True,
         max_position_embeddings=32768,
         param_dtype=param_dtype,
         dtype=dtype,
         remat=remat,
-        **SHAPES[shape],
+        **{"tie_word_embeddings": True, **SHAPES[shape]},
     )
 
 
@@ -173,6 +196,63 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
         "bytes_per_step": step_bytes,
         "achieved_bytes_s": step_bytes / step_s,
         "hbm_bound_fraction": step_bytes / step_s / hbm_bw,
+    }
+
+
+def bench_production_decode(plan: Plan, hbm_bw: float) -> dict[str, Any]:
+    """The production decode step: `plan.prod_rows` rows whose cache already holds span - new tokens
+    (no prefill: a decode step's bytes do not depend on the values), `plan.prod_new` tokens sampled at
+    temperature 1 through the session's own decode program, bf16 weights split once (`decode_weights`).
+    Bytes per step = every weight once + the whole span of every row (what the dense decode reads)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rcgrpo_jax import models
+    from rcgrpo_jax.sampling import DecodeCache, Sampler, SamplingParams, decode_weights, new_cache, stop_table
+
+    config = model_config(plan.prod_shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
+    t = time.perf_counter()
+    params = decode_weights(models.init_params(config, jax.random.key(0)), jnp.bfloat16)
+    params = jax.block_until_ready(params)
+    init_s = time.perf_counter() - t
+    rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
+    sampler = Sampler(config, new, SamplingParams(temperature=1.0))
+    stops = jnp.asarray(stop_table((), rows))
+    budgets = jnp.full((rows,), new, jnp.int32)
+    logits = jnp.asarray(np.random.default_rng(0).standard_normal((rows, config.vocab_size)), jnp.float32)
+
+    def once(seed: int) -> float:
+        empty = new_cache(config, rows, span)
+        cache = DecodeCache(k_t=empty.k_t, v=empty.v, lengths=jnp.full((rows,), span - new, jnp.int32))
+        jax.block_until_ready(cache)
+        t0 = time.perf_counter()
+        out = sampler.decode(params, logits, cache, stops, budgets, jax.random.key(seed))
+        jax.block_until_ready(out.tokens)
+        assert int(np.min(np.asarray(out.lengths))) == new, "a row stopped early"
+        return time.perf_counter() - t0
+
+    t = time.perf_counter()
+    once(0)
+    compile_s = time.perf_counter() - t
+    decode_s = sorted(once(i + 1) for i in range(plan.repeats))[plan.repeats // 2]
+    weights = tree_bytes(params)
+    step_bytes = common.decode_step_bytes(weights, config, rows, span, 2)
+    step_s = decode_s / new
+    return {
+        "shape": plan.prod_shape,
+        "rows": rows,
+        "span": span,
+        "new_tokens": new,
+        "init_s": init_s,
+        "first_call_s": compile_s,
+        "decode_s": decode_s,
+        "decode_step_ms": step_s * 1e3,
+        "decode_tok_s": rows * new / decode_s,
+        "weight_bytes": weights,
+        "bytes_per_step": step_bytes,
+        "hbm_bound_fraction": step_bytes / step_s / hbm_bw,
+        "peak_memory_gb": peak_memory_gb(),
     }
 
 
@@ -361,7 +441,7 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU check of this script)")
-    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,rl_step,attention")
+    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,prod_decode,rl_step,attention")
     ap.add_argument("--attention", action="store_true", help="also compare fused (cuDNN) and XLA attention")
     ap.add_argument("--attn-seqs", default=None, help="e.g. 4096,16384")
     ap.add_argument("--decode-batches", default=None, help="e.g. 1,16,64")
@@ -430,6 +510,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 lambda b=b: bench_decode(holder["config"], holder["params"], b, plan, args.hbm_bytes_s),
             )
         holder.clear()
+    if "prod_decode" not in skip:
+        measure({"bench": "prod_decode"}, lambda: bench_production_decode(plan, args.hbm_bytes_s))
     if "rl_step" not in skip:
         measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
     if args.attention and "attention" not in skip:

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rcgrpo_jax.bench import gpu
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,6 +44,13 @@ def test_gpu_check_script_compares_attention_paths_on_cpu():
             assert r[key] > 0, key
         # bf16 inputs, f32 inside both: the two computations agree to bf16 rounding of the outputs
         assert 0 <= r["max_rel_diff_out"] < 1e-2 and 0 <= r["max_rel_diff_dq"] < 2e-2
+    (prod,) = [r for r in rows if r["bench"] == "prod_decode"]  # the production decode row, on tiny shapes
+    assert "error" not in prod and (prod["rows"], prod["span"]) == (gpu.TINY.prod_rows, gpu.TINY.prod_span)
+    shape = gpu.SHAPES[gpu.TINY.prod_shape]
+    kv = 2 * shape["num_layers"] * shape["num_kv_heads"] * shape["head_dim"] * prod["rows"] * prod["span"] * 2
+    # every weight + every row's whole span, bf16 (rows print 4 significant digits)
+    assert prod["bytes_per_step"] == pytest.approx(prod["weight_bytes"] + kv, rel=1e-3)
+    assert prod["decode_tok_s"] > 0 and 0 < prod["hbm_bound_fraction"] < 1
     assert rows[-1]["bench"] == "done" and rows[-1]["errors"] == 0
 
 
@@ -54,7 +63,7 @@ def test_a_failing_path_keeps_the_other_paths_figures(monkeypatch):
     monkeypatch.setattr(attention, "cudnn_arguments", broken)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        gpu.main(["--tiny", "--attention", "--skip", "decode,rl_step", "--attn-seqs", "32"])
+        gpu.main(["--tiny", "--attention", "--skip", "decode,prod_decode,rl_step", "--attn-seqs", "32"])
     rows = _json_lines(buf.getvalue())
     (row,) = [r for r in rows if r["bench"] == "attention"]
     assert row["fused_error"] == "RuntimeError: no kernel" and "error" in row
