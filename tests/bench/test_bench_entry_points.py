@@ -90,11 +90,12 @@ def gpu_run():
 
 def test_gpu_tiny_rows(gpu_run):
     rows, printed = gpu_run
-    assert [r["bench"] for r in printed] == ["machine", "decode_setup", "decode", "decode", "decode", "rl_step", "done"]
+    want = ["machine", "decode_setup", "decode", "decode", "decode", "prod_decode", "rl_step", "done"]
+    assert [r["bench"] for r in printed] == want
     assert all("error" not in r and "skipped" not in r for r in printed), printed
     assert printed[-1]["errors"] == 0
     assert [r["batch"] for r in printed if r["bench"] == "decode"] == [1, 16, 64]
-    assert len(rows) == 6
+    assert len(rows) == 7
 
 
 def test_gpu_decode_bytes_and_fraction(gpu_run):
@@ -114,7 +115,7 @@ def test_gpu_decode_bytes_and_fraction(gpu_run):
 
 def test_gpu_rl_step_row(gpu_run):
     _, printed = gpu_run
-    rl = printed[5]
+    (rl,) = [r for r in printed if r["bench"] == "rl_step"]
     assert rl["finite"] is True and math.isfinite(rl["loss"])
     assert rl["batch"] == 2 and rl["seq"] == 64 and rl["remat"] is True
     flops = common.train_flops(
@@ -127,8 +128,16 @@ def test_gpu_rl_step_row(gpu_run):
 def test_gpu_deadline_skips_rather_than_runs(capsys):
     rows = gpu.main(["--tiny", "--deadline-s", "0", "--skip", "rl_step"])
     printed = _json_lines(capsys.readouterr().out)
-    assert [r["bench"] for r in printed] == ["machine", "decode_setup", "decode", "decode", "decode", "done"]
-    assert all("skipped" in r for r in rows) and len(rows) == 5
+    assert [r["bench"] for r in printed] == [
+        "machine",
+        "decode_setup",
+        "decode",
+        "decode",
+        "decode",
+        "prod_decode",
+        "done",
+    ]
+    assert all("skipped" in r for r in rows) and len(rows) == 6
 
 
 def test_gpu_check_script_preflight():
@@ -136,7 +145,13 @@ def test_gpu_check_script_preflight():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHON"] = sys.executable  # the interpreter running the tests, whatever python3 on PATH is
     out = subprocess.run(
-        ["bash", os.path.join(ROOT, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step,attention"],
+        [
+            "bash",
+            os.path.join(ROOT, "launch", "gpu_check.sh"),
+            "--tiny",
+            "--skip",
+            "decode,prod_decode,rl_step,attention",
+        ],
         capture_output=True,
         text=True,
         env=env,
