@@ -31,3 +31,26 @@ def compile_cache(tmp_path_factory):
     yield path
     jax.config.update("jax_compilation_cache_dir", old[0])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory):
+    """(path, config, params, tokenizer, parser) of a tiny random Qwen2 checkpoint with a chat template,
+    shared by the rollout and planner tests (so their sampler programs compile once)."""
+    import transformers
+
+    from rcgrpo_jax import chat, models
+    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+
+    path = build_tiny_checkpoint(
+        str(tmp_path_factory.mktemp("tiny_qwen")),
+        arch="qwen2",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=64,
+    )
+    config, params = models.load_hf(path, dtype="float32")
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    return path, config, params, tok, chat.get_parser(chat.family_for(config.model_type))

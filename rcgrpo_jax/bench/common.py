@@ -31,6 +31,17 @@ def _round(v: Any) -> Any:
     return v
 
 
+def as_command() -> None:
+    """Environment of a benchmark run as a command (`python -m`, before jax is imported; never inside a
+    caller's process, whose later subprocesses inherit os.environ): one real CPU device, since the test
+    suite's 8 fake devices would split the host's cores between them."""
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
 @contextlib.contextmanager
 def guarded(row: dict[str, Any], stream=None) -> Iterator[dict[str, Any]]:
     """Fill `row` inside the block; it is emitted on exit, with `error` set if the block raised.

@@ -396,8 +396,5 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    # Only as a command (jax not yet imported): one real CPU device, not the test suite's 8 fake ones.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join(flags)
+    common.as_command()
     main()

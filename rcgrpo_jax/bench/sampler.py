@@ -186,10 +186,5 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    # Only as a command (jax not yet imported), never inside a caller's process, whose later
-    # subprocesses inherit os.environ. One real CPU device: the test suite's 8 fake devices would
-    # split the host's cores between them.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join(flags)
+    common.as_command()
     main()

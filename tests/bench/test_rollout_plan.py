@@ -123,28 +123,7 @@ def test_expert_lengths_of_real_tasks():
     assert cpt > 1
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    import transformers
-
-    from rcgrpo_jax import chat, models
-    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
-
-    path = build_tiny_checkpoint(
-        str(tmp_path_factory.mktemp("plan_qwen")),
-        arch="qwen2",
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=64,
-    )
-    config, params = models.load_hf(path, dtype="float32")
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    return config, params, tok, chat.get_parser(chat.family_for(config.model_type))
-
-
-def test_streaming_replay_mirrors_the_real_session(tiny_model, monkeypatch):
+def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     """ModelPolicy + DecodeSession on a tiny model: every decode call's rows, span and iterations are what the
     planner's replay of the same episodes' lengths predicts, one row per episode (no refill) and with
     continuous batching (4 rows, slices of 5 tokens). (The `baseline` replay mirrors the shared-index
@@ -157,7 +136,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_model, monkeypatch):
     from rcgrpo_jax.sampling import sampler as sampler_mod
     from tests.rollout.fake_env import AdderEnv
 
-    config, params, tok, parser = tiny_model
+    _, config, params, tok, parser = tiny_qwen
     calls, decode = [], sampler_mod.Sampler.decode
 
     def recording(self, params, logits, *args, **kw):

@@ -8,21 +8,14 @@ import json
 import os
 
 from rcgrpo_jax import main
+from tests import test_main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AWPO = os.path.join(REPO, "configs", "awpo.py")
 
-# One RL step of 2 world tasks x 2 rollouts with short steps (as tests/test_main.py's SMALL).
-SMALL = [
-    "--config.rl.group_size=2",
-    "--config.train.batch_size=4",
-    "--config.train.grad_accum=2",
-    "--config.rl.num_minibatches=1",
-    "--config.train.max_steps=1",
-    "--config.rl.max_step_tokens=8",
-    "--config.log.progress=False",
-    "--config.log.tensorboard=False",
-]
+# One RL step of 2 world tasks x 2 rollouts with short steps (tests/test_main.py's SMALL), exporting the HF
+# checkpoint this test reads.
+SMALL = [a for a in test_main.SMALL if not a.startswith("--config.checkpoint.export_hf")]
 
 
 def test_awpo_tiny_preset_builds_a_qwen3_and_runs_from_the_cli(tmp_path, compile_cache, capsys):
