@@ -81,13 +81,18 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
     # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
     c.source = "world" if preset == "tiny" else "bfcl"
-    c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16})
+    # rl_per_type > 0: RL trains on that many fresh train-name instances per type (no stage-1 example among
+    # them), else on the train split.
+    c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0})
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.
     c.steps = steps_section()
     c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source
     # Exploration records (python -m rcgrpo_jax.train.exploration): their failures join the generated ones
     # in the RCTP-FT data built from data.source (data/manifest.json records the mix). None = generated only.
     c.exploration_path = placeholder(str)
+    # Where a generated failure leaves the expert path (data.trajectories.FAILURE_SITES): 'any' = a random
+    # call or turn; 'first' = the earliest place, so under <|low_reward|> the first action already differs.
+    c.failure_site = "any"
     # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
     # carry 3-9 docs.
     c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)

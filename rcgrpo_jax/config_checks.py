@@ -155,6 +155,9 @@ def check(config, num_devices: int) -> dict[str, int]:
     # Data, optimizer, run length, checkpoints, multi-host.
     _check_path(config, "data.path", required=False)
     _check_path(config, "data.exploration_path", required=False)
+    site = _get(config, "data.failure_site")
+    if site is not None and site not in ("any", "first"):
+        raise ConfigError("data.failure_site", f"expected 'any' or 'first', got {site!r}")
     buckets = tuple(int(b) for b in _get(config, "data.buckets", ()) or ())
     if "data" in config and "buckets" in config.data:
         if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):

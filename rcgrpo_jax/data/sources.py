@@ -30,7 +30,7 @@ from rcgrpo_jax.data import splits
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.rl.registry import Registry
 
-SPLITS = ("train", "test", "all")
+SPLITS = ("train", "test", "all", "rl")  # rl: the tasks RL trains on (train, unless the source has an RL pool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,8 @@ class TaskSource:
     check: Callable[[Any], None] | None = None  # data_config -> None, raises ConfigError
     tokenizer_corpus: Callable[[Any], list[str] | None] | None = None
     tokenizer_chats: Callable[[Any], list[dict] | None] | None = None
+    # data_config -> the RL stage's tasks, when they differ from the train split (the world's fresh pool).
+    rl_tasks: Callable[[Any], Sequence[Any]] | None = None
 
 
 SOURCES: Registry[TaskSource] = Registry("task source")
@@ -69,7 +71,11 @@ def tasks(data_config, split: str) -> list:
     (train only: evaluation always sees the whole test split)."""
     if split not in SPLITS:
         raise ValueError(f"data split must be one of {SPLITS}, got {split!r}")
-    out = list(source_of(data_config).tasks(data_config, split))
+    source = source_of(data_config)
+    if split == "rl" and source.rl_tasks is not None:
+        return list(source.rl_tasks(data_config))
+    split = "train" if split == "rl" else split
+    out = list(source.tasks(data_config, split))
     limit = int(data_config.get("max_examples", -1) or -1)
     return out[:limit] if split == "train" and limit > 0 else out
 
@@ -136,6 +142,23 @@ def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
     return list({"train": train, "test": test, "all": train + test}[split])
 
 
+@functools.lru_cache(maxsize=8)
+def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type: int) -> tuple:
+    from rcgrpo_jax.worlds import generate_rl_pool
+
+    return tuple(bfcl.Task.from_entry(e) for e in generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type))
+
+
+def _world_rl_tasks(data_config) -> list[bfcl.Task]:
+    """data.world.rl_per_type > 0: that many fresh train-vocabulary instances per trained type (no stage-1
+    example is one of them); else the train split."""
+    w = data_config.world
+    n = int(w.get("rl_per_type", 0) or 0)
+    if n <= 0:
+        return tasks(data_config, "train")
+    return list(_world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n))
+
+
 def _world_check(data_config) -> None:
     from rcgrpo_jax.config_checks import ConfigError
 
@@ -145,6 +168,10 @@ def _world_check(data_config) -> None:
     for f in ("train_per_type", "test_per_type"):
         if int(w[f]) <= 0:
             raise ConfigError(f"data.world.{f}", f"must be positive, got {w[f]}")
+    if int(w.get("rl_per_type", 0) or 0) < 0:
+        raise ConfigError(
+            "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"
+        )
 
 
 def _world_corpus(data_config) -> list[str]:
@@ -171,6 +198,7 @@ register(
         check=_world_check,
         tokenizer_corpus=_world_corpus,
         tokenizer_chats=_world_chats,
+        rl_tasks=_world_rl_tasks,
     )
 )
 

@@ -125,12 +125,23 @@ def expert_trajectory(task: Task, config: EnvConfig = EnvConfig()) -> dict:
 
 
 # --- failure generators --------------------------------------------------------------------------
-# Each takes (task, expert script, rng) and yields candidate (script, stop_after_turn) perturbations
-# in a random order; `failure_trajectory` keeps the first whose reward is 0.
+# Each takes (task, expert script, rng, first) and yields candidate (script, stop_after_turn)
+# perturbations; `failure_trajectory` keeps the first whose reward is 0. The sites (calls or turns) are
+# tried in a random order, or earliest first with first=True: a failure that leaves the expert path at
+# its first possible place, so the reward goal decides the very first action (FAILURE_SITES).
 
 Candidate = tuple[Script, int | None]
-Generator = Callable[[Task, Script, random.Random], Iterator[Candidate]]
+Generator = Callable[[Task, Script, random.Random, bool], Iterator[Candidate]]
 FAILURE_GENERATORS: dict[str, Generator] = {}
+FAILURE_SITES = ("any", "first")
+
+
+def _ordered(sites: list, rng: random.Random, first: bool) -> list:
+    """The sites to try: earliest first, or shuffled."""
+    if first:
+        return sorted(sites)
+    rng.shuffle(sites)
+    return sites
 
 
 def _generator(name: str) -> Callable[[Generator], Generator]:
@@ -150,12 +161,10 @@ def _specs(task: Task) -> dict:
 
 
 @_generator("wrong_tool")
-def wrong_tool(task: Task, script: Script, rng: random.Random) -> Iterator[Candidate]:
+def wrong_tool(task: Task, script: Script, rng: random.Random, first: bool = False) -> Iterator[Candidate]:
     """Call a sibling tool of the same class that accepts the same arguments (e.g. cp for mv)."""
     specs = _specs(task)
-    sites = _call_sites(script)
-    rng.shuffle(sites)
-    for t, s, c in sites:
+    for t, s, c in _ordered(_call_sites(script), rng, first):
         call = script[t][s][c]
         own = specs[call["name"]]
         given = set(call["arguments"])
@@ -192,14 +201,13 @@ def _mutate(value: Any, rng: random.Random, pool: Sequence[str]) -> Any:
 
 
 @_generator("wrong_parameter")
-def wrong_parameter(task: Task, script: Script, rng: random.Random) -> Iterator[Candidate]:
+def wrong_parameter(task: Task, script: Script, rng: random.Random, first: bool = False) -> Iterator[Candidate]:
     """Change one argument to a plausible wrong value, or leave one out."""
     pool = sorted(
         {v for turn in script for step in turn for call in step for v in call["arguments"].values() if type(v) is str}
     )
     sites = [site for site in _call_sites(script) if script[site[0]][site[1]][site[2]]["arguments"]]
-    rng.shuffle(sites)
-    for t, s, c in sites:
+    for t, s, c in _ordered(sites, rng, first):
         keys = sorted(script[t][s][c]["arguments"])
         rng.shuffle(keys)
         for key in keys:
@@ -213,36 +221,44 @@ def wrong_parameter(task: Task, script: Script, rng: random.Random) -> Iterator[
 
 
 @_generator("premature_termination")
-def premature_termination(task: Task, script: Script, rng: random.Random) -> Iterator[Candidate]:
-    """Stop the conversation inside a turn that has calls, after a strict prefix of them."""
+def premature_termination(task: Task, script: Script, rng: random.Random, first: bool = False) -> Iterator[Candidate]:
+    """Stop the conversation inside a turn that has calls, after a strict prefix of them (no call with
+    first=True)."""
     turns = [t for t, steps in enumerate(script) if any(steps)]
-    rng.shuffle(turns)
-    for t in turns:
+    for t in _ordered(turns, rng, first):
         calls = [call for step in script[t] for call in step]
-        keep = rng.randrange(len(calls))
+        keep = 0 if first else rng.randrange(len(calls))
         out = copy.deepcopy(script[: t + 1])
         out[t] = [calls[:keep]] if keep else []
         yield out, t
 
 
 @_generator("skipped_turn")
-def skipped_turn(task: Task, script: Script, rng: random.Random) -> Iterator[Candidate]:
+def skipped_turn(task: Task, script: Script, rng: random.Random, first: bool = False) -> Iterator[Candidate]:
     """Take no action in one turn that needs some; the conversation goes on."""
     turns = [t for t, steps in enumerate(script) if any(steps)]
-    rng.shuffle(turns)
-    for t in turns:
+    for t in _ordered(turns, rng, first):
         out = copy.deepcopy(script)
         out[t] = []
         yield out, None
 
 
 def failure_trajectory(
-    task: Task, kind: str, *, seed: int = 0, max_tries: int = 8, config: EnvConfig = EnvConfig()
+    task: Task,
+    kind: str,
+    *,
+    seed: int = 0,
+    max_tries: int = 8,
+    site: str = "any",
+    config: EnvConfig = EnvConfig(),
 ) -> dict | None:
-    """A verified failure (reward 0) of the given kind for `task`, or None if none was found."""
+    """A verified failure (reward 0) of the given kind for `task`, or None if none was found. `site`: where
+    the perturbation goes ('any': a random call or turn; 'first': the earliest one where it fails)."""
+    if site not in FAILURE_SITES:
+        raise ValueError(f"failure site {site!r}: expected one of {FAILURE_SITES}")
     rng = random.Random(f"{seed}:{task.id}:{kind}")
     script = bfcl.ground_truth_script(task)
-    for tries, (candidate, stop) in enumerate(FAILURE_GENERATORS[kind](task, script, rng)):
+    for tries, (candidate, stop) in enumerate(FAILURE_GENERATORS[kind](task, script, rng, site == "first")):
         if tries >= max_tries:
             break
         record = record_episode(task, candidate, kind="failure", failure=kind, stop_after_turn=stop, config=config)
@@ -252,11 +268,16 @@ def failure_trajectory(
 
 
 def failure_trajectories(
-    task: Task, kinds: Iterable[str] = tuple(FAILURE_GENERATORS), *, seed: int = 0, config: EnvConfig = EnvConfig()
+    task: Task,
+    kinds: Iterable[str] = tuple(FAILURE_GENERATORS),
+    *,
+    seed: int = 0,
+    site: str = "any",
+    config: EnvConfig = EnvConfig(),
 ) -> list[dict]:
     out = []
     for kind in kinds:
-        record = failure_trajectory(task, kind, seed=seed, config=config)
+        record = failure_trajectory(task, kind, seed=seed, site=site, config=config)
         if record is not None:
             out.append(record)
     return out

@@ -247,8 +247,8 @@ def check_eval_config(config) -> None:
             raise ConfigError("eval.replay_path", "eval.policy=replay needs the JSONL file of outputs")
         if not os.path.isfile(e.replay_path):
             raise ConfigError("eval.replay_path", f"no such file: {e.replay_path}")
-    if e.split not in ("train", "test", "all"):
-        raise ConfigError("eval.split", f"{e.split!r} is not one of train, test, all")
+    if e.split not in ("train", "test", "all", "rl"):
+        raise ConfigError("eval.split", f"{e.split!r} is not one of train, test, all, rl (the RL stage's tasks)")
     if suite != "multi_turn" and e.split == "train":
         raise ConfigError(
             "eval.split",

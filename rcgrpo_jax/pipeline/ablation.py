@@ -138,7 +138,8 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
     if not all(os.path.exists(f) for f in files.values()):
         data = stage_config("sft", budget, {}).data
         tasks = sources.tasks(data, "train")
-        built = datasets.build_all(out, split="train", seed=0, ids=tasks, explored=explored or ())
+        site = budget.rctp.get("data.failure_site", "any")
+        built = datasets.build_all(out, split="train", seed=0, ids=tasks, explored=explored or (), failure_site=site)
         files = {k: str(built[k]) for k in files}
     return files
 
@@ -296,6 +297,7 @@ def run(
 
     t = console.start("evaluate base")
     evals["base"] = [evaluate_row(base, os.path.join(ev_dir, "base.json"), budget, eval_split)]
+    eval_paths["base"] = [os.path.join(ev_dir, "base.json")]
     timings["eval/base"] = console.end("evaluate base", t, summary_lib.one_line(evals["base"][0]))
 
     stage1 = {}
@@ -319,6 +321,7 @@ def run(
     t = console.start("evaluate stage-1 models")
     for name, label in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
         evals[label] = [evaluate_row(stage1[name], os.path.join(ev_dir, f"{name}.json"), budget, eval_split)]
+        eval_paths[label] = [os.path.join(ev_dir, f"{name}.json")]
     timings["eval/stage1"] = console.end(
         "evaluate stage-1 models", t, "; ".join(f"{k} {summary_lib.one_line(evals[k][0])}" for k in ("SFT", "RCTP-FT"))
     )

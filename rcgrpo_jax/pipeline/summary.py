@@ -90,6 +90,96 @@ def pass_matrix(paths: Sequence[str]) -> tuple[np.ndarray, list[str], list[str]]
     return np.asarray(rows), ids or [], cats or []
 
 
+@dataclasses.dataclass(frozen=True)
+class EpisodeProfile:
+    """What a row's test episodes did, read from its eval JSONs (every seed): the evidence behind a row
+    that moved or collapsed. Call shares are over all calls; tool errors are the environment's own results
+    (`envs.dispatch`: "Error: unknown function ...", "Error: invalid arguments ..."; a class method's
+    {"error": ...}, e.g. a mistyped name)."""
+
+    episodes: int
+    first_action_call: float  # episodes whose first assistant message calls a tool (not text)
+    calls_per_episode: float
+    unknown_function: float  # calls to a function the task does not offer
+    invalid_arguments: float  # calls whose arguments do not fit the function's signature
+    tool_error: float  # calls the method itself rejected (no such file, ...)
+    reward_mean: float
+
+
+def episode_profile(paths: Sequence[str]) -> EpisodeProfile | None:
+    eps = []
+    for p in paths:
+        if os.path.exists(p):
+            with open(p) as f:
+                eps += json.load(f).get("episodes", [])
+    if not eps:
+        return None
+    first_call = calls = unknown = invalid = failed = 0
+    for e in eps:
+        msgs = e.get("messages") or []
+        assistant = [m for m in msgs if m.get("role") == "assistant"]
+        first_call += bool(assistant and assistant[0].get("tool_calls"))
+        calls += sum(len(m.get("tool_calls") or []) for m in assistant)
+        for m in msgs:
+            if m.get("role") != "tool":
+                continue
+            text = str(m.get("content") or "")
+            unknown += text.startswith("Error: unknown function")
+            invalid += text.startswith("Error: invalid arguments")
+            failed += text.startswith('{"error"')
+    n = len(eps)
+    per_call = max(calls, 1)
+    return EpisodeProfile(
+        episodes=n,
+        first_action_call=first_call / n,
+        calls_per_episode=calls / n,
+        unknown_function=unknown / per_call,
+        invalid_arguments=invalid / per_call,
+        tool_error=failed / per_call,
+        reward_mean=float(np.mean([float(e.get("reward", 0.0)) for e in eps])),
+    )
+
+
+def _profiles_md(eval_paths: Mapping[str, Sequence[str]], rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A table of every row's episode profile, and a line for each RL row whose groups were (almost) all
+    equal: its rollouts gave RL no signal, so its test numbers are its init's under the row's conditioning."""
+    profiles = {name: episode_profile(paths) for name, paths in eval_paths.items()}
+    profiles = {k: v for k, v in profiles.items() if v is not None}
+    if not profiles:
+        return []
+    md = [
+        "## What the test episodes did",
+        "",
+        "| row | episodes | first action is a call | calls / episode | unknown function | invalid arguments "
+        "| tool error | reward |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, p in profiles.items():
+        md.append(
+            f"| {name} | {p.episodes} | {_pct(p.first_action_call)} | {p.calls_per_episode:.2f} | "
+            f"{_pct(p.unknown_function)} | {_pct(p.invalid_arguments)} | {_pct(p.tool_error)} | {p.reward_mean:.3f} |"
+        )
+    md.append("")
+    for name in RL_ROWS:
+        zv = rows.get(name, {}).get("zero_var_mean")
+        if zv is not None and zv >= 0.95:
+            init = name.split("+")[0]
+            a, b = profiles.get(name), profiles.get(init)
+            md.append(
+                f"- **{name}**: {zv * 100:.0f}% of its groups had all-equal rewards, so RL had (almost) no "
+                "advantage to follow; its episodes are its init's under the row's own conditioning"
+                + (
+                    f" (unknown-function calls {_pct(a.unknown_function)} against {_pct(b.unknown_function)} "
+                    f"for {init} unconditioned, invalid arguments {_pct(a.invalid_arguments)} against "
+                    f"{_pct(b.invalid_arguments)})"
+                    if a and b
+                    else ""
+                )
+                + "."
+            )
+    return md + [""]
+
+
 def metric_mean(path: str, key: str) -> float | None:
     """Mean over the logged RL steps of one metric (None when the run logged none)."""
     data = plots.read_jsonl(path) if os.path.exists(path) else []
@@ -268,6 +358,7 @@ def write(
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
     md += _results_md(results)
+    md += _profiles_md(eval_paths or {}, results["rows"])
     if diag:
         md += [
             "## RL diagnostics (mean over steps, first → last)",

@@ -80,7 +80,7 @@ class RLTrainer:
         self.mesh = sharding_lib.make_mesh(rl_config.check(config, jax.device_count()))
         self.choices = rl_config.choices(config)
         rl = config.rl
-        self.tasks = sources.tasks(config.data, "train")
+        self.tasks = sources.tasks(config.data, "rl")
         self.group = int(rl.group_size)
         self.tasks_per_step = int(config.train.batch_size) // self.group
         if self.tasks_per_step > len(self.tasks):

@@ -209,6 +209,13 @@ def load_examples(config, workdir: str) -> list[dict]:
         if jax.process_index() == 0:
             explored = read_jsonl(config.data.exploration_path) if config.data.get("exploration_path") else ()
             tasks = sources.tasks(config.data, "train")
-            datasets.build_all(out, split="train", seed=int(config.seed), ids=tasks, explored=explored)
+            datasets.build_all(
+                out,
+                split="train",
+                seed=int(config.seed),
+                ids=tasks,
+                explored=explored,
+                failure_site=config.data.get("failure_site", "any"),
+            )
         model_prep.sync("sft_data")
     return read_jsonl(os.path.join(out, name))

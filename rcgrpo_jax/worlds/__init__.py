@@ -1,7 +1,14 @@
 """A miniature, procedurally generated multi-turn tool world on BFCL's real environment classes."""
 
 from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, READS_RESULTS, TRAIN_TYPES
-from rcgrpo_jax.worlds.generate import category_of, corpus, generate_world, render_episode, tool_docs
+from rcgrpo_jax.worlds.generate import (
+    category_of,
+    corpus,
+    generate_rl_pool,
+    generate_world,
+    render_episode,
+    tool_docs,
+)
 from rcgrpo_jax.worlds.replay import format_call, format_result, parse_call, replay
 from rcgrpo_jax.worlds.vocab import TEST, TRAIN
 
@@ -15,6 +22,7 @@ __all__ = [
     "corpus",
     "format_call",
     "format_result",
+    "generate_rl_pool",
     "generate_world",
     "parse_call",
     "render_episode",

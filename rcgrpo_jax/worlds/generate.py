@@ -59,6 +59,13 @@ def generate_world(seed: int, n_train_per_type: int, n_test_per_type: int) -> tu
     return train, test
 
 
+def generate_rl_pool(seed: int, n_train_per_type: int, n_test_per_type: int, n_per_type: int) -> list[dict]:
+    """Fresh instances of the trained types with train names, for RL: indices after the test ones, so no
+    stage-1 task is among them and ids stay unique in the world (test names stay unseen by every stage)."""
+    start = n_train_per_type + n_test_per_type
+    return [_build(seed, cat, b, TRAIN, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]
+
+
 @functools.cache
 def _func_docs(class_name: str) -> dict[str, dict]:
     path = (

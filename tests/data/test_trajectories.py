@@ -3,6 +3,7 @@
 import collections
 import copy
 import json
+import random
 
 import pytest
 
@@ -73,6 +74,49 @@ def test_wrong_tool_swaps_mv_for_cp():
     siblings = list(trajectories.wrong_tool(task, bfcl.ground_truth_script(task), __import__("random").Random(0)))
     swapped = {c["name"] for script, _ in siblings for step in script[0] for c in step} - set(expert)
     assert "cp" in swapped
+
+
+def _actions(record: dict) -> list:
+    """The assistant messages' calls (name, arguments), or their text when they call nothing."""
+    out = []
+    for m in record["messages"]:
+        if m["role"] == "assistant":
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+            out.append(calls or m["content"])
+    return out
+
+
+def _names(actions: list) -> list[str]:
+    return [name for step in actions if not isinstance(step, str) for name, _ in step]
+
+
+def test_first_site_failures_leave_the_expert_path_at_once(sample_tasks):
+    acting = [t for t in sample_tasks if not isinstance(_actions(trajectories.expert_trajectory(t))[0], str)]
+    assert len(acting) >= len(sample_tasks) // 2  # (miss_func / miss_param tasks may open without a call)
+    for task in acting:
+        expert = _actions(trajectories.expert_trajectory(task))
+        first_calls = expert[0]
+        for record in trajectories.failure_trajectories(task, site="first"):
+            assert record["reward"] == 0.0
+            got = _actions(record)
+            kind = record["failure"]
+            if kind in ("premature_termination", "skipped_turn"):
+                assert isinstance(got[0], str)  # no call at all in the first turn
+            elif kind == "wrong_parameter":
+                assert got[0][0][0] == first_calls[0][0] and got[0][0][1] != first_calls[0][1]
+            else:  # wrong_tool: one name swapped, at the earliest call where a swap fails the task
+                names, swapped = _names(expert), _names(got)
+                diff = [i for i, (a, b) in enumerate(zip(names, swapped)) if a != b]
+                assert len(names) == len(swapped) and len(diff) == 1
+                script = bfcl.ground_truth_script(task)
+                failing = []
+                for candidate, stop in trajectories.wrong_tool(task, script, random.Random(0)):
+                    r = trajectories.record_episode(task, candidate, kind="failure", stop_after_turn=stop)
+                    if r["reward"] == 0.0:
+                        failing += [i for i, (a, b) in enumerate(zip(names, _names(_actions(r)))) if a != b]
+                assert diff[0] == min(failing)
+    with pytest.raises(ValueError, match="failure site"):
+        trajectories.failure_trajectory(sample_tasks[0], "wrong_tool", site="middle")
 
 
 def test_failures_are_deterministic(sample_tasks):

@@ -39,6 +39,7 @@ def test_end_to_end_smoke(smoke_run):
     for row in ablation.ROWS:
         assert f"| {row} |" in md
     assert "## Verdict" in md and "at this scale" in md
+    assert "## What the test episodes did" in md and "| base | 10 |" in md  # every row's profile
     assert payload["plots"], "the RL runs logged none of the diagnostics"
     for path in payload["plots"].values():
         with open(path, "rb") as f:
@@ -110,6 +111,37 @@ def _s(overall: float, n: int = 16) -> dict:
         "n": 4 * n,
         "categories": {c: {"n": n, "accuracy": overall, "reward_mean": overall} for c in "abcd"},
     }
+
+
+def _episode(first_calls, *results, reward=0.0):
+    msgs = [{"role": "user", "content": "q"}]
+    msgs.append({"role": "assistant", "content": "" if first_calls else "text", "tool_calls": first_calls})
+    msgs += [{"role": "tool", "content": r} for r in results]
+    return {"messages": msgs, "reward": reward}
+
+
+def test_episode_profile_by_hand(tmp_path):
+    call = {"function": {"name": "cd", "arguments": {}}, "type": "function"}
+    eps = [
+        _episode([call, call], "Error: unknown function 'add'; ...", '{"error": "cd: no such folder"}', reward=0.0),
+        _episode([], reward=0.0),
+        _episode([call], "None", reward=1.0),
+        _episode([call], "Error: invalid arguments for cd: missing 'folder'", reward=0.0),
+    ]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"episodes": eps[:2]}))
+    b.write_text(json.dumps({"episodes": eps[2:]}))
+    p = summary.episode_profile([str(a), str(b)])  # seeds pooled
+    assert p.episodes == 4 and p.first_action_call == 0.75 and p.calls_per_episode == 1.0
+    assert p.unknown_function == p.invalid_arguments == p.tool_error == 0.25  # of 4 calls each
+    assert p.reward_mean == 0.25
+    assert summary.episode_profile([str(tmp_path / "missing.json")]) is None
+    md = "\n".join(
+        summary._profiles_md({"SFT": [str(b)], "SFT+RC-GRPO": [str(a)]}, {"SFT+RC-GRPO": {"zero_var_mean": 1.0}})
+    )
+    assert "| SFT+RC-GRPO | 2 | 50.0% |" in md and "100% of its groups had all-equal rewards" in md
+    quiet = "\n".join(summary._profiles_md({"SFT+GRPO": [str(a)]}, {"SFT+GRPO": {"zero_var_mean": 0.5}}))
+    assert "all-equal" not in quiet
 
 
 def test_verdict_wording_by_hand():

@@ -24,6 +24,7 @@ from rcgrpo_jax.worlds import (
     category_of,
     corpus,
     format_call,
+    generate_rl_pool,
     generate_world,
     parse_call,
     render_episode,
@@ -79,6 +80,35 @@ def test_sizes_categories_and_unique_ids(world):
     assert {category_of(t["id"]) for t in test} == set(TRAIN_TYPES) | set(HELDOUT_TYPES)
     ids = [t["id"] for t in train + test]
     assert len(set(ids)) == len(ids)
+
+
+def test_rl_pool_is_fresh_train_name_instances(world):
+    train, test = world
+    pool = generate_rl_pool(0, N_TRAIN, N_TEST, 3)
+    assert len(pool) == 3 * len(TRAIN_TYPES)
+    assert {category_of(t["id"]) for t in pool} == set(TRAIN_TYPES)
+    ids = [t["id"] for t in train + test + pool]
+    assert len(set(ids)) == len(ids)  # no pool task is a stage-1 or a test task
+    stage1 = {json.dumps(t["question"]) for t in train}
+    assert not stage1 & {json.dumps(t["question"]) for t in pool}
+    roots = [t["initial_config"].get("GorillaFileSystem", {}).get("root", {}) for t in pool]
+    pool_names = {n.split(".")[0] for root in roots for n in fs_names(root)}  # stems, folders, roots
+    assert pool_names and not pool_names & TEST.names()  # test names stay unseen by RL too
+    assert generate_rl_pool(0, N_TRAIN, N_TEST, 3) == pool
+
+
+def test_rl_split_of_the_world_source():
+    import ml_collections
+
+    from rcgrpo_jax.data import sources
+
+    data = ml_collections.ConfigDict(
+        {"source": "world", "world": {"seed": 0, "train_per_type": N_TRAIN, "test_per_type": N_TEST, "rl_per_type": 0}}
+    )
+    assert [t.id for t in sources.tasks(data, "rl")] == [t.id for t in sources.tasks(data, "train")]
+    data.world.rl_per_type = 2
+    rl = sources.tasks(data, "rl")
+    assert len(rl) == 2 * len(TRAIN_TYPES) and not {t.id for t in rl} & {t.id for t in sources.tasks(data, "all")}
 
 
 def test_bfcl_entry_format(world):
