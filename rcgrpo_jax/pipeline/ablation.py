@@ -6,7 +6,8 @@ Stages, all through the same code as the 7B pipeline (the stage trainers' `run(c
   1. world + a tiny HF checkpoint (random init, Qwen3 architecture, tokenizer trained on the world's
      train corpus);
   2. evaluation of the base model;
-  3. SFT on expert trajectories; RCTP-FT on expert + failure trajectories 1:1 (both from the base);
+  3. SFT on expert trajectories; RCTP-FT on expert + failure trajectories 1:1 (from the base, or from the
+     SFT model with `budget.rctp_init="sft"`: the quickstart's, see pipeline/budgets.py);
   4. GRPO and RC-GRPO from each stage-1 model, equal RL budgets, seeds 0..N-1;
   5. greedy evaluation of every row on the test split with BFCL's official checker;
   6. workdir/report.md (table per category and overall, mean ± spread over seeds, an honest comment on
@@ -309,8 +310,9 @@ def run(
             data_files = build_datasets(workdir, budget, explored)
             timings["explore"] = console.end("exploration", t, f"{len(explored)} failed rollouts")
         t = console.start(label)
+        init = stage1["sft"] if name == "rctp_ft" and budget.rctp_init == "sft" else base
         config = stage_config(
-            stage_file, budget, overrides, **{"model.path": base, "seed": 0, "data.path": data_files[name]}
+            stage_file, budget, overrides, **{"model.path": init, "seed": 0, "data.path": data_files[name]}
         )
         out = train_stage(sft.run, config, os.path.join(workdir, name))
         stage1[name] = os.path.join(workdir, name, "hf")

@@ -32,6 +32,14 @@ class Budget:
     probe_per_type: int = 32
     # The tiny checkpoint's architecture (models.tiny: qwen2 | qwen3 | llama).
     arch: str = "qwen3"
+    # What RCTP-FT starts from: "base" (the paper's order: both stage-1 models from the base checkpoint) or
+    # "sft" (the SFT model, standing in for the paper's instruct base that can already call tools; the CPU
+    # world's base is random).
+    rctp_init: str = "base"
+
+    def __post_init__(self):
+        if self.rctp_init not in ("base", "sft"):
+            raise ValueError(f"budget {self.name}: rctp_init must be 'base' or 'sft', got {self.rctp_init!r}")
 
 
 # Length buckets: SFT batches fit 256 tokens; RCTP-FT's reward-goal suffixes push most just past it
@@ -70,7 +78,20 @@ QUICKSTART = Budget(
     # Episodes are ~200-250 tokens. A random model first plateaus (every name a guess, loss ~0.25) and
     # starts copying names after 400-600 steps of 16; batch 8 got 0% after 800 steps.
     sft={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3, "optim.end_lr_ratio": 0.1},
-    rctp={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3, "optim.end_lr_ratio": 0.1},
+    # RCTP-FT: 400 steps from the SFT model at lr 1e-3 on the 1:1 mix, failures leaving the expert path at their
+    # first possible place. Train-split probes (2026-12-01, first 32 train tasks per type, greedy, high / low
+    # goal): from the base, 800 steps at 3e-3, failures anywhere: 39.1% / 28.1% (the token steered only fs_move);
+    # same with first-place failures: 40.6% / 5.5%; from SFT (64.1%), 400 steps at 1e-3, first-place: 63.3% /
+    # 8.6% (fs_move 100% / 0%, math_chain 84% / 6%).
+    rctp={
+        **_COMMON_TRAIN,
+        "train.batch_size": 16,
+        "train.max_steps": 400,
+        "optim.lr": 1e-3,
+        "optim.end_lr_ratio": 0.1,
+        "data.failure_site": "first",
+    },
+    rctp_init="sft",
     # Every RL row: 16 tasks x group 4 per step at temperature 1.0. A turn needs at most 2 steps, so 4
     # steps per turn bound the garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token
     # contexts a step took 25-35 s; ~7 s for 8 tasks with these caps).
@@ -102,7 +123,7 @@ SMOKE = Budget(
         "tokenizer_vocab_size": 512,
     },
     sft={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
-    rctp={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
+    rctp={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "data.failure_site": "first"},
     rl={
         "train.max_steps": 1,
         "train.batch_size": 8,
@@ -114,6 +135,7 @@ SMOKE = Budget(
     plan_s={"setup": 10, "eval": 5, "sft": 10, "rctp_ft": 10, "rl": 10},
     explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
     probe_per_type=2,
+    rctp_init="sft",
 )
 
 BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}
