@@ -241,10 +241,19 @@ def stage1_probe(stage1: Mapping[str, str], budget: budgets_lib.Budget, ev_dir: 
         "rctp_ft_high": ("rctp_ft", "high", "rctp_ft_train_high.json"),
         "rctp_ft_low": ("rctp_ft", "low", "rctp_ft_train_low.json"),
     }
-    return {
+    out = {
         k: evaluate_row(stage1[init], os.path.join(ev_dir, f), budget, "train", reward_token=tok, per_type=n)
         for k, (init, tok, f) in runs.items()
     }
+    if rl_pool(budget):  # where RL starts on its own tasks (RCTP-FT as its RL rows condition it: high)
+        for k, init, tok in (("sft_rl_tasks", "sft", "none"), ("rctp_ft_rl_tasks", "rctp_ft", "high")):
+            out[k] = evaluate_row(stage1[init], os.path.join(ev_dir, f"{k}.json"), budget, "rl", reward_token=tok)
+    return out
+
+
+def rl_pool(budget: budgets_lib.Budget) -> bool:
+    """Whether RL trains on its own pool of fresh train-name tasks (data.world.rl_per_type > 0)."""
+    return int(budget.world.get("rl_per_type", 0) or 0) > 0
 
 
 def _rl_module():
@@ -334,6 +343,7 @@ def run(
     )
 
     rl_metrics: dict[str, str] = {}
+    rl_task_evals: dict[str, list[dict]] = {}
     for seed in range(seeds):
         for row, (init, rl_file) in RL_RUNS.items():
             name = f"{row} seed {seed}"
@@ -348,6 +358,9 @@ def run(
             s = evaluate_row(os.path.join(run_dir, "hf"), ev_path, budget, eval_split)
             evals.setdefault(row, []).append(s)
             eval_paths.setdefault(row, []).append(ev_path)
+            if rl_pool(budget):  # the row on the tasks it trained on
+                rl_ev = os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}_rl_tasks.json")
+                rl_task_evals.setdefault(row, []).append(evaluate_row(os.path.join(run_dir, "hf"), rl_ev, budget, "rl"))
             timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
 
     t = console.start("report")
@@ -362,6 +375,7 @@ def run(
         total_s=time.perf_counter() - console.t0,
         eval_paths=eval_paths,
         probe=probe,
+        rl_task_evals=rl_task_evals,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:

@@ -113,7 +113,7 @@ QUICKSTART = Budget(
 
 SMOKE = Budget(
     name="smoke",
-    world={"seed": 0, "train_per_type": 4, "test_per_type": 2},
+    world={"seed": 0, "train_per_type": 4, "test_per_type": 2, "rl_per_type": 2},
     model={
         "hidden_size": 32,
         "num_layers": 1,

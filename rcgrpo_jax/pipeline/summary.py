@@ -140,6 +140,38 @@ def episode_profile(paths: Sequence[str]) -> EpisodeProfile | None:
     )
 
 
+def rl_tasks_payload(
+    rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]], probe: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Each RL row's greedy success on the tasks it trained on, after RL (mean and per seed) and before
+    (its stage-1 init, conditioned as the row's RL conditioned it)."""
+    out = {}
+    for row, runs in rl_task_evals.items():
+        init = {"SFT": "sft_rl_tasks", "RCTP-FT": "rctp_ft_rl_tasks"}[row.split("+")[0]]
+        before = probe.get(init, {}).get("overall")
+        per_seed = [float(r["overall"]) for r in runs]
+        out[row] = {"before": before, "after": _mean(per_seed), "after_per_seed": per_seed, "tasks": runs[0]["n"]}
+    return out
+
+
+def _rl_tasks_md(rl_tasks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    if not rl_tasks:
+        return []
+    md = [
+        "## On the RL tasks themselves",
+        "",
+        "Greedy success on the tasks each RL row trained on (fresh train-name instances, none in stage 1), "
+        "before RL (its stage-1 init) and after:",
+        "",
+        "| RL row | tasks | before | after | after, per seed |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row, v in rl_tasks.items():
+        seeds = ", ".join(_pct(x) for x in v["after_per_seed"])
+        md.append(f"| {row} | {v['tasks']} | {_pct(v['before'])} | {_pct(v['after'])} | {seeds} |")
+    return md + [""]
+
+
 def _profiles_md(eval_paths: Mapping[str, Sequence[str]], rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A table of every row's episode profile, and a line for each RL row whose groups were (almost) all
     equal: its rollouts gave RL no signal, so its test numbers are its init's under the row's conditioning."""
@@ -322,10 +354,12 @@ def write(
     total_s: float,
     eval_paths: Mapping[str, Sequence[str]] | None = None,
     probe: Mapping[str, Mapping[str, Any]] | None = None,
+    rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
-    train-split probe (`ablation.stage1_probe`)."""
+    train-split probe (`ablation.stage1_probe`); rl_task_evals: RL row -> its evals on its own RL tasks
+    (the world's RL pool), one per seed."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
     table = eval_run.summary_table(paper_rows)
@@ -358,6 +392,8 @@ def write(
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
     md += _results_md(results)
+    results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
+    md += _rl_tasks_md(results["rl_tasks"])
     md += _profiles_md(eval_paths or {}, results["rows"])
     if diag:
         md += [

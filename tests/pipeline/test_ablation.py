@@ -39,7 +39,9 @@ def test_end_to_end_smoke(smoke_run):
     for row in ablation.ROWS:
         assert f"| {row} |" in md
     assert "## Verdict" in md and "at this scale" in md
-    assert "## What the test episodes did" in md and "| base | 10 |" in md  # every row's profile
+    assert (
+        "## On the RL tasks themselves" in md and "## What the test episodes did" in md and "| base | 10 |" in md
+    )  # every row's profile
     assert payload["plots"], "the RL runs logged none of the diagnostics"
     for path in payload["plots"].values():
         with open(path, "rb") as f:
@@ -76,6 +78,10 @@ def _check_report_json(written: dict, payload: dict) -> None:
     for name, c in written["comparisons"].items():
         assert len(c["per_seed_diff"]) == 1 and c["bootstrap_ci95"][0] <= c["mean_diff"] <= c["bootstrap_ci95"][1]
     assert set(written["comparisons"]) == {"SFT+RC-GRPO vs SFT+GRPO", "RCTP-FT+RC-GRPO vs RCTP-FT+GRPO"}
+    for row in summary.RL_ROWS:  # the smoke world's RL pool: 2 fresh tasks per trained type
+        v = written["rl_tasks"][row]
+        assert v["tasks"] == 4 * 2 and 0.0 <= v["after"] <= 1.0 and v["after_per_seed"] == [v["after"]]
+        assert 0.0 <= v["before"] <= 1.0
     g = written["goals"]
     assert g["a_sft_train_success"]["value"] == s1["sft"]["train_success"]
     rows = written["rows"]
