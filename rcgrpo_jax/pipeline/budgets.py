@@ -57,7 +57,13 @@ QUICKSTART = Budget(
     # 1 test episode = 0.8 points. Train-split probe (2026-12-01, 800 SFT steps, first 32 train tasks per
     # type): 256 per type gave 6.2% greedy success (loss 0.069); 1024 per type (3 passes, not 12) 0% (loss
     # still on its 0.21 plateau): at this budget the model leaves the plateau only on repeated data.
-    world={"seed": 0, "train_per_type": 256, "test_per_type": 32},
+    # RL trains on its own pool: 8 fresh train-name instances per type (32 tasks, none in stage 1), each seen
+    # ~6 times in 12 steps (the paper's RL makes many passes over its tasks: 400 epochs). Train-split probe
+    # (2026-12-01, from the RCTP-FT below, lr 5e-4, temperature 0.7; greedy success on the 32 RL tasks, before
+    # -> after): RC-GRPO 40.6% -> 53.1%, zero-variance groups 0.66; GRPO 40.6% -> 40.6%, 0.78. Over the whole
+    # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
+    # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
+    world={"seed": 0, "train_per_type": 256, "test_per_type": 32, "rl_per_type": 8},
     # d=128, 3 layers (about 0.6M parameters with the world's ~520 tokens). RoPE theta 1e4 rather than
     # Qwen's 1e6: more rotary frequencies turn within a ~250-token episode. Train-split probes, 800 SFT
     # steps of 16: theta 1e4 with lr 3e-3 reached 18% greedy success, theta 1e6 with lr 1e-2 14%.
@@ -95,7 +101,12 @@ QUICKSTART = Budget(
     # Every RL row: 16 tasks x group 4 per step at temperature 1.0. A turn needs at most 2 steps, so 4
     # steps per turn bound the garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token
     # contexts a step took 25-35 s; ~7 s for 8 tasks with these caps).
+    # lr 5e-4 at temperature 0.7: at 2e-4 and temperature 1.0 twelve steps moved nothing (the earlier
+    # quickstart: every row within two test episodes of its init); at 1e-3 and 1.0 GRPO's sampled reward fell
+    # 0.19 -> 0.06 over the run and the train probe 63% -> 27%.
     rl={
+        "optim.lr": 5e-4,
+        "rl.temperature": 0.7,
         "train.max_steps": 12,
         "train.batch_size": 64,
         "train.grad_accum": 2,
@@ -108,7 +119,7 @@ QUICKSTART = Budget(
         "checkpoint.every_steps": 4,
     },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"setup": 30, "eval": 25, "sft": 350, "rctp_ft": 350, "rl": 170},
+    plan_s={"setup": 30, "eval": 25, "sft": 350, "rctp_ft": 180, "rl": 170},
 )
 
 SMOKE = Budget(
