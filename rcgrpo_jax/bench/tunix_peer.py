@@ -17,7 +17,8 @@ samples exactly `new_tokens` per row (checked). Sampling is top-p mode with top_
 which tunix runs as a plain categorical draw from logits / temperature over the whole vocabulary (the
 same distribution as ours and HF's); the KV cache holds prompt + new tokens exactly.
 
-Protocol over stdin/stdout, one JSON object per line. After loading, one untimed warm-up call at the
+Protocol over stdin/stdout, one JSON object per line. Once the weights are in memory the worker prints
+{"loaded": true} (the parent may then delete the checkpoint). After loading, one untimed warm-up call at the
 timed shape (compilation) and, when K > 0, one greedy call of K new tokens, the worker prints
 {"ready": true, "greedy": [[K ids] per row] (K > 0), "load_s", "warmup_s", "tunix_version",
 "jax_backend", "params"}. Then each line on stdin runs one timed call (a fresh seed each) and prints
@@ -134,6 +135,7 @@ def main(argv=None) -> None:
     if missing:
         raise RuntimeError(f"tunix's loader left parameters unloaded: {missing[:5]}")
     n_params = sum(int(x.size) for x in jax.tree.leaves(state))
+    _say({"loaded": True})  # the checkpoint directory is no longer needed
 
     prompts = [list(map(int, p)) for p in work["prompts"]]
     tok = IdTokenizer(cfg.vocab_size)
