@@ -15,17 +15,17 @@ plus tunix when its env is already built. The tunix peer loads the same safetens
 tunix's own Qwen2 and, before the rounds, samples `--greedy-check` tokens greedily: the row reports the
 fraction of prompts whose greedy tokens equal ours (`greedy_match_tunix`) and HF's
 (`greedy_match_hf_tunix`), and ours against HF (`greedy_match_hf`). A failed peer sets `<peer>_error`
-in the row; ours and the other peers are still reported. Each line also places the decode step against the memory-bandwidth bound: the bytes one
-step must read (every weight but the embedding table, plus the KV-cache span the loop attends over),
-the read bandwidth of all cores measured at that working-set size, the fraction of that bound the
-step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
+in the row; ours and the other peers are still reported.
+
+Each line also places the decode step against the memory-bandwidth bound: the bytes one step must read
+(every weight but the embedding table, plus the KV-cache span the loop attends over), the read bandwidth
+of all cores measured at that working-set size, the fraction of that bound the step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
 (our measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from rcgrpo_jax.bench import common
+from rcgrpo_jax.bench import common, tunix_peer
 
 MODELS = {
     "tiny": dict(
@@ -82,81 +82,6 @@ def bench_env(peer: str, check: bool = False) -> str:
     if out.returncode:
         raise RuntimeError(f"launch/bench_env.sh {peer}{' --check' if check else ''} failed: {out.stderr[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
-
-
-def peer_command(python: str, checkpoint: str, work: str) -> list[str]:
-    """The tunix worker's command line (run from any directory; PYTHONPATH names this tree)."""
-    return [python, "-m", "rcgrpo_jax.bench.tunix_peer", "--checkpoint", checkpoint, "--work", work]
-
-
-def peer_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: this tree first on PYTHONPATH; the test suite's fake-device flag
-    dropped (the worker's `common.as_command` drops it too); the JAX platform kept, so tunix runs on
-    the backend ours runs on."""
-    env = dict(os.environ if environ is None else environ)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-    env["XLA_FLAGS"] = " ".join(flags)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return env
-
-
-class TunixPeer:
-    """`bench.tunix_peer` as a subprocess: `__call__()` runs one timed sampling call, returns its seconds.
-
-    Started with the checkpoint still on disk; `loaded()` returns once the worker holds the weights (the
-    checkpoint may go), `ready()` once it has compiled and done its greedy check (its info message)."""
-
-    def __init__(self, python: str, checkpoint: str, work: dict[str, Any], tmp: str):
-        """`work` as `bench.tunix_peer` reads it, written to `tmp`/tunix_work.json (kept until `loaded()`)."""
-        path = os.path.join(tmp, "tunix_work.json")
-        with open(path, "w") as f:
-            json.dump(work, f)
-        self.proc = subprocess.Popen(
-            peer_command(python, checkpoint, path),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=peer_env(),
-        )
-        self.info: dict[str, Any] = {}
-
-    def _read(self, want: str) -> dict[str, Any]:
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(
-                    f"tunix_peer exited (rc {self.proc.wait()}) waiting for {want!r}; its stderr is above"
-                )
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue  # a library's own prints
-            if isinstance(msg, dict) and want in msg:
-                return msg
-
-    def loaded(self) -> None:
-        self._read("loaded")
-
-    def ready(self) -> dict[str, Any]:
-        self.info = self._read("ready")
-        return self.info
-
-    def __call__(self) -> float:
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        return float(self._read("round")["s"])
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.terminate()
-            self.proc.wait()
 
 
 def peer_fields(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
@@ -213,40 +138,6 @@ def read_weight_bytes(config, params) -> int:
     return int(total if config.tie_word_embeddings else total - params["embed"]["embedding"].nbytes)
 
 
-def _error(e: Exception) -> str:
-    return f"{type(e).__name__}: {e}"[:500]
-
-
-def start_tunix(python: str | None, checkpoint: str, prompts, new: int, greedy: int, row: dict) -> TunixPeer | None:
-    """The tunix worker on `checkpoint` (returns once it holds the weights, so the checkpoint may go; it
-    compiles while ours does), or None with `row["tunix_error"]` set."""
-    peer = None
-    try:
-        if python is None:
-            raise RuntimeError("no tunix bench env (launch/bench_env.sh tunix)")
-        work = {"prompts": prompts.tolist(), "new_tokens": new, "temperature": 1.0, "seed": 0}
-        peer = TunixPeer(python, checkpoint, {**work, "greedy_tokens": greedy}, checkpoint)
-        peer.loaded()
-        return peer
-    except Exception as e:  # noqa: BLE001 - a failed peer must not hide ours
-        row["tunix_error"] = _error(e)
-        if peer is not None:
-            peer.close()
-        return None
-
-
-def ready_tunix(peer: TunixPeer, row: dict) -> list[list[int]] | None:
-    """Wait for the worker's warm-up; its version and warm-up seconds go into `row`; its greedy rows
-    back (None if it did none or failed: then `row["tunix_error"]`)."""
-    try:
-        info = peer.ready()
-    except Exception as e:  # noqa: BLE001
-        row["tunix_error"] = _error(e)
-        return None
-    row.update(tunix_version=info.get("tunix_version"), tunix_warmup_s=info.get("warmup_s"))
-    return info.get("greedy")
-
-
 def rounds(sides: dict[str, Any], repeats: int, row: dict) -> dict[str, list[float]]:
     """Seconds per round of each side: `repeats` rounds, each calling every side once in `sides`' order
     (ours first). A peer that raises is dropped with `row["<peer>_error"]` (and no figures); ours raising
@@ -260,7 +151,7 @@ def rounds(sides: dict[str, Any], repeats: int, row: dict) -> dict[str, list[flo
             except Exception as e:  # noqa: BLE001
                 if name == "ours":
                     raise
-                row[f"{name}_error"] = _error(e)
+                row[f"{name}_error"] = tunix_peer.error_text(e)
                 del live[name], times[name]
     return times
 
@@ -332,7 +223,7 @@ def bench_model(
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)
         config, params = models.load_hf(d, dtype="float32")
-        tunix = start_tunix(tunix_python, d, prompts, new, greedy, peer_row) if "tunix" in peers else None
+        tunix = tunix_peer.start(tunix_python, d, prompts, new, greedy, peer_row) if "tunix" in peers else None
 
     def ours(new: int) -> float:
         t = time.perf_counter()
@@ -366,20 +257,20 @@ def bench_model(
         assert out.shape[1] == prompt + new
         return time.perf_counter() - t
 
-    ours(new), ours(1)  # compile
     sides: dict[str, Any] = {"ours": lambda: ours(new)}
     greedy_rows: dict[str, Any] = {}
-    if "hf" in peers:
-        theirs()
-        sides["hf"] = theirs
     try:
+        ours(new), ours(1)  # compile
+        if "hf" in peers:
+            theirs()
+            sides["hf"] = theirs
         if greedy:
             greedy_rows["ours"] = generate(
                 config, params, prompts.tolist(), max_new_tokens=greedy, temperature=0
             ).tokens
             greedy_rows["hf"] = hf_greedy(hf, prompts, greedy) if "hf" in peers else None
         if tunix is not None:
-            greedy_rows["tunix"] = ready_tunix(tunix, peer_row)
+            greedy_rows["tunix"] = tunix_peer.ready(tunix, peer_row)
             sides["tunix"] = tunix if "tunix_error" not in peer_row else None
         times = rounds({k: v for k, v in sides.items() if v is not None}, repeats, peer_row)
     finally:

@@ -24,14 +24,20 @@ timed shape (compilation) and, when K > 0, one greedy call of K new tokens, the 
 "jax_backend", "params"}. Then each line on stdin runs one timed call (a fresh seed each) and prints
 {"round": i, "s": wall seconds of the call, tokens back on the host, "cpu_s": the process's CPU seconds
 (all threads) over the same span, "tokens": tokens sampled}. EOF on stdin ends it with {"done": true}.
+
+The parent's side (`TunixPeer`, `start`, `ready`, `peer_command`, `peer_env`) lives here too, so
+`bench.sampler` holds only the rounds and the row's fields.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
+from typing import Any
 
 
 class IdTokenizer:
@@ -102,6 +108,124 @@ def check_work(work: dict) -> None:
         raise ValueError("work needs 'temperature' > 0 (the timed calls sample; greedy is 'greedy_tokens')")
     if int(work.get("greedy_tokens", 0)) < 0:
         raise ValueError("'greedy_tokens' must be >= 0")
+
+
+# ------------------------------------------------------------------ the parent's side (bench.sampler)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def error_text(e: Exception) -> str:
+    """The row's `<peer>_error` text of an exception."""
+    return f"{type(e).__name__}: {e}"[:500]
+
+
+def peer_command(python: str, checkpoint: str, work: str) -> list[str]:
+    """The tunix worker's command line (run from any directory; PYTHONPATH names this tree)."""
+    return [python, "-m", "rcgrpo_jax.bench.tunix_peer", "--checkpoint", checkpoint, "--work", work]
+
+
+def peer_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: this tree first on PYTHONPATH; the test suite's fake-device flag
+    dropped (the worker's `common.as_command` drops it too); the JAX platform kept, so tunix runs on
+    the backend ours runs on."""
+    env = dict(os.environ if environ is None else environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+class TunixPeer:
+    """`bench.tunix_peer` as a subprocess: `__call__()` runs one timed sampling call, returns its seconds.
+
+    Started with the checkpoint still on disk; `loaded()` returns once the worker holds the weights (the
+    checkpoint may go), `ready()` once it has compiled and done its greedy check (its info message)."""
+
+    def __init__(self, python: str, checkpoint: str, work: dict[str, Any], tmp: str):
+        """`work` as `bench.tunix_peer` reads it, written to `tmp`/tunix_work.json (kept until `loaded()`)."""
+        path = os.path.join(tmp, "tunix_work.json")
+        with open(path, "w") as f:
+            json.dump(work, f)
+        self.proc = subprocess.Popen(
+            peer_command(python, checkpoint, path),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=peer_env(),
+        )
+        self.info: dict[str, Any] = {}
+
+    def _read(self, want: str) -> dict[str, Any]:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(
+                    f"tunix_peer exited (rc {self.proc.wait()}) waiting for {want!r}; its stderr is above"
+                )
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue  # a library's own prints
+            if isinstance(msg, dict) and want in msg:
+                return msg
+
+    def loaded(self) -> None:
+        self._read("loaded")
+
+    def ready(self) -> dict[str, Any]:
+        self.info = self._read("ready")
+        return self.info
+
+    def __call__(self) -> float:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return float(self._read("round")["s"])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def start(python: str | None, checkpoint: str, prompts, new: int, greedy: int, row: dict) -> TunixPeer | None:
+    """The tunix worker on `checkpoint` (returns once it holds the weights, so the checkpoint may go; it
+    compiles while ours does), or None with `row["tunix_error"]` set."""
+    peer = None
+    try:
+        if python is None:
+            raise RuntimeError("no tunix bench env (launch/bench_env.sh tunix)")
+        work = {"prompts": prompts.tolist(), "new_tokens": new, "temperature": 1.0, "seed": 0}
+        peer = TunixPeer(python, checkpoint, {**work, "greedy_tokens": greedy}, checkpoint)
+        peer.loaded()
+        return peer
+    except Exception as e:  # noqa: BLE001 - a failed peer must not hide ours
+        row["tunix_error"] = error_text(e)
+        if peer is not None:
+            peer.close()
+        return None
+
+
+def ready(peer: TunixPeer, row: dict) -> list[list[int]] | None:
+    """Wait for the worker's warm-up; its version and warm-up seconds go into `row`; its greedy rows
+    back (None if it did none or failed: then `row["tunix_error"]`)."""
+    try:
+        info = peer.ready()
+    except Exception as e:  # noqa: BLE001
+        row["tunix_error"] = error_text(e)
+        return None
+    row.update(tunix_version=info.get("tunix_version"), tunix_warmup_s=info.get("warmup_s"))
+    return info.get("greedy")
+
+
+# ------------------------------------------------------------------------------- the worker's side
 
 
 def _say(obj) -> None:

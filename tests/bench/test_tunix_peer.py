@@ -50,12 +50,12 @@ FAKE_WORKER = textwrap.dedent(
 
 @pytest.fixture
 def fake_worker(tmp_path, monkeypatch):
-    """Route `TunixPeer` to the stand-in worker; returns the path of the record it writes."""
+    """Route `tunix_peer.TunixPeer` to the stand-in worker; returns the path of the record it writes."""
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE_WORKER)
     record = tmp_path / "record.json"
     monkeypatch.setattr(
-        sampler, "peer_command", lambda python, ckpt, work: [python, str(script), "--checkpoint", ckpt, "--work", work]
+        tunix_peer, "peer_command", lambda python, ckpt, work: [python, str(script), "--checkpoint", ckpt, "--work", work]
     )
     monkeypatch.setenv("FAKE_RECORD", str(record))
     monkeypatch.setenv("FAKE_S", "0.25")
@@ -139,13 +139,13 @@ def test_greedy_fields_by_hand():
 
 
 def test_peer_command_and_env():
-    cmd = sampler.peer_command("/env/bin/python", "/ck", "/w.json")
+    cmd = tunix_peer.peer_command("/env/bin/python", "/ck", "/w.json")
     assert cmd == ["/env/bin/python", "-m", "rcgrpo_jax.bench.tunix_peer", "--checkpoint", "/ck", "--work", "/w.json"]
     base = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_other=1", "JAX_PLATFORMS": "cpu"}
-    env = sampler.peer_env({**base, "PYTHONPATH": "/elsewhere"})
+    env = tunix_peer.peer_env({**base, "PYTHONPATH": "/elsewhere"})
     assert env["XLA_FLAGS"] == "--xla_other=1" and env["JAX_PLATFORMS"] == "cpu"  # same backend as ours
     assert env["PYTHONPATH"].split(os.pathsep) == [ROOT, "/elsewhere"]
-    assert sampler.peer_env(base)["PYTHONPATH"] == ROOT
+    assert tunix_peer.peer_env(base)["PYTHONPATH"] == ROOT
 
 
 def test_worker_module_runs_as_a_command_and_refuses_bad_work(tmp_path):
@@ -154,10 +154,10 @@ def test_worker_module_runs_as_a_command_and_refuses_bad_work(tmp_path):
     work = tmp_path / "work.json"
     work.write_text(json.dumps({"prompts": [[1, 2], [3]], "new_tokens": 4, "temperature": 1.0}))
     out = subprocess.run(
-        sampler.peer_command(sys.executable, str(tmp_path), str(work)),
+        tunix_peer.peer_command(sys.executable, str(tmp_path), str(work)),
         capture_output=True,
         text=True,
-        env=sampler.peer_env(),
+        env=tunix_peer.peer_env(),
         cwd=tmp_path,
     )
     assert out.returncode == 1 and "same length" in out.stderr and out.stdout == ""
@@ -191,7 +191,7 @@ def test_id_tokenizer_round_trip_and_out_of_vocab_ids():
 
 def test_tunix_peer_protocol(fake_worker, tmp_path):
     work = {"prompts": [[5, 6, 7]] * 2, "new_tokens": 4, "temperature": 1.0, "seed": 0, "greedy_tokens": 2}
-    peer = sampler.TunixPeer(sys.executable, str(tmp_path), work, str(tmp_path))
+    peer = tunix_peer.TunixPeer(sys.executable, str(tmp_path), work, str(tmp_path))
     try:
         peer.loaded()
         info = peer.ready()
@@ -210,14 +210,14 @@ def test_start_and_ready_report_a_dead_worker(fake_worker, tmp_path, monkeypatch
 
     monkeypatch.setenv("FAKE_DIE", die)
     row = {}
-    peer = sampler.start_tunix(sys.executable, str(tmp_path), np.ones((2, 3), int), 4, 2, row)
+    peer = tunix_peer.start(sys.executable, str(tmp_path), np.ones((2, 3), int), 4, 2, row)
     if die == "loaded":
-        assert peer is not None and sampler.ready_tunix(peer, row) is None
+        assert peer is not None and tunix_peer.ready(peer, row) is None
         peer.close()
     else:
         assert peer is None
     assert "tunix_peer exited (rc" in row["tunix_error"]
-    assert sampler.start_tunix(None, str(tmp_path), np.ones((2, 3), int), 4, 2, row2 := {}) is None
+    assert tunix_peer.start(None, str(tmp_path), np.ones((2, 3), int), 4, 2, row2 := {}) is None
     assert "no tunix bench env" in row2["tunix_error"]
 
 
