@@ -6,6 +6,8 @@
 #
 #   bash launch/bench_env.sh trl                prints the env's interpreter (creating the env first)
 #   bash launch/bench_env.sh tunix --print-plan prints what it would do, does nothing
+#   bash launch/bench_env.sh tunix --check      prints the interpreter if the env is built and current,
+#                                               else exits 1; never builds (no network needed)
 #
 # The env (BENCH_VENV, default .venv-bench-<peer> in the repository) is a plain venv layered over the
 # project's interpreter (PYTHON, default .venv/bin/python, else python3): a .pth file puts that
@@ -18,14 +20,16 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 peer="${1:-}"
 case "$peer" in
   trl|tunix) ;;
-  -h|--help|"") sed -n '2,16p' "${BASH_SOURCE[0]}"; [ -n "$peer" ]; exit ;;
+  -h|--help|"") sed -n '2,18p' "${BASH_SOURCE[0]}"; [ -n "$peer" ]; exit ;;
   *) echo "bench_env.sh: unknown peer '$peer' (trl, tunix)" >&2; exit 2 ;;
 esac
 plan=0
+check=0
 case "${2:-}" in
   --print-plan) plan=1 ;;
+  --check) check=1 ;;
   "") ;;
-  *) echo "bench_env.sh: unknown option $2 (--print-plan)" >&2; exit 2 ;;
+  *) echo "bench_env.sh: unknown option $2 (--print-plan, --check)" >&2; exit 2 ;;
 esac
 venv="${BENCH_VENV:-$root/.venv-bench-$peer}"
 base="${PYTHON:-}"
@@ -50,6 +54,10 @@ fi
 if [ -f "$venv/.bench-stamp" ] && [ "$(cat "$venv/.bench-stamp")" = "$want" ]; then
   echo "$venv/bin/python"
   exit 0
+fi
+if [ "$check" = 1 ]; then
+  echo "bench_env.sh: no current $peer env at $venv (build it: bash launch/bench_env.sh $peer)" >&2
+  exit 1
 fi
 {
   "$base" -m venv --clear "$venv"
