@@ -55,7 +55,9 @@ def fake_worker(tmp_path, monkeypatch):
     script.write_text(FAKE_WORKER)
     record = tmp_path / "record.json"
     monkeypatch.setattr(
-        tunix_peer, "peer_command", lambda python, ckpt, work: [python, str(script), "--checkpoint", ckpt, "--work", work]
+        tunix_peer,
+        "peer_command",
+        lambda python, ckpt, work: [python, str(script), "--checkpoint", ckpt, "--work", work],
     )
     monkeypatch.setenv("FAKE_RECORD", str(record))
     monkeypatch.setenv("FAKE_S", "0.25")
