@@ -3,9 +3,10 @@
 Design (after gemma's sampler): `Sampler` is a frozen dataclass of static settings and the static
 self of the jitted functions; the decode loop is one `lax.while_loop` over a `DecodeState` that
 runs until every row is done or the static budget is spent. The cache is a `decode_step.DecodeCache`:
-per-layer K^T / V in the decode loop's layout, each row appending at its own length (slot = RoPE
+per-layer K / V in the layout its decode attention reads ("xla": dense over the span; "ragged": the
+Pallas GPU kernel over each row's own length), each row appending at its own length (slot = RoPE
 position), so there is no padding in it, no holes and no shared write index. Caches are donated and
-updated in place; the cache's span (slot axis) is what every call attends over, and the caller
+updated in place; the cache's span (slot axis) is what the dense attention attends over, and the caller
 (`DecodeSession`) sizes it to a bucket of the longest row.
 
 The lower-level `prefill` (append a block to a live cache) and `decode` are what the multi-turn
@@ -195,23 +196,24 @@ def stop_table(stop_token_ids, rows: int) -> np.ndarray:
     return table
 
 
-def cache_sharding(config: ModelConfig, mesh: Mesh) -> DecodeCache:
+def cache_sharding(config: ModelConfig, mesh: Mesh, layout: str = "xla") -> DecodeCache:
     """Shardings of a DecodeCache: rows over data+fsdp, kv heads over tensor when they divide."""
-    return decode_step.cache_sharding(config, mesh, sharding.BATCH_AXES)
+    return decode_step.cache_sharding(config, mesh, sharding.BATCH_AXES, layout)
 
 
 @functools.lru_cache(maxsize=64)
-def _cache_maker(config: ModelConfig, rows: int, span: int, mesh: Mesh | None):
-    make = functools.partial(decode_step.init_cache, config, rows, span)
+def _cache_maker(config: ModelConfig, rows: int, span: int, mesh: Mesh | None, layout: str):
+    make = functools.partial(decode_step.init_cache, config, rows, span, layout=layout)
     if mesh is None:
         return jax.jit(make)
-    return jax.jit(make, out_shardings=cache_sharding(config, mesh))
+    return jax.jit(make, out_shardings=cache_sharding(config, mesh, layout))
 
 
-def new_cache(config: ModelConfig, rows: int, span: int, mesh: Mesh | None = None) -> DecodeCache:
-    """An empty cache of `span` slots per row, created directly on its sharding when a mesh is given
-    (one compilation per shape: the jitted maker is cached)."""
-    return _cache_maker(config, rows, span, mesh)()
+def new_cache(config: ModelConfig, rows: int, span: int, mesh: Mesh | None = None, layout: str = "xla") -> DecodeCache:
+    """An empty cache of `span` slots per row in `layout` ("xla" | "ragged": `decode_step.DecodeCache`),
+    created directly on its sharding when a mesh is given (one compilation per shape: the jitted maker
+    is cached)."""
+    return _cache_maker(config, rows, span, mesh, layout)()
 
 
 def put_batch(x, mesh: Mesh | None):
@@ -251,6 +253,7 @@ def generate(
     mesh: Mesh | None = None,
     rules: sharding.Rules = sharding.DECODE_RULES,
     prefill_chunk: int = 512,
+    decode_attention: str = "auto",
 ) -> GenerateResult:
     """Sample continuations of a batch of token-id prompts (of any lengths).
 
@@ -258,6 +261,7 @@ def generate(
     only when temperature > 0; defaults to key 0). With a mesh, the batch is split over data+fsdp,
     activations follow `rules.logical`, and params are used with the sharding they already carry
     (place them with `sharding.shard_params(params, mesh, rules)`, or `decode_weights`).
+    decode_attention: auto | xla | ragged (`decode_step.select_decode_attention`).
     """
     from rcgrpo_jax.sampling.session import DecodeSession
 
@@ -279,6 +283,7 @@ def generate(
         rng=jax.random.key(0) if rng is None else rng,
         rules=rules,
         span=buckets.span_bucket(longest + max_new_tokens, capacity),
+        decode_attention=decode_attention,
     )
     session.append(prompts)
     out = session.decode([max_new_tokens] * len(prompts), stop_token_ids)[: len(prompts)]
