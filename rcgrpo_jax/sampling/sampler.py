@@ -43,7 +43,8 @@ class Sampler:
     max_new_tokens: static size of the decode buffers (per-row budgets may be smaller).
     prefill_chunk: the widest block one prefill call takes (`DecodeSession` splits longer deltas into
       pieces of it, which bounds the [T, S] attention scores of long BFCL prompts).
-    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend).
+    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend
+      and cache dtype).
     """
 
     config: ModelConfig
@@ -110,7 +111,7 @@ _prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(4,))
 
 def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
     config, n = s.config, s.max_new_tokens
-    write = decode_step.kv_write_for(s.kv_write)
+    write = decode_step.kv_write_for(s.kv_write, dtype=cache.v[0].dtype)
     batch = logits.shape[0]
     budgets = jnp.minimum(budgets.astype(jnp.int32), n)
     weights = decode_step.layer_weights(params)  # per-layer already when given `decode_weights`

@@ -41,10 +41,10 @@ def model(tmp_path_factory):
     return hf, config, params, [rng.integers(1, 96, n).tolist() for n in PROMPT_LENS]
 
 
-def _close(x, y):
+def _close(x, y, rel=1e-5):
     """Equal up to float32 rounding at the scale of the values compared."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    np.testing.assert_allclose(x, y, rtol=0, atol=1e-5 * max(np.abs(y).max(), 1e-30))
+    np.testing.assert_allclose(x, y, rtol=0, atol=rel * max(np.abs(y).max(), 1e-30))
 
 
 def test_selection():
@@ -160,8 +160,8 @@ def test_ragged_on_a_mesh_equals_single_device_xla(model):
     on_mesh = generate(config, placed, prompts, max_new_tokens=NEW, mesh=mesh, decode_attention="ragged")
     single = generate(config, params, prompts, max_new_tokens=NEW, decode_attention="xla")
     assert on_mesh.tokens == single.tokens
-    for a, b in zip(on_mesh.logprobs, single.logprobs):
-        _close(a, b)
+    for a, b in zip(on_mesh.logprobs, single.logprobs):  # tensor-parallel sums: rounding over 12 steps
+        _close(a, b, rel=1e-4)
 
 
 def test_kernel_block_skipping_reads_only_each_rows_slots():

@@ -345,6 +345,11 @@ def test_scatter_and_select_writes_decode_alike(checkpoint):
             np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
     with pytest.raises(ValueError, match="kv_write"):
         decode_step.kv_write_for("gather")
+    # auto: XLA's CPU scatter is in place for 32-bit caches, a float32 round trip for 16-bit ones (select)
+    assert decode_step.kv_write_for("auto", "cpu", jnp.float32) == "scatter"
+    assert decode_step.kv_write_for("auto", "cpu", jnp.bfloat16) == decode_step.kv_write_for("auto", "cpu") == "select"
+    assert decode_step.kv_write_for("auto", "gpu", jnp.bfloat16) == "scatter"
+    assert decode_step.kv_write_for("select", "gpu", jnp.float32) == "select"
 
 
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
