@@ -306,6 +306,24 @@ def random_cache(config, rows: int, span: int, lengths, layout: str, seed: int):
     return _random_cache_maker(config, rows, span, layout)(jax.random.key(seed), jnp.asarray(lengths))
 
 
+def cache_sized_ops(hlo_text: str, dims: tuple[int, ...]) -> dict[str, int]:
+    """Opcode -> count of the HLO instructions (compiled text) whose array result has `dims` in any order,
+    parameters, get-tuple-element and bitcasts aside."""
+    import collections
+    import re
+
+    want = sorted(dims)
+    ops: collections.Counter = collections.Counter()
+    for shape, opcode in re.findall(r"= \w+\[([\d,]+)\](?:\{[^}]*\})? ([\w-]+)\(", hlo_text):
+        if sorted(int(d) for d in shape.split(",")) == want and opcode not in (
+            "parameter",
+            "get-tuple-element",
+            "bitcast",
+        ):
+            ops[opcode] += 1
+    return dict(sorted(ops.items()))
+
+
 def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None = None) -> dict[str, Any]:
     """The production decode row's shapes (`plan.prod_rows` rows, span `plan.prod_span`, `plan.prod_new`
     tokens at temperature 1, bf16) with rows of different lengths, spread evenly over [span / 8, span - new],
@@ -315,12 +333,16 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     KV slots read per step: xla rows x span; ragged sum_b roundup(len_b + 1, block_k) (the kernel skips
     the blocks past a row's length), averaged over the call's steps. Bytes per step = every weight once
     + those slots (K and V, all layers, bf16). max_rel_diff_logprobs: max |ragged - xla| over the tokens
-    both paths sampled alike (each row up to its first differing token), over the largest |log-prob|."""
+    both paths sampled alike (each row up to its first differing token), over the largest |log-prob|.
+    {path}_cache_sized_ops: the opcodes (and counts) of the compiled decode program's instructions whose
+    result has one cache layer's size in any axis order (a copy or transpose there is a per-step re-layout
+    of the cache; in-place writes show as scatter / dynamic-update-slice or fusions)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from rcgrpo_jax.sampling import Sampler, SamplingParams, decode_step, stop_table
+    from rcgrpo_jax.sampling import sampler as sampler_mod
 
     config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
@@ -353,11 +375,19 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     row["kv_read_utilisation_ragged"] = useful / slots_read["ragged"]
     outs = {}
     for path in ("xla", "ragged"):
+        t = time.perf_counter()
+        example = random_cache(config, rows, span, lengths, path, 7)
+        compiled = sampler_mod._decode.lower(sampler, params, logits, example, stops, budgets, jax.random.key(0))
+        compiled = compiled.compile()
+        del example
+        row[f"{path}_compile_s"] = time.perf_counter() - t
+        dims = (rows, config.num_kv_heads, span, config.head_dim)
+        row[f"{path}_cache_sized_ops"] = cache_sized_ops(compiled.as_text(), dims)
 
-        def once(seed: int, path=path):
+        def once(seed: int, path=path, compiled=compiled):
             cache = jax.block_until_ready(random_cache(config, rows, span, lengths, path, 7))
             t0 = time.perf_counter()
-            out = sampler.decode(params, logits, cache, stops, budgets, jax.random.key(seed))
+            out = compiled(params, logits, cache, stops, budgets, jax.random.key(seed))
             jax.block_until_ready(out.tokens)
             assert int(np.min(np.asarray(out.lengths))) == new, "a row stopped early"
             return time.perf_counter() - t0, out

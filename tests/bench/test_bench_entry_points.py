@@ -117,6 +117,21 @@ def test_gpu_ragged_decode_row(gpu_run):
         assert _close(row[f"{path}_decode_tok_s"], 8 * 8 / row[f"{path}_decode_s"], 2e-2)
     assert row["ragged_interpret"] is (row["backend"] != "gpu")
     assert row["tokens_alike"] > 0.5 and row["max_rel_diff_logprobs"] < 2e-2  # bf16 caches and weights
+    # The ragged path's program never re-lays out a cache layer (the swaps around the kernel cancel).
+    ops = row["ragged_cache_sized_ops"]
+    assert isinstance(ops, dict) and not {"copy", "transpose"} & set(ops), ops
+
+
+def test_cache_sized_ops_reads_compiled_hlo():
+    text = """
+  %p = bf16[4,2,64,16]{3,2,1,0} parameter(0)
+  %t = bf16[4,64,2,16]{3,2,1,0} transpose(%p), dimensions={0,2,1,3}
+  %c = bf16[4,2,64,16]{3,2,1,0} copy(%t)
+  %s = bf16[4,2,64,16]{3,2,1,0} scatter(%c, %i, %u), update_window_dims={}
+  %small = bf16[4,2,16]{2,1,0} copy(%q)
+  ROOT %g = bf16[4,2,64,16]{3,2,1,0} get-tuple-element(%w), index=0
+"""
+    assert gpu.cache_sized_ops(text, (4, 2, 64, 16)) == {"copy": 1, "scatter": 1, "transpose": 1}
 
 
 def test_gpu_decode_bytes_and_fraction(gpu_run):
