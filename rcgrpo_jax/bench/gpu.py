@@ -15,6 +15,12 @@ One JSON line per measurement, each guarded so a failure prints an "error" row a
             of the live context (prompt + half the new tokens on average), bf16.
   prod_decode  the production decode: Qwen2.5-7B-shaped, 40 rows (rc_grpo's 160 over 4 batch shards) each
             reading an 8k-slot span, 64 tokens: tok/s, fraction of the HBM bound, peak memory
+  ragged_decode  the production decode's shapes with rows of different lengths (spread evenly over
+            [span / 8, span - new]) on both decode attentions (`sampling.decode_step`): "xla" (dense,
+            every row reads the whole span) and "ragged" (the Pallas decode kernel, each row its own
+            blocks; interpret mode off a GPU): tok/s of each, the KV slots each reads, the fraction of the
+            HBM bound, and the largest log-prob difference (over tokens both sampled alike, from the same
+            random bf16 cache and key) relative to the largest log-prob magnitude
   rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
             (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
   attention (with --attention; launch/gpu_check.sh passes it) per sequence length (4k, 16k): one layer of
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import time
 import types
 from typing import Any
@@ -103,7 +110,7 @@ TINY = Plan(
     attn_heads=(4, 2, 16),
     prod_shape="tiny",
     prod_rows=8,
-    prod_span=64,
+    prod_span=256,  # two 128-slot kernel blocks: the ragged row's rows read one or two
     prod_new=8,
 )
 
@@ -199,7 +206,25 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
     }
 
 
-def bench_production_decode(plan: Plan, hbm_bw: float) -> dict[str, Any]:
+def production_model(plan: Plan, holder: dict[str, Any]):
+    """(config, bf16 decode weights split once, init seconds) of the production decode rows, made once
+    and kept in `holder` (the prod_decode and ragged_decode rows share them)."""
+    import jax
+    import jax.numpy as jnp
+
+    from rcgrpo_jax import models
+    from rcgrpo_jax.sampling import decode_weights
+
+    if "prod" not in holder:
+        config = model_config(plan.prod_shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
+        t = time.perf_counter()
+        params = decode_weights(models.init_params(config, jax.random.key(0)), jnp.bfloat16)
+        params = jax.block_until_ready(params)
+        holder["prod"] = (config, params, time.perf_counter() - t)
+    return holder["prod"]
+
+
+def bench_production_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None = None) -> dict[str, Any]:
     """The production decode step: `plan.prod_rows` rows whose cache already holds span - new tokens
     (no prefill: a decode step's bytes do not depend on the values), `plan.prod_new` tokens sampled at
     temperature 1 through the session's own decode program, bf16 weights split once (`decode_weights`).
@@ -208,14 +233,9 @@ def bench_production_decode(plan: Plan, hbm_bw: float) -> dict[str, Any]:
     import jax.numpy as jnp
     import numpy as np
 
-    from rcgrpo_jax import models
-    from rcgrpo_jax.sampling import DecodeCache, Sampler, SamplingParams, decode_weights, new_cache, stop_table
+    from rcgrpo_jax.sampling import Sampler, SamplingParams, new_cache, stop_table
 
-    config = model_config(plan.prod_shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
-    t = time.perf_counter()
-    params = decode_weights(models.init_params(config, jax.random.key(0)), jnp.bfloat16)
-    params = jax.block_until_ready(params)
-    init_s = time.perf_counter() - t
+    config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
     sampler = Sampler(config, new, SamplingParams(temperature=1.0))
     stops = jnp.asarray(stop_table((), rows))
@@ -224,7 +244,7 @@ def bench_production_decode(plan: Plan, hbm_bw: float) -> dict[str, Any]:
 
     def once(seed: int) -> float:
         empty = new_cache(config, rows, span)
-        cache = DecodeCache(k_t=empty.k_t, v=empty.v, lengths=jnp.full((rows,), span - new, jnp.int32))
+        cache = empty.replace(lengths=jnp.full((rows,), span - new, jnp.int32))
         jax.block_until_ready(cache)
         t0 = time.perf_counter()
         out = sampler.decode(params, logits, cache, stops, budgets, jax.random.key(seed))
@@ -254,6 +274,149 @@ def bench_production_decode(plan: Plan, hbm_bw: float) -> dict[str, Any]:
         "hbm_bound_fraction": step_bytes / step_s / hbm_bw,
         "peak_memory_gb": peak_memory_gb(),
     }
+
+
+@functools.lru_cache(maxsize=4)
+def _random_cache_maker(config, rows: int, span: int, layout: str):
+    import jax
+    import jax.numpy as jnp
+
+    from rcgrpo_jax.sampling.decode_step import DecodeCache
+
+    g, dh = config.num_kv_heads, config.head_dim
+
+    def make(key, lengths):
+        ks, vs = [], []
+        for i in range(config.num_layers):
+            k_key, v_key = jax.random.split(jax.random.fold_in(key, i))
+            k = jax.random.normal(k_key, (rows, g, span, dh), jnp.bfloat16)
+            ks.append(jnp.swapaxes(k, 2, 3) if layout == "xla" else k)
+            vs.append(jax.random.normal(v_key, (rows, g, span, dh), jnp.bfloat16))
+        return DecodeCache(k=tuple(ks), v=tuple(vs), lengths=lengths.astype(jnp.int32), layout=layout)
+
+    return jax.jit(make)
+
+
+def random_cache(config, rows: int, span: int, lengths, layout: str, seed: int):
+    """A `DecodeCache` of `layout` whose every slot holds standard-normal keys and values (bf16), the same
+    values whatever the layout for one seed, rows holding `lengths` tokens (one compilation per shape)."""
+    import jax
+    import jax.numpy as jnp
+
+    return _random_cache_maker(config, rows, span, layout)(jax.random.key(seed), jnp.asarray(lengths))
+
+
+def cache_sized_ops(hlo_text: str, dims: tuple[int, ...]) -> dict[str, int]:
+    """Opcode -> count of the HLO instructions (compiled text) whose array result has `dims` in any order,
+    parameters, get-tuple-element and bitcasts aside."""
+    import collections
+    import re
+
+    want = sorted(dims)
+    ops: collections.Counter = collections.Counter()
+    for shape, opcode in re.findall(r"= \w+\[([\d,]+)\](?:\{[^}]*\})? ([\w-]+)\(", hlo_text):
+        if sorted(int(d) for d in shape.split(",")) == want and opcode not in (
+            "parameter",
+            "get-tuple-element",
+            "bitcast",
+        ):
+            ops[opcode] += 1
+    return dict(sorted(ops.items()))
+
+
+def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The production decode row's shapes (`plan.prod_rows` rows, span `plan.prod_span`, `plan.prod_new`
+    tokens at temperature 1, bf16) with rows of different lengths, spread evenly over [span / 8, span - new],
+    on the "xla" and the "ragged" decode attention (`sampling.decode_step`), each from a random cache in
+    its own layout (the same values) and the same key. Medians of `plan.repeats` after a warm-up call.
+
+    KV slots read per step: xla rows x span; ragged sum_b roundup(len_b + 1, block_k) (the kernel skips
+    the blocks past a row's length), averaged over the call's steps. Bytes per step = every weight once
+    + those slots (K and V, all layers, bf16). max_rel_diff_logprobs: max |ragged - xla| over the tokens
+    both paths sampled alike (each row up to its first differing token), over the largest |log-prob|.
+    {path}_cache_sized_ops: the opcodes (and counts) of the compiled decode program's instructions whose
+    result has one cache layer's size in any axis order (a copy or transpose there is a per-step re-layout
+    of the cache; in-place writes show as scatter / dynamic-update-slice or fusions)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rcgrpo_jax.sampling import Sampler, SamplingParams, decode_step, stop_table
+    from rcgrpo_jax.sampling import sampler as sampler_mod
+
+    config, params, init_s = production_model(plan, {} if holder is None else holder)
+    rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
+    lengths = np.linspace(span // 8, span - new, rows).astype(np.int32)
+    sampler = Sampler(config, new, SamplingParams(temperature=1.0))
+    stops = jnp.asarray(stop_table((), rows))
+    budgets = jnp.full((rows,), new, jnp.int32)
+    logits = jnp.asarray(np.random.default_rng(0).standard_normal((rows, config.vocab_size)), jnp.float32)
+    block = (decode_step.ragged_blocks(span) or (span, 1))[0]
+    steps = np.arange(1, new + 1)
+    slots_read = {
+        "xla": rows * span,
+        "ragged": float(np.mean([np.sum(-(-(lengths + t) // block) * block) for t in steps])),
+    }
+    slot_bytes = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2
+    weights = tree_bytes(params)
+    row: dict[str, Any] = {
+        "shape": plan.prod_shape,
+        "rows": rows,
+        "span": span,
+        "new_tokens": new,
+        "mean_length": float(lengths.mean()),
+        "block_k": block,
+        "init_s": init_s,
+        "backend": jax.default_backend(),
+        "ragged_interpret": jax.default_backend().lower() not in decode_step.GPU_BACKENDS,
+    }
+    useful = rows * (float(np.mean(lengths)) + (new + 1) / 2)  # per step: each row's slots, its new token's included
+    row["kv_read_utilisation_xla"] = useful / slots_read["xla"]
+    row["kv_read_utilisation_ragged"] = useful / slots_read["ragged"]
+    outs = {}
+    for path in ("xla", "ragged"):
+        t = time.perf_counter()
+        example = random_cache(config, rows, span, lengths, path, 7)
+        compiled = sampler_mod._decode.lower(sampler, params, logits, example, stops, budgets, jax.random.key(0))
+        compiled = compiled.compile()
+        del example
+        row[f"{path}_compile_s"] = time.perf_counter() - t
+        dims = (rows, config.num_kv_heads, span, config.head_dim)
+        row[f"{path}_cache_sized_ops"] = cache_sized_ops(compiled.as_text(), dims)
+
+        def once(seed: int, path=path, compiled=compiled):
+            cache = jax.block_until_ready(random_cache(config, rows, span, lengths, path, 7))
+            t0 = time.perf_counter()
+            out = compiled(params, logits, cache, stops, budgets, jax.random.key(seed))
+            jax.block_until_ready(out.tokens)
+            assert int(np.min(np.asarray(out.lengths))) == new, "a row stopped early"
+            return time.perf_counter() - t0, out
+
+        t = time.perf_counter()
+        _, first = once(0)
+        row[f"{path}_first_call_s"] = time.perf_counter() - t
+        outs[path] = jax.device_get((first.tokens, first.logprobs))
+        decode_s = sorted(once(i + 1)[0] for i in range(plan.repeats))[plan.repeats // 2]
+        step_s = decode_s / new
+        step_bytes = weights + slots_read[path] * slot_bytes
+        row.update(
+            {
+                f"{path}_decode_s": decode_s,
+                f"{path}_decode_step_ms": step_s * 1e3,
+                f"{path}_decode_tok_s": rows * new / decode_s,
+                f"{path}_kv_slots_read_per_step": slots_read[path],
+                f"{path}_bytes_per_step": step_bytes,
+                f"{path}_hbm_bound_fraction": step_bytes / step_s / hbm_bw,
+            }
+        )
+    (tok_x, lp_x), (tok_r, lp_r) = outs["xla"], outs["ragged"]
+    same = np.cumprod(tok_x == tok_r, axis=1).astype(bool)  # each row up to its first differing token
+    row["tokens_alike"] = float(same.mean())
+    row["max_rel_diff_logprobs"] = float(np.max(np.abs(lp_r - lp_x)[same]) / max(np.max(np.abs(lp_x)), 1e-30))
+    row["ragged_speedup"] = row["xla_decode_s"] / row["ragged_decode_s"]
+    row["weight_bytes"] = weights
+    row["peak_memory_gb"] = peak_memory_gb()
+    return row
 
 
 # ------------------------------------------------------------------------------------------ RL step
@@ -441,7 +604,9 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU check of this script)")
-    ap.add_argument("--skip", default="", help="comma list of phases to skip: decode,prod_decode,rl_step,attention")
+    ap.add_argument(
+        "--skip", default="", help="comma list of phases to skip: decode,prod_decode,ragged_decode,rl_step,attention"
+    )
     ap.add_argument("--attention", action="store_true", help="also compare fused (cuDNN) and XLA attention")
     ap.add_argument("--attn-seqs", default=None, help="e.g. 4096,16384")
     ap.add_argument("--decode-batches", default=None, help="e.g. 1,16,64")
@@ -510,8 +675,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 lambda b=b: bench_decode(holder["config"], holder["params"], b, plan, args.hbm_bytes_s),
             )
         holder.clear()
+    prod: dict[str, Any] = {}  # the production model, shared by the two production decode rows
     if "prod_decode" not in skip:
-        measure({"bench": "prod_decode"}, lambda: bench_production_decode(plan, args.hbm_bytes_s))
+        measure({"bench": "prod_decode"}, lambda: bench_production_decode(plan, args.hbm_bytes_s, prod))
+    if "ragged_decode" not in skip:
+        measure({"bench": "ragged_decode"}, lambda: bench_ragged_decode(plan, args.hbm_bytes_s, prod))
+    prod.clear()
     if "rl_step" not in skip:
         measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
     if args.attention and "attention" not in skip:

@@ -7,8 +7,24 @@ stack and of each layer's cache slice, and two transposes of it to the [B, Hkv, 
 attention dots want. So the sampler keeps, for the whole life of a session:
   - the decode weights as one pytree per layer (`decode_weights`, once per RL step, cast to the decode
     dtype and placed by the decode rules);
-  - the cache (`DecodeCache`) as per-layer K^T [B, Hkv, Dh, S] and V [B, Hkv, S, Dh], which prefill and
-    decode both read and write in place (donated): no per-call re-layout, no copy back.
+  - the cache (`DecodeCache`) as per-layer K and V in the layout its decode attention reads, which prefill
+    and decode both read and write in place (donated): no per-call re-layout, no copy back.
+
+Decode attention (`select_decode_attention`; a session's `decode_attention`: auto | xla | ragged), a static
+property of the cache chosen when it is made (`init_cache(layout=...)`):
+  "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: the dense dots' order. Every row attends over the
+            whole span S (slots past its length are masked): a step reads rows x S slots. The CPU's path.
+  "ragged"  K and V [B, Hkv, S, Dh]: what JAX's Pallas GPU decode kernel
+            (`jax.experimental.pallas.ops.gpu.decode_attention.gqa`) reads per (row, kv head), a [S, Dh]
+            slab. A one-token step gives it kv_seq_len = lengths + 1 for the rows decoding (0 for the
+            others); its split-k blocks past a row's length are skipped (no loads), so a step reads
+            about sum_b roundup(len_b, block_k) slots, not rows x S. (`gqa` itself takes [B, S, Hkv, Dh] and
+            swaps the axes to [B, Hkv, S, Dh] before the kernel; it is handed the swapped view of this
+            layout, so the two swaps cancel in XLA and nothing is copied. A cache stored [B, S, Hkv, Dh]
+            would make that swap a copy of every layer's cache at every step.) "auto" picks it on a GPU
+            backend when head_dim suits the kernel. Off a GPU it runs in Pallas interpret mode (slow;
+            what the tests run). Prefill blocks (T > 1), and spans the kernel cannot split into blocks,
+            take the XLA attention over this layout.
 
 Per-row slots. Row b's context token i sits at slot i, with RoPE position i: `lengths[b]` slots are
 valid, a block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees
@@ -37,31 +53,100 @@ from rcgrpo_jax.sharding import constrain
 QUERY_BLOCK = 128  # a prefill block's queries attend in pieces of this many (scores [B, G, 128, R, S])
 
 
+LAYOUTS = ("xla", "ragged")
+DECODE_ATTENTION = ("auto", "xla", "ragged")
+GPU_BACKENDS = ("gpu", "cuda")  # jax.default_backend() names CUDA "gpu"
+RAGGED_BLOCK_K = 128  # the kernel's key block (its default): a row reads roundup(len, block) slots
+RAGGED_MAX_SPLITS = 16  # split-k programs per (row, kv head) at most (the kernel's default k_splits)
+
+
 @flax.struct.dataclass
 class DecodeCache:
-    """Per-layer KV over S slots per row, in the order the attention dots read; row b holds lengths[b]."""
+    """Per-layer KV over S slots per row, in the order its decode attention reads; row b holds lengths[b].
 
-    k_t: tuple[jax.Array, ...]  # L x [B, Hkv, Dh, S]
+    layout (static): "xla" = k holds K^T [B, Hkv, Dh, S]; "ragged" = k holds K [B, Hkv, S, Dh]. v is
+    [B, Hkv, S, Dh] in both."""
+
+    k: tuple[jax.Array, ...]  # L x [B, Hkv, Dh, S] ("xla") or [B, Hkv, S, Dh] ("ragged")
     v: tuple[jax.Array, ...]  # L x [B, Hkv, S, Dh]
     lengths: jax.Array  # int32 [B]: valid slots of each row (= the RoPE position of its next token)
+    layout: str = flax.struct.field(pytree_node=False, default="xla")
+
+    @property
+    def k_slot_axis(self) -> int:
+        return 3 if self.layout == "xla" else 2
 
     @property
     def span(self) -> int:
-        return self.k_t[0].shape[-1]
+        return self.k[0].shape[self.k_slot_axis]
 
     @property
     def rows(self) -> int:
         return self.lengths.shape[0]
 
+    def keys(self, layer: int) -> jax.Array:
+        """Layer `layer`'s keys as [B, Hkv, S, Dh] whatever the layout (a copy for "xla"; to inspect)."""
+        k = self.k[layer]
+        return jnp.swapaxes(k, 2, 3) if self.layout == "xla" else k
 
-def init_cache(config: ModelConfig, rows: int, span: int, dtype: Any = None) -> DecodeCache:
+
+def ragged_unsupported(head_dim: int) -> str | None:
+    """Why the Pallas decode kernel cannot take this head_dim (None when it can): its Triton tiles are
+    [16, head_dim] and [block_k, head_dim], so head_dim must be a power of two, at least 16."""
+    if head_dim < 16 or head_dim & (head_dim - 1):
+        return f"head_dim {head_dim} (the Pallas decode kernel needs a power of two >= 16)"
+    return None
+
+
+def select_decode_attention(backend: str, value: str = "auto", *, head_dim: int | None = None) -> str:
+    """ "xla" or "ragged" for a session's `decode_attention` = `value` on `backend` (`jax.default_backend()`).
+
+    "auto": ragged on a GPU backend when head_dim suits the kernel, else xla (a CPU keeps today's path).
+    "xla": xla everywhere. "ragged": ragged, also off a GPU (the kernel in Pallas interpret mode: tests),
+    or a ValueError when head_dim does not suit the kernel (a requested path is never silently replaced)."""
+    if value not in DECODE_ATTENTION:
+        raise ValueError(f"decode_attention: unknown value {value!r}; choose one of {DECODE_ATTENTION}")
+    why_not = ragged_unsupported(head_dim) if head_dim is not None else None
+    if value == "ragged" and why_not:
+        raise ValueError(f"decode_attention: 'ragged' cannot run: {why_not}; use 'auto' or 'xla'")
+    if value != "auto":
+        return value
+    on_gpu = str(backend).lower() in GPU_BACKENDS
+    return "ragged" if on_gpu and why_not is None else "xla"
+
+
+def cache_layout(config: ModelConfig, value: str = "auto", backend: str | None = None) -> str:
+    """The cache layout of `select_decode_attention` for a model on `backend` (default: JAX's default)."""
+    backend = jax.default_backend() if backend is None else backend
+    return select_decode_attention(backend, value, head_dim=config.head_dim)
+
+
+def ragged_blocks(span: int) -> tuple[int, int] | None:
+    """(block_k, k_splits) of the Pallas kernel for a span: the largest power of two <= RAGGED_BLOCK_K
+    dividing the span (at least 16), and the most splits <= RAGGED_MAX_SPLITS that divide its blocks.
+    None when no such block exists (the XLA attention over the ragged layout is used then). The session's
+    spans (multiples of 128 from 256 on) all give block_k = 128."""
+    block = RAGGED_BLOCK_K
+    while block >= 16 and span % block:
+        block //= 2
+    if block < 16:
+        return None
+    blocks = span // block
+    return block, max(d for d in range(1, min(blocks, RAGGED_MAX_SPLITS) + 1) if blocks % d == 0)
+
+
+def init_cache(config: ModelConfig, rows: int, span: int, dtype: Any = None, layout: str = "xla") -> DecodeCache:
     """An empty cache (every row of length 0) in the compute dtype unless `dtype` is given."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"cache layout must be one of {LAYOUTS}, got {layout!r}")
     dt = jnp.dtype(dtype or config.dtype)
     g, dh = config.num_kv_heads, config.head_dim
+    k_shape = (rows, g, dh, span) if layout == "xla" else (rows, g, span, dh)
     return DecodeCache(
-        k_t=tuple(jnp.zeros((rows, g, dh, span), dt) for _ in range(config.num_layers)),
+        k=tuple(jnp.zeros(k_shape, dt) for _ in range(config.num_layers)),
         v=tuple(jnp.zeros((rows, g, span, dh), dt) for _ in range(config.num_layers)),
         lengths=jnp.zeros((rows,), jnp.int32),
+        layout=layout,
     )
 
 
@@ -71,12 +156,16 @@ def cache_bytes(config: ModelConfig, rows: int, span: int, dtype: Any = None) ->
     return 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim * span * itemsize + 4 * rows
 
 
-def cache_sharding(config: ModelConfig, mesh, batch_axes) -> DecodeCache:
+def kv_heads_axis(num_kv_heads: int, mesh) -> str | None:
+    """The mesh axis a cache's kv heads are split over: 'tensor' when it divides them, else none."""
+    return "tensor" if "tensor" in mesh.shape and num_kv_heads % mesh.shape["tensor"] == 0 else None
+
+
+def cache_sharding(config: ModelConfig, mesh, batch_axes, layout: str = "xla") -> DecodeCache:
     """Shardings of a DecodeCache: rows over `batch_axes`, kv heads over 'tensor' when they divide."""
-    heads = "tensor" if config.num_kv_heads % mesh.shape.get("tensor", 1) == 0 else None
-    kv = NamedSharding(mesh, P(batch_axes, heads, None, None))
+    kv = NamedSharding(mesh, P(batch_axes, kv_heads_axis(config.num_kv_heads, mesh), None, None))
     layers = (kv,) * config.num_layers
-    return DecodeCache(k_t=layers, v=layers, lengths=NamedSharding(mesh, P(batch_axes)))
+    return DecodeCache(k=layers, v=layers, lengths=NamedSharding(mesh, P(batch_axes)), layout=layout)
 
 
 def layer_weights(params) -> dict[str, Any]:
@@ -130,16 +219,20 @@ def _proj(p, x: jax.Array, dtype) -> jax.Array:
 KV_WRITES = ("auto", "scatter", "select")
 
 
-def kv_write_for(value: str, backend: str | None = None) -> str:
-    """How a one-token step writes its key/value: "scatter" (one scatter per layer, in place: what a GPU
-    runs) or "select" (a where over the row's slots: XLA's CPU scatter copies the cache, so on a CPU
-    this is faster). "auto": select on the CPU backend, scatter elsewhere."""
+def kv_write_for(value: str, backend: str | None = None, dtype: Any = None) -> str:
+    """How a one-token step writes its key/value: "scatter" (one scatter per layer, in place) or "select"
+    (a where over the row's slots: it reads and writes the layer's whole cache). "auto": scatter, except
+    for a 16-bit cache on the CPU backend (`dtype`, the cache's; None = 16-bit), where XLA's CPU scatter
+    converts the layer's cache to float32 and back: select (measured on the tiny bench model, 8 rows x 256
+    slots per step: bf16 select 3.6 ms vs scatter 5.8 ms; float32 scatter 2.12 ms vs select 2.23 ms, and
+    5.4 vs 6.1 ms at 1024 slots). Both write the same values."""
     if value not in KV_WRITES:
         raise ValueError(f"kv_write must be one of {KV_WRITES}, got {value!r}")
     if value != "auto":
         return value
     backend = jax.default_backend() if backend is None else backend
-    return "select" if str(backend).lower() == "cpu" else "scatter"
+    narrow = dtype is None or jnp.dtype(dtype).itemsize < 4
+    return "select" if str(backend).lower() == "cpu" and narrow else "scatter"
 
 
 def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mode: str = "scatter") -> jax.Array:
@@ -164,9 +257,50 @@ def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mode
     return jax.vmap(one)(cache_x, new, slots)
 
 
-def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v, write: str):
+def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Array, blocks: tuple[int, int]):
+    """The Pallas decode kernel: q [B, H, Dh] (head h = g * R + r) over k, v [B, G, S, Dh] (the ragged
+    layout), row b over its first kv_len[b] slots -> [B, H, Dh]. Under a mesh the kernel runs per shard
+    (`shard_map`: rows over the batch axes, kv heads over 'tensor' when they divide; XLA cannot partition
+    a custom call). Interpret mode off a GPU."""
+    from jax.experimental.pallas.ops.gpu import decode_attention
+
+    from rcgrpo_jax.sharding import BATCH_AXES
+
+    block_k, k_splits = blocks
+    interpret = jax.default_backend().lower() not in GPU_BACKENDS
+
+    def attend(q, k, v, n):
+        # gqa takes [B, S, G, Dh] and swaps to [B, G, S, Dh] for the kernel: the two swaps cancel (no copy).
+        return decode_attention.gqa(
+            q,
+            jnp.swapaxes(k, 1, 2),
+            jnp.swapaxes(v, 1, 2),
+            kv_seq_len=n,
+            sm_scale=1.0 / math.sqrt(q.shape[-1]),
+            block_k=block_k,
+            k_splits=k_splits,
+            interpret=interpret,
+        )
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return attend(q, k, v, kv_len)
+    rows = tuple(a for a in BATCH_AXES if a in mesh.shape) or None
+    heads = kv_heads_axis(k.shape[1], mesh)
+    kv_spec = P(rows, heads, None, None)
+    return jax.shard_map(
+        attend,
+        mesh=mesh,
+        in_specs=(P(rows, heads, None), kv_spec, kv_spec, P(rows)),
+        out_specs=P(rows, heads, None),
+        check_vma=False,
+    )(q, k, v, kv_len)
+
+
+def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout: str, write: str):
     """x [B, T, D] at `slots` [B, T]: writes its keys/values at `write_slots` and attends over the slots
-    <= its own. Returns (out [B, T, D], k_t, v)."""
+    <= its own (k_c, v: one layer of a `layout` cache; kv_len [B]: the slots each row attends over after
+    the write, 0 for a row that writes nothing). Returns (out [B, T, D], k_c, v)."""
     b, t, _ = x.shape
     dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
     q = _proj(p["q_proj"], x, dt).reshape(b, t, h, dh)
@@ -179,14 +313,20 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v, write: str):
     inv_freq = rope_inv_freq(c)
     q = apply_rope(q, slots, inv_freq).reshape(b, t, g, h // g, dh)
     k = apply_rope(k, slots, inv_freq)
-    k_t = _write(k_t, k, write_slots, 3, write)  # k_t [B, G, Dh, S]: slots on axis 3
+    k_axis = 3 if layout == "xla" else 2  # k_c [B, G, Dh, S] ("xla") or [B, G, S, Dh] ("ragged")
+    k_c = _write(k_c, k, write_slots, k_axis, write)
     v = _write(v, val, write_slots, 2, write)  # v [B, G, S, Dh]: slots on axis 2
+    blocks = ragged_blocks(v.shape[2]) if layout == "ragged" and t == 1 else None
+    if blocks is not None:  # one token per row: the Pallas kernel over each row's own slots
+        out = _ragged_attention(q.reshape(b, h, dh).astype(v.dtype), k_c, v, kv_len, blocks)
+        return _proj(p["o_proj"], out.reshape(b, t, h * dh), dt), k_c, v
     q = jnp.transpose(q, (0, 2, 1, 3, 4))  # [B, G, T, R, Dh]
-    k_read, v_read = k_t.astype(dt), v.astype(dt)
+    k_read, v_read = k_c.astype(dt), v.astype(dt)
+    score_eq = "bgtrd,bgds->bgtrs" if layout == "xla" else "bgtrd,bgsd->bgtrs"
 
     def attend(q_blk, slots_blk):  # [B, G, Tb, R, Dh], [B, Tb] -> [B, G, Tb, R, Dh]
-        scores = jnp.einsum("bgtrd,bgds->bgtrs", q_blk, k_read, preferred_element_type=jnp.float32)
-        allowed = jnp.arange(k_read.shape[-1])[None, None, :] <= slots_blk[:, :, None]  # [B, Tb, S]
+        scores = jnp.einsum(score_eq, q_blk, k_read, preferred_element_type=jnp.float32)
+        allowed = jnp.arange(v_read.shape[2])[None, None, :] <= slots_blk[:, :, None]  # [B, Tb, S]
         scores = jnp.where(allowed[:, None, :, None, :], scores / math.sqrt(dh), -jnp.inf)
         weights = jax.nn.softmax(scores, axis=-1).astype(dt)
         return jnp.einsum("bgtrs,bgsd->bgtrd", weights, v_read)
@@ -203,7 +343,7 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, k_t, v, write: str):
     else:
         out = attend(q, slots)
     out = jnp.transpose(out, (0, 2, 1, 3, 4)).reshape(b, t, h * dh)
-    return _proj(p["o_proj"], out, dt), k_t, v
+    return _proj(p["o_proj"], out, dt), k_c, v
 
 
 def forward(
@@ -214,6 +354,9 @@ def forward(
 
     Query t of row b sits at slot lengths[b] + t and sees the slots <= it; a padding query sees stale
     (finite) slots of its row, and its output is meaningless but finite. `weights` = `layer_weights(...)`.
+    The attention follows the cache's layout (module docstring): on a "ragged" cache a one-token block
+    goes through the Pallas kernel, row b over lengths[b] + 1 slots when counts[b] > 0, none otherwise
+    (its output is then 0: meaningless, finite).
     """
     b, t = tokens.shape
     dt = c.jnp_dtype
@@ -221,13 +364,16 @@ def forward(
     write_slots = jnp.where(jnp.arange(t)[None] < counts[:, None], slots, cache.span)  # padding: dropped
     norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
     x = jnp.take(weights["embed"]["embedding"], tokens, axis=0).astype(dt)
-    k_all, v_all = list(cache.k_t), list(cache.v)
+    kv_len = jnp.where(counts > 0, cache.lengths + counts, 0).astype(jnp.int32)  # the kernel's per-row span
+    k_all, v_all = list(cache.k), list(cache.v)
     for i, p in enumerate(weights["layers"]):
         h = norm.apply({"params": p["input_norm"]}, x)
-        a, k_all[i], v_all[i] = _attention(c, p["attn"], h, slots, write_slots, k_all[i], v_all[i], write)
+        a, k_all[i], v_all[i] = _attention(
+            c, p["attn"], h, slots, write_slots, kv_len, k_all[i], v_all[i], cache.layout, write
+        )
         x = x + a
         x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
         x = constrain(x, ("batch", "seq", "hidden"))
     x = norm.apply({"params": weights["final_norm"]}, x)
     lengths = cache.lengths + counts.astype(jnp.int32)
-    return x, DecodeCache(k_t=tuple(k_all), v=tuple(v_all), lengths=lengths)
+    return x, DecodeCache(k=tuple(k_all), v=tuple(v_all), lengths=lengths, layout=cache.layout)

@@ -3,9 +3,10 @@
 Design (after gemma's sampler): `Sampler` is a frozen dataclass of static settings and the static
 self of the jitted functions; the decode loop is one `lax.while_loop` over a `DecodeState` that
 runs until every row is done or the static budget is spent. The cache is a `decode_step.DecodeCache`:
-per-layer K^T / V in the decode loop's layout, each row appending at its own length (slot = RoPE
+per-layer K / V in the layout its decode attention reads ("xla": dense over the span; "ragged": the
+Pallas GPU kernel over each row's own length), each row appending at its own length (slot = RoPE
 position), so there is no padding in it, no holes and no shared write index. Caches are donated and
-updated in place; the cache's span (slot axis) is what every call attends over, and the caller
+updated in place; the cache's span (slot axis) is what the dense attention attends over, and the caller
 (`DecodeSession`) sizes it to a bucket of the longest row.
 
 The lower-level `prefill` (append a block to a live cache) and `decode` are what the multi-turn
@@ -42,7 +43,8 @@ class Sampler:
     max_new_tokens: static size of the decode buffers (per-row budgets may be smaller).
     prefill_chunk: the widest block one prefill call takes (`DecodeSession` splits longer deltas into
       pieces of it, which bounds the [T, S] attention scores of long BFCL prompts).
-    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend).
+    kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend
+      and cache dtype).
     """
 
     config: ModelConfig
@@ -109,7 +111,7 @@ _prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(4,))
 
 def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
     config, n = s.config, s.max_new_tokens
-    write = decode_step.kv_write_for(s.kv_write)
+    write = decode_step.kv_write_for(s.kv_write, dtype=cache.v[0].dtype)
     batch = logits.shape[0]
     budgets = jnp.minimum(budgets.astype(jnp.int32), n)
     weights = decode_step.layer_weights(params)  # per-layer already when given `decode_weights`
@@ -195,23 +197,24 @@ def stop_table(stop_token_ids, rows: int) -> np.ndarray:
     return table
 
 
-def cache_sharding(config: ModelConfig, mesh: Mesh) -> DecodeCache:
+def cache_sharding(config: ModelConfig, mesh: Mesh, layout: str = "xla") -> DecodeCache:
     """Shardings of a DecodeCache: rows over data+fsdp, kv heads over tensor when they divide."""
-    return decode_step.cache_sharding(config, mesh, sharding.BATCH_AXES)
+    return decode_step.cache_sharding(config, mesh, sharding.BATCH_AXES, layout)
 
 
 @functools.lru_cache(maxsize=64)
-def _cache_maker(config: ModelConfig, rows: int, span: int, mesh: Mesh | None):
-    make = functools.partial(decode_step.init_cache, config, rows, span)
+def _cache_maker(config: ModelConfig, rows: int, span: int, mesh: Mesh | None, layout: str):
+    make = functools.partial(decode_step.init_cache, config, rows, span, layout=layout)
     if mesh is None:
         return jax.jit(make)
-    return jax.jit(make, out_shardings=cache_sharding(config, mesh))
+    return jax.jit(make, out_shardings=cache_sharding(config, mesh, layout))
 
 
-def new_cache(config: ModelConfig, rows: int, span: int, mesh: Mesh | None = None) -> DecodeCache:
-    """An empty cache of `span` slots per row, created directly on its sharding when a mesh is given
-    (one compilation per shape: the jitted maker is cached)."""
-    return _cache_maker(config, rows, span, mesh)()
+def new_cache(config: ModelConfig, rows: int, span: int, mesh: Mesh | None = None, layout: str = "xla") -> DecodeCache:
+    """An empty cache of `span` slots per row in `layout` ("xla" | "ragged": `decode_step.DecodeCache`),
+    created directly on its sharding when a mesh is given (one compilation per shape: the jitted maker
+    is cached)."""
+    return _cache_maker(config, rows, span, mesh, layout)()
 
 
 def put_batch(x, mesh: Mesh | None):
@@ -251,6 +254,7 @@ def generate(
     mesh: Mesh | None = None,
     rules: sharding.Rules = sharding.DECODE_RULES,
     prefill_chunk: int = 512,
+    decode_attention: str = "auto",
 ) -> GenerateResult:
     """Sample continuations of a batch of token-id prompts (of any lengths).
 
@@ -258,6 +262,7 @@ def generate(
     only when temperature > 0; defaults to key 0). With a mesh, the batch is split over data+fsdp,
     activations follow `rules.logical`, and params are used with the sharding they already carry
     (place them with `sharding.shard_params(params, mesh, rules)`, or `decode_weights`).
+    decode_attention: auto | xla | ragged (`decode_step.select_decode_attention`).
     """
     from rcgrpo_jax.sampling.session import DecodeSession
 
@@ -279,6 +284,7 @@ def generate(
         rng=jax.random.key(0) if rng is None else rng,
         rules=rules,
         span=buckets.span_bucket(longest + max_new_tokens, capacity),
+        decode_attention=decode_attention,
     )
     session.append(prompts)
     out = session.decode([max_new_tokens] * len(prompts), stop_token_ids)[: len(prompts)]

@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 
 from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import ModelConfig
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling import buckets, decode_step
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
 from rcgrpo_jax.sampling.sampler import Sampler, mesh_context, new_cache, put_batch, right_pad, stop_table
@@ -61,7 +61,8 @@ class DecodeSession:
 
     capacity: the most slots a row may hold (its longest context plus one decode call's budget); the
     span never exceeds it. span: the initial span (default the smallest bucket). min_span: the
-    smallest span a resize goes to.
+    smallest span a resize goes to. decode_attention: auto | xla | ragged (`decode_step.
+    select_decode_attention`): the decode attention, hence the cache's layout, for the session's life.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class DecodeSession:
         rules: sharding.Rules = sharding.DECODE_RULES,
         span: int | None = None,
         min_span: int = buckets.MIN_SPAN,
+        decode_attention: str = "auto",
     ):
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
         self.capacity, self.chunk, self.min_span = int(capacity), int(prefill_chunk), int(min_span)
@@ -86,7 +88,8 @@ class DecodeSession:
         span = buckets.span_bucket(0, self.capacity, self.min_span) if span is None else int(span)
         if not 0 < span <= self.capacity:
             raise ValueError(f"span {span} must be in (0, capacity {self.capacity}]")
-        self.cache = new_cache(config, rows, span, mesh)
+        self.layout = decode_step.cache_layout(config, decode_attention)
+        self.cache = new_cache(config, rows, span, mesh, self.layout)
         self.lengths = np.zeros((rows,), np.int64)  # tokens per row (= the next token's RoPE position)
         self.logits = jnp.zeros((rows, config.vocab_size), jnp.float32)
         self.rng = jax.random.key(0) if rng is None else rng
@@ -96,7 +99,7 @@ class DecodeSession:
             "resizes": 0,
             "prefill_tokens": 0,
             "decode_steps": 0,  # while-loop iterations over all decode calls
-            "kv_slots_read": 0,  # decode steps x rows x span: what the dense decode attention reads
+            "kv_slots_read": 0,  # decode steps x rows x span: what the dense ("xla") decode attention reads
             "kv_slots_useful": 0,  # of those, the valid slots of the rows that were live at that step
         }
 
@@ -116,11 +119,11 @@ class DecodeSession:
     def _resize(self, span: int) -> None:
         if span == self.cache.span:
             return
-        k_t, v = list(self.cache.k_t), list(self.cache.v)
-        for i in range(len(k_t)):  # one layer at a time: the old layer is freed before the next is copied
-            k_t[i] = _resize(k_t[i], span, 3)
+        k, v, axis = list(self.cache.k), list(self.cache.v), self.cache.k_slot_axis
+        for i in range(len(k)):  # one layer at a time: the old layer is freed before the next is copied
+            k[i] = _resize(k[i], span, axis)
             v[i] = _resize(v[i], span, 2)
-        self.cache = DecodeCache(k_t=tuple(k_t), v=tuple(v), lengths=self.cache.lengths)
+        self.cache = self.cache.replace(k=tuple(k), v=tuple(v))
         self.stats["resizes"] += 1
 
     def _grow(self, need: int) -> None:

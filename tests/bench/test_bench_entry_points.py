@@ -90,12 +90,48 @@ def gpu_run():
 
 def test_gpu_tiny_rows(gpu_run):
     rows, printed = gpu_run
-    want = ["machine", "decode_setup", "decode", "decode", "decode", "prod_decode", "rl_step", "done"]
+    want = ["machine", "decode_setup", "decode", "decode", "decode", "prod_decode", "ragged_decode", "rl_step", "done"]
     assert [r["bench"] for r in printed] == want
     assert all("error" not in r and "skipped" not in r for r in printed), printed
     assert printed[-1]["errors"] == 0
     assert [r["batch"] for r in printed if r["bench"] == "decode"] == [1, 16, 64]
-    assert len(rows) == 7
+    assert len(rows) == 8
+
+
+def test_gpu_ragged_decode_row(gpu_run):
+    """Both decode attentions at the production row's (tiny) shapes: 8 rows of lengths spread over [32, 248]
+    in a 256-slot span, 8 tokens; slots read per step by hand; the two paths sample alike."""
+    import numpy as np
+
+    _, printed = gpu_run
+    (row,) = [r for r in printed if r["bench"] == "ragged_decode"]
+    assert (row["rows"], row["span"], row["new_tokens"], row["block_k"]) == (8, 256, 8, 128)
+    lengths = np.linspace(32, 248, 8).astype(int)
+    ragged = np.mean([np.sum(-(-(lengths + t) // 128) * 128) for t in range(1, 9)])
+    assert row["xla_kv_slots_read_per_step"] == 8 * 256 and _close(row["ragged_kv_slots_read_per_step"], ragged)
+    assert row["ragged_kv_slots_read_per_step"] < row["xla_kv_slots_read_per_step"]
+    assert _close(row["kv_read_utilisation_xla"], (lengths.mean() + 4.5) / 256)
+    slot = 2 * 2 * 2 * 16 * 2  # (k, v) x L x Hkv x Dh x bf16
+    for path in ("xla", "ragged"):
+        assert _close(row[f"{path}_bytes_per_step"], row["weight_bytes"] + row[f"{path}_kv_slots_read_per_step"] * slot)
+        assert _close(row[f"{path}_decode_tok_s"], 8 * 8 / row[f"{path}_decode_s"], 2e-2)
+    assert row["ragged_interpret"] is (row["backend"] != "gpu")
+    assert row["tokens_alike"] > 0.5 and row["max_rel_diff_logprobs"] < 2e-2  # bf16 caches and weights
+    # The ragged path's program never re-lays out a cache layer (the swaps around the kernel cancel).
+    ops = row["ragged_cache_sized_ops"]
+    assert isinstance(ops, dict) and not {"copy", "transpose"} & set(ops), ops
+
+
+def test_cache_sized_ops_reads_compiled_hlo():
+    text = """
+  %p = bf16[4,2,64,16]{3,2,1,0} parameter(0)
+  %t = bf16[4,64,2,16]{3,2,1,0} transpose(%p), dimensions={0,2,1,3}
+  %c = bf16[4,2,64,16]{3,2,1,0} copy(%t)
+  %s = bf16[4,2,64,16]{3,2,1,0} scatter(%c, %i, %u), update_window_dims={}
+  %small = bf16[4,2,16]{2,1,0} copy(%q)
+  ROOT %g = bf16[4,2,64,16]{3,2,1,0} get-tuple-element(%w), index=0
+"""
+    assert gpu.cache_sized_ops(text, (4, 2, 64, 16)) == {"copy": 1, "scatter": 1, "transpose": 1}
 
 
 def test_gpu_decode_bytes_and_fraction(gpu_run):
@@ -135,9 +171,10 @@ def test_gpu_deadline_skips_rather_than_runs(capsys):
         "decode",
         "decode",
         "prod_decode",
+        "ragged_decode",
         "done",
     ]
-    assert all("skipped" in r for r in rows) and len(rows) == 6
+    assert all("skipped" in r for r in rows) and len(rows) == 7
 
 
 def test_gpu_check_script_preflight():
@@ -150,7 +187,7 @@ def test_gpu_check_script_preflight():
             os.path.join(ROOT, "launch", "gpu_check.sh"),
             "--tiny",
             "--skip",
-            "decode,prod_decode,rl_step,attention",
+            "decode,prod_decode,ragged_decode,rl_step,attention",
         ],
         capture_output=True,
         text=True,

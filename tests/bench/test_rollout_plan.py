@@ -36,9 +36,13 @@ def test_sliced_and_ragged_replay_hand_computed():
     # Slices of 2 tokens: A's first step (3) takes two calls; B (2) finishes in the first.
     t = rp.replay_streaming([A, B], [0, 1], rows=2, limits=LIMITS, span="mult:128", row_bucket=SAME, slice_tokens=2)
     assert (t.calls, t.decode_steps, t.row_steps, t.live_row_steps) == (3, 2 + 1 + 1, 2 * 2 + 1 + 1, 6)
-    # ragged:64: each running row reads its own slots, in pages of 64 (A ends its call at 103 -> 128; B at 52 -> 64).
+    # ragged:64 (the Pallas kernel, block_k 64): each iteration a generating row reads roundup(its length, 64).
+    # Call 1: A at 101, 102, 103 -> 128 each; B at 51, 52 -> 64 each, then done (reads nothing in iteration 3).
+    # Call 2: A alone, after its 5-token delta: 109 -> 128.
     t = rp.replay_streaming([A, B], [0, 1], rows=2, limits=LIMITS, span="ragged:64", row_bucket=SAME)
-    assert t.slots_read == 3 * (128 + 64) + 128  # A's last step: 109 -> 110 slots -> 128
+    assert t.slots_read == 3 * 128 + 2 * 64 + 128
+    assert t.slots_useful == (101 + 102 + 103) + (51 + 52) + 109
+    assert rp.block_slots(100, 3, 64) == 3 * 128 and rp.block_slots(60, 6, 64) == 4 * 64 + 2 * 128
 
 
 def test_shared_index_replay_hand_computed():
@@ -99,6 +103,16 @@ def test_command_on_a_few_real_tasks():
     assert row["baseline_rows_per_call"] == 256 and 2.5 < row["chars_per_token"] < 6
     # Per-row spans and slices read less than the batch-wide index over the same episodes.
     assert row["kv_read_utilisation"] >= row["baseline"]["kv_read_utilisation"]
+    # The ragged design (what a GPU session runs) beside it, in the same last line, with the goal checked on it.
+    ragged = row["variants"]["new_ragged"]
+    assert row["ragged_kv_read_utilisation"] == ragged["kv_read_utilisation"] > row["kv_read_utilisation"]
+    assert row["ragged_est_rollout_s_per_step"] == ragged["est_rollout_s_per_step"] < row["est_rollout_s_per_step"]
+    assert row["ragged_row_utilisation"] == ragged["row_utilisation"]
+    goal = row["goal"]
+    assert goal["checked_on"] == "new_ragged"
+    assert (goal["kv_read_utilisation_min"], goal["row_utilisation_min"]) == (0.7, 0.8)
+    assert goal["met"] == (ragged["kv_read_utilisation"] >= 0.7 and ragged["row_utilisation"] >= 0.8)
+    assert lines[-1]["goal"] == rp._rounded(goal)
 
 
 def test_expert_lengths_of_real_tasks():
@@ -126,22 +140,29 @@ def test_expert_lengths_of_real_tasks():
 def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     """ModelPolicy + DecodeSession on a tiny model: every decode call's rows, span and iterations are what the
     planner's replay of the same episodes' lengths predicts, one row per episode (no refill) and with
-    continuous batching (4 rows, slices of 5 tokens). (The `baseline` replay mirrors the shared-index
-    session this one replaced; it was checked call by call against that session before it went.)"""
+    continuous batching (4 rows, slices of 5 tokens); and the slots the ragged kernel reads in those calls
+    (each row's kv_seq_len = its length + 1 while it samples, rounded up to the kernel's block) are what the
+    replay's ragged design counts. (The `baseline` replay mirrors the shared-index session this one
+    replaced; it was checked call by call against that session before it went.)"""
     import jax
     import numpy as np
 
     from rcgrpo_jax import chat
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax.sampling import decode_step
     from rcgrpo_jax.sampling import sampler as sampler_mod
     from tests.rollout.fake_env import AdderEnv
 
     _, config, params, tok, parser = tiny_qwen
-    calls, decode = [], sampler_mod.Sampler.decode
+    calls, ragged_reads, decode = [], [], sampler_mod.Sampler.decode
 
     def recording(self, params, logits, *args, **kw):
+        span, start = int(args[-4].span), np.asarray(args[-4].lengths)  # (the cache is donated)
         out = decode(self, params, logits, *args, **kw)
-        calls.append((int(logits.shape[0]), int(args[-4].span), int(np.max(np.asarray(out.lengths)))))
+        sampled = np.asarray(out.lengths)
+        calls.append((int(logits.shape[0]), span, int(np.max(sampled))))
+        block = decode_step.ragged_blocks(span)[0]
+        ragged_reads.append((block, sum(rp.block_slots(int(a), int(n), block) for a, n in zip(start, sampled))))
         return out
 
     monkeypatch.setattr(sampler_mod.Sampler, "decode", recording)
@@ -156,6 +177,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
 
     def run(**kw):
         calls.clear()
+        ragged_reads.clear()
         policy = ModelPolicy(
             config,
             params,
@@ -168,6 +190,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
         )
         rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
         episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+        assert {b for b, _ in ragged_reads} == {128}
         return [rp.EpisodeLengths.of(e) for e in episodes], policy, list(calls)
 
     lengths, policy, real = run()
@@ -181,3 +204,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     )
     t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows)
     assert t.log == real
+    kw = dict(rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows, span="ragged:128")
+    ragged = rp.replay_streaming(lengths, groups, **kw)
+    assert ragged.slots_read == sum(r for _, r in ragged_reads) < t.slots_read
+    assert [(rows, n) for rows, _, n in ragged.log] == [(rows, n) for rows, _, n in real]

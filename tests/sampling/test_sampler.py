@@ -286,7 +286,7 @@ def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
     np.testing.assert_allclose(short.logprobs, full.logprobs, atol=1e-5)
     assert short.cache.lengths.tolist() == full.cache.lengths.tolist() == [n + 8 for n in PROMPT_LENS]
     for i, n in enumerate(short.cache.lengths):  # valid slots agree (attention over 48 vs 96: summation order)
-        pairs = [(short.cache.k_t[j][i, :, :, :n], full.cache.k_t[j][i, :, :, :n]) for j in range(2)]
+        pairs = [(short.cache.keys(j)[i, :, :n], full.cache.keys(j)[i, :, :n]) for j in range(2)]
         pairs += [(short.cache.v[j][i, :, :n], full.cache.v[j][i, :, :n]) for j in range(2)]
         for x, y in pairs:
             np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
@@ -339,12 +339,17 @@ def test_scatter_and_select_writes_decode_alike(checkpoint):
     assert a.cache.lengths.tolist() == b.cache.lengths.tolist() == [3 + 8, 11 + 3, 7, 20 + 5]
     for i, n in enumerate(a.cache.lengths):
         for x, y in (
-            (a.cache.k_t[1][i, :, :, :n], b.cache.k_t[1][i, :, :, :n]),
+            (a.cache.keys(1)[i, :, :n], b.cache.keys(1)[i, :, :n]),
             (a.cache.v[1][i, :, :n], b.cache.v[1][i, :, :n]),
         ):
             np.testing.assert_allclose(x, y, atol=1e-5 * np.abs(y).max())
     with pytest.raises(ValueError, match="kv_write"):
         decode_step.kv_write_for("gather")
+    # auto: XLA's CPU scatter is in place for 32-bit caches, a float32 round trip for 16-bit ones (select)
+    assert decode_step.kv_write_for("auto", "cpu", jnp.float32) == "scatter"
+    assert decode_step.kv_write_for("auto", "cpu", jnp.bfloat16) == decode_step.kv_write_for("auto", "cpu") == "select"
+    assert decode_step.kv_write_for("auto", "gpu", jnp.bfloat16) == "scatter"
+    assert decode_step.kv_write_for("select", "gpu", jnp.float32) == "select"
 
 
 def test_qwen3_greedy_matches_hf_generate(tmp_path):
