@@ -56,6 +56,9 @@ def model(preset: str) -> ml_collections.ConfigDict:
     # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
     # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run).
     c.attention_impl = "auto"
+    # RL rollouts' one-token decode attention (rcgrpo_jax.sampling.decode_step): auto (JAX's Pallas GPU decode
+    # kernel, each row over its own length, on a GPU; the dense XLA dots elsewhere) | xla | ragged.
+    c.decode_attention = "auto"
     return c
 
 

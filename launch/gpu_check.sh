@@ -4,7 +4,8 @@
 # (Qwen2.5-7B-shaped, bf16, 40 rows each reading an 8k-slot span: tok/s, HBM fraction, peak memory), the MFU of one
 # RC-GRPO update step on 8 x 4096 tokens, and cuDNN's fused attention against the XLA path at 4k and
 # 16k tokens (Qwen2.5-7B heads: max difference, forward and backward times; --skip attention leaves it
-# out). Needs only what the box has: jax with its CUDA plugin, flax, optax, numpy, ml_collections and
+# out), and the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s, KV slots
+# read, max log-prob difference, cache-sized copies in the program; --skip ragged_decode). Needs only what the box has: jax with its CUDA plugin, flax, optax, numpy, ml_collections and
 # absl (the preflight line lists any that are missing). Prints JSON lines (rcgrpo_jax/bench/gpu.py) and
 # finishes in under 8 minutes: measurements not started by --deadline-s are reported as skipped, and the
 # whole run is killed at 470 s.

@@ -113,6 +113,9 @@ def check(config, num_devices: int) -> dict[str, int]:
     # Model: a real preset needs weights; tiny may build them.
     build_tiny = bool(_get(config, "model.build_tiny", False))
     _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
+    dec = _get(config, "model.decode_attention")
+    if dec is not None and dec not in ("auto", "xla", "ragged"):
+        raise ConfigError("model.decode_attention", f"{dec!r} is not one of auto, xla, ragged")
     impl = _get(config, "model.attention_impl")
     if impl is not None and impl not in ("auto", "xla", "cudnn"):
         raise ConfigError("model.attention_impl", f"{impl!r} is not one of auto, xla, cudnn")

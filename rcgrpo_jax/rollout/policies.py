@@ -93,6 +93,7 @@ class ModelPolicy:
         rows: int | None = None,
         longest_first: bool = False,
         slice_tokens: int = 0,
+        decode_attention: str = "auto",
     ):
         if slot_mode not in (SHRINK, KEEP):
             raise ValueError(f"slot_mode must be {SHRINK!r} or {KEEP!r}, got {slot_mode!r}")
@@ -107,6 +108,7 @@ class ModelPolicy:
         self.slot_mode, self.share_prefix = slot_mode, share_prefix
         self.max_rows = None if rows is None else -(-int(rows) // batch_multiple(mesh)) * batch_multiple(mesh)
         self.longest_first = longest_first
+        self.decode_attention = decode_attention  # auto | xla | ragged (sampling.decode_step)
         self.slice = min(int(slice_tokens), max_step_tokens) if slice_tokens else 0
         self.partial: dict[int, tuple[list[int], list[np.ndarray], int]] = {}  # step in progress: toks, lps, left
         self.sched: RowScheduler | None = None  # continuous batching only
@@ -139,6 +141,7 @@ class ModelPolicy:
             mesh=self.mesh,
             rules=self.rules,
             rng=self.rng,
+            decode_attention=self.decode_attention,
         )
 
     def _rows(self, n: int) -> int:

@@ -98,6 +98,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
                 rules=sharding_lib.DECODE_RULES,
                 rng=jax.random.fold_in(key, c),
                 slot_mode=rl.slot_mode,
+                decode_attention=str(config.model.get("decode_attention", "auto")),
                 rows=stream_rows or None,
                 slice_tokens=int(rl.get("rollout_slice", 0) or 0),
             )

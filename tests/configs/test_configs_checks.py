@@ -117,6 +117,12 @@ def test_other_fields():
     c = sft.get_config("tiny")
     c.multihost.initialize = "sometimes"
     assert _err(c).field == "multihost.initialize"
+    for field, bad in (("decode_attention", "flash"), ("failure_site", "middle")):
+        c = sft.get_config("tiny")
+        section = c.model if field == "decode_attention" else c.data
+        section[field] = bad
+        e = _err(c)
+        assert e.field == f"{'model' if field == 'decode_attention' else 'data'}.{field}" and repr(bad) in str(e)
     c = sft.get_config("tiny")
     c.stage = "pretrain"  # the stage is the run's name: any name runs (the trainer kind decides the code)
     config_checks.check(c, num_devices=8)
