@@ -13,20 +13,11 @@ from rcgrpo_jax.sampling import SamplingParams, decode_step, generate
 from rcgrpo_jax.sampling.decode_step import cache_layout, init_cache, ragged_blocks, select_decode_attention
 from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import DecodeSession
+from tests.sampling.test_sampler import NEW, PROMPT_LENS
+from tests.sampling.test_sampler import SIZES as SAMPLER_SIZES
 
-PROMPT_LENS = (3, 11, 7, 20)
-NEW = 12
-SIZES = dict(  # head_dim 64 / 4 = 16: a shape the GPU kernel takes (a power of two >= 16)
-    vocab_size=96,
-    hidden_size=64,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    initializer_range=0.3,
-    tie_word_embeddings=False,
-)
+# test_sampler's tiny Qwen2 at hidden 64: head_dim 64 / 4 = 16, a shape the GPU kernel takes (a power of two >= 16)
+SIZES = {**SAMPLER_SIZES, "hidden_size": 64}
 
 
 @pytest.fixture(scope="module")
