@@ -5,7 +5,7 @@
 N = groups (tasks), G = rollouts per group. `aux` is a dict of optional extra signals (SIGNALS):
   - "group_mask" [N] bool: groups to keep (e.g. the DAPO filter's output); others get zero advantage.
   - "reasoning"  [N, G]: an auxiliary (judge) reward, used by `awpo`.
-  - "reward_tokens" [N, G] int (1 = high): logged per token by `rc_grpo`.
+  - "reward_tokens" [N, G] int (1 = high): logged per token by `rc_grpo`; `rc_grpo_anchor` needs them.
 `config` is the estimator's ml_collections sub-config; missing fields take the estimator's defaults
 (`default_config(name)`), unknown fields raise. `metrics` are scalars for logging.
 
@@ -181,11 +181,42 @@ def rc_grpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Ar
     adv = group_normalize(r, eps=cfg.eps, ddof=_ddof(cfg))
     extra = {}
     if aux is not None and aux.get("reward_tokens") is not None:
-        high = (jnp.asarray(aux["reward_tokens"]) == 1).astype(jnp.float32)
-        extra = {
-            "adv_mean_high": jnp.sum(adv * high) / jnp.maximum(high.sum(), 1.0),
-            "adv_mean_low": jnp.sum(adv * (1 - high)) / jnp.maximum((1 - high).sum(), 1.0),
-        }
+        extra = _token_means(adv, aux["reward_tokens"])
+    return _finish(r, adv, aux, **extra)
+
+
+def _token_means(adv: Array, tokens: Array) -> Metrics:
+    high = (jnp.asarray(tokens) == 1).astype(jnp.float32)
+    return {
+        "adv_mean_high": jnp.sum(adv * high) / jnp.maximum(high.sum(), 1.0),
+        "adv_mean_low": jnp.sum(adv * (1 - high)) / jnp.maximum((1 - high).sum(), 1.0),
+    }
+
+
+@register("rc_grpo_anchor", default_config=grpo_config, validate=grpo_validate, needs=("reward_tokens",))
+def rc_grpo_anchor(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array, Metrics]:
+    """RC-GRPO whose low-token rollouts only anchor the group: with t_j = 1 for a high-token rollout,
+
+        A_j = t_j (r_j - mean_g) / (std_g + eps)     (mean and std over all G rollouts)
+
+    The low-token rollouts still set the group's mean and std, so a group whose high-token rollouts all
+    succeed keeps its spread, but they get no advantage of their own: the update never teaches the
+    policy to succeed when asked for a low reward, which would erase the conditioning that gives RC-GRPO
+    its variance (with `rc_grpo` at the CPU quickstart's learning rate, the low-token success rate rose
+    to the high one's within ~4 steps). Metrics as `rc_grpo`'s, plus frac_zero_std_high_groups: the
+    share of groups in which the high-token rollouts alone have equal rewards.
+    """
+    cfg = resolve(config, grpo_config())
+    r = _f32(rewards)
+    if aux is None or aux.get("reward_tokens") is None:
+        raise ValueError("rc_grpo_anchor needs aux['reward_tokens'] (reward-conditioned sampling)")
+    tokens = jnp.asarray(aux["reward_tokens"]).reshape(r.shape)
+    high = (tokens == 1).astype(jnp.float32)
+    adv = group_normalize(r, eps=cfg.eps, ddof=_ddof(cfg)) * high
+    n_high = high.sum(axis=1)
+    mean_h = jnp.sum(r * high, axis=1) / jnp.maximum(n_high, 1.0)
+    spread_h = jnp.max(jnp.where(high > 0, jnp.abs(r - mean_h[:, None]), 0.0), axis=1)
+    extra = {**_token_means(adv, tokens), "frac_zero_std_high_groups": jnp.mean((spread_h == 0).astype(jnp.float32))}
     return _finish(r, adv, aux, **extra)
 
 

@@ -19,6 +19,7 @@ from rcgrpo_jax.rl.registry import OptionError
 
 R = np.array([[1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)
 S_POP = np.sqrt(0.24)  # population std of [1,0,1,0,0]
+QUARTERS_ = st.sampled_from([0.0, 0.25, 0.5, 1.0])
 
 # name -> expected advantages of R (first group hand-computed; the second, all-equal, gives 0)
 EXPECTED = {
@@ -67,6 +68,37 @@ class EstimatorValuesTest(parameterized.TestCase):
         hi, lo = 0.6 / S_POP, -0.4 / S_POP
         np.testing.assert_allclose(m["adv_mean_high"], (hi + lo) / 2, rtol=1e-5)
         np.testing.assert_allclose(m["adv_mean_low"], (hi + 2 * lo) / 3, rtol=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_rc_grpo_anchor_hand_values(self):
+        fn = self.variant(adv_lib.get("rc_grpo_anchor"))
+        # group 0: R[0] with tokens [1,1,0,0,0]: the high rollouts keep rc_grpo's advantages, the low get 0;
+        # group 1: the high rollouts all succeed, the low all fail: mean 0.4, std sqrt(0.24), A = 0.6 / S_POP
+        r = jnp.asarray([R[0].tolist(), [1.0, 1.0, 0.0, 0.0, 0.0]])
+        tokens = jnp.array([[1, 1, 0, 0, 0], [1, 1, 0, 0, 0]])
+        a, m = fn(r, aux={"reward_tokens": tokens})
+        hi, lo = 0.6 / S_POP, -0.4 / S_POP
+        np.testing.assert_allclose(a, [[hi, lo, 0, 0, 0], [hi, hi, 0, 0, 0]], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(m["adv_mean_high"], (3 * hi + lo) / 4, rtol=1e-5)
+        np.testing.assert_allclose(m["adv_mean_low"], 0.0)
+        np.testing.assert_allclose(m["frac_zero_std_groups"], 0.0)
+        np.testing.assert_allclose(m["frac_zero_std_high_groups"], 0.5)  # group 1's high rollouts agree
+
+    def test_rc_grpo_anchor_needs_the_tokens(self):
+        assert adv_lib.spec("rc_grpo_anchor").needs == ("reward_tokens",)
+        with pytest.raises(ValueError, match="reward_tokens"):
+            adv_lib.get("rc_grpo_anchor")(jnp.asarray(R))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    r=st.just((3, 4)).flatmap(lambda s: hnp.arrays(np.float32, s, elements=QUARTERS_)),
+    t=hnp.arrays(np.int32, (3, 4), elements=st.integers(0, 1)),
+)
+def test_rc_grpo_anchor_is_rc_grpo_on_high_rollouts_only(r, t):
+    full = np.asarray(adv_lib.get("rc_grpo")(jnp.asarray(r), aux={"reward_tokens": t})[0])
+    a = np.asarray(adv_lib.get("rc_grpo_anchor")(jnp.asarray(r), aux={"reward_tokens": t})[0])
+    np.testing.assert_allclose(a, np.where(t == 1, full, 0.0), atol=1e-6)
 
 
 # ---------------------------------------------------------------- AWPO
