@@ -84,9 +84,12 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
     # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
     c.source = "world" if preset == "tiny" else "bfcl"
-    # rl_per_type > 0: RL trains on that many fresh train-name instances per type (no stage-1 example among
-    # them), else on the train split.
-    c.world = ml_collections.ConfigDict({"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0})
+    # rl_per_type > 0: RL trains on that many fresh instances per type (no stage-1 example among them), else
+    # on the train split. rl_vocab: the pool's names and operands, "train" (train ones) | "own" (a side of
+    # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL).
+    c.world = ml_collections.ConfigDict(
+        {"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0, "rl_vocab": "train"}
+    )
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.
     c.steps = steps_section()
     c.path = placeholder(str)  # JSONL of {"messages": [...], "tools": [...]}; None = build from data.source

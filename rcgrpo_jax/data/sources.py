@@ -128,35 +128,40 @@ def _bfcl_tasks(data_config, split: str) -> list[bfcl.Task]:
     return [bfcl.get_task(i) for i in ids]
 
 
+def _rl_vocab(w) -> str:
+    return str(w.get("rl_vocab", "train") or "train")
+
+
 @functools.lru_cache(maxsize=8)
-def _world(seed: int, train_per_type: int, test_per_type: int) -> tuple[tuple, tuple]:
+def _world(seed: int, train_per_type: int, test_per_type: int, rl_vocab: str = "train") -> tuple[tuple, tuple]:
     from rcgrpo_jax.worlds import generate_world
 
-    train, test = generate_world(seed, train_per_type, test_per_type)
+    train, test = generate_world(seed, train_per_type, test_per_type, rl_vocab)
     return (tuple(bfcl.Task.from_entry(e) for e in train), tuple(bfcl.Task.from_entry(e) for e in test))
 
 
 def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
     w = data_config.world
-    train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type))
+    train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w))
     return list({"train": train, "test": test, "all": train + test}[split])
 
 
 @functools.lru_cache(maxsize=8)
-def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type: int) -> tuple:
+def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type: int, rl_vocab: str) -> tuple:
     from rcgrpo_jax.worlds import generate_rl_pool
 
-    return tuple(bfcl.Task.from_entry(e) for e in generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type))
+    pool = generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type, rl_vocab)
+    return tuple(bfcl.Task.from_entry(e) for e in pool)
 
 
 def _world_rl_tasks(data_config) -> list[bfcl.Task]:
-    """data.world.rl_per_type > 0: that many fresh train-vocabulary instances per trained type (no stage-1
-    example is one of them); else the train split."""
+    """data.world.rl_per_type > 0: that many fresh instances per trained type (no stage-1 example is one of
+    them), with train names or, data.world.rl_vocab="own", the RL side's own; else the train split."""
     w = data_config.world
     n = int(w.get("rl_per_type", 0) or 0)
     if n <= 0:
         return tasks(data_config, "train")
-    return list(_world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n))
+    return list(_world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n, _rl_vocab(w)))
 
 
 def _world_check(data_config) -> None:
@@ -172,6 +177,10 @@ def _world_check(data_config) -> None:
         raise ConfigError(
             "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"
         )
+    from rcgrpo_jax.worlds.vocab import RL_VOCABS
+
+    if _rl_vocab(w) not in RL_VOCABS:
+        raise ConfigError("data.world.rl_vocab", f"unknown {_rl_vocab(w)!r}; known: {', '.join(RL_VOCABS)}")
 
 
 def _world_corpus(data_config) -> list[str]:
@@ -268,7 +277,7 @@ def _steps_key(data_config) -> tuple:
     opts = steps_options(data_config)
     if opts.trajectories == "world":
         w = data_config.world
-        origin = ("world", int(w.seed), int(w.train_per_type), int(w.test_per_type))
+        origin = ("world", int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w))
     elif opts.trajectories == "bfcl":
         origin = ("bfcl",)
     else:

@@ -252,7 +252,7 @@ def stage1_probe(stage1: Mapping[str, str], budget: budgets_lib.Budget, ev_dir: 
 
 
 def rl_pool(budget: budgets_lib.Budget) -> bool:
-    """Whether RL trains on its own pool of fresh train-name tasks (data.world.rl_per_type > 0)."""
+    """Whether RL trains on its own pool of fresh tasks (data.world.rl_per_type > 0)."""
     return int(budget.world.get("rl_per_type", 0) or 0) > 0
 
 

@@ -19,7 +19,7 @@ from rcgrpo_jax.worlds import arithmetic as ar
 from rcgrpo_jax.worlds import filesystem as fs
 from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, TRAIN_TYPES, Builder
 from rcgrpo_jax.worlds.replay import Session, parse_call, replay
-from rcgrpo_jax.worlds.vocab import TEST, TRAIN, Vocab
+from rcgrpo_jax.worlds.vocab import RL_VOCABS, TEST, Vocab
 
 CLASS_TOOLS: dict[str, tuple[str, ...]] = {fs.CLASS: fs.TOOLS, ar.CLASS: ar.TOOLS}
 
@@ -46,10 +46,20 @@ def _build(seed: int, category: str, builder: Builder, vocab: Vocab, index: int)
     return to_entry(builder(rng, vocab), f"{category}_{index}")
 
 
-def generate_world(seed: int, n_train_per_type: int, n_test_per_type: int) -> tuple[list[dict], list[dict]]:
-    """(train_tasks, test_tasks). Train: the trained types with train names. Test: the trained types
-    with test names (fresh instances), plus the held-out compositions (category compose_heldout)."""
-    train = [_build(seed, cat, b, TRAIN, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
+def _vocabs(rl_vocab: str) -> tuple[Vocab, Vocab]:
+    if rl_vocab not in RL_VOCABS:
+        raise ValueError(f"unknown RL vocabulary {rl_vocab!r}; known: {', '.join(RL_VOCABS)}")
+    return RL_VOCABS[rl_vocab]
+
+
+def generate_world(
+    seed: int, n_train_per_type: int, n_test_per_type: int, rl_vocab: str = "train"
+) -> tuple[list[dict], list[dict]]:
+    """(train_tasks, test_tasks). Train: the trained types with train names (without the RL side's when
+    rl_vocab="own"). Test: the trained types with test names (fresh instances), plus the held-out
+    compositions (category compose_heldout)."""
+    stage1, _ = _vocabs(rl_vocab)
+    train = [_build(seed, cat, b, stage1, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
     test = [
         _build(seed, cat, b, TEST, n_train_per_type + i)
         for cat, b in TRAIN_TYPES.items()
@@ -59,11 +69,15 @@ def generate_world(seed: int, n_train_per_type: int, n_test_per_type: int) -> tu
     return train, test
 
 
-def generate_rl_pool(seed: int, n_train_per_type: int, n_test_per_type: int, n_per_type: int) -> list[dict]:
-    """Fresh instances of the trained types with train names, for RL: indices after the test ones, so no
-    stage-1 task is among them and ids stay unique in the world (test names stay unseen by every stage)."""
+def generate_rl_pool(
+    seed: int, n_train_per_type: int, n_test_per_type: int, n_per_type: int, rl_vocab: str = "train"
+) -> list[dict]:
+    """Fresh instances of the trained types for RL, indices after the test ones, so no stage-1 task is among
+    them and ids stay unique in the world. rl_vocab="train": with train names; "own": with the RL side's
+    names, roots and operands, which no stage-1 task uses. Test names stay unseen by every stage."""
     start = n_train_per_type + n_test_per_type
-    return [_build(seed, cat, b, TRAIN, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]
+    _, vocab = _vocabs(rl_vocab)
+    return [_build(seed, cat, b, vocab, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]
 
 
 @functools.cache

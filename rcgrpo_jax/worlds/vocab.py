@@ -10,6 +10,11 @@ pieces, and the skill "copy this name" learned on train names carries over to un
 English words, train names became single tokens and test names pieces of them: a model trained to copy
 one token did not copy four.) Extensions and line counts are shared: they are what the skills are about,
 not scenario names.
+
+A third side, RL, serves an RL pool that no stage-1 example names (`data.world.rl_vocab="own"`): a fifth of
+the name combinations, new roots and a quarter of the operands, all carved from the train side, which
+stage 1 then does without (STAGE1["own"]). RL on it practises what the test asks, handling names and
+numbers never trained on, without touching a test name.
 """
 
 from __future__ import annotations
@@ -39,17 +44,21 @@ _FACTORS = range(2, 10)
 _SYLLABLES = ("ba", "ko", "ri", "mu", "te", "lo", "si", "na", "du", "pe", "ga", "vi")
 
 
+# Name combinations by class (sum(indices) * 7 + first index) % 5: class 0 is test-only, class 1 the RL side
+# (train names unless the RL vocabulary is carved out), classes 2-4 train-only.
+_CLASSES = {"test": (0,), "train": (1, 2, 3, 4), "rl": (1,), "stage1": (2, 3, 4)}
+
+
 def _names(n_syllables: int, split: str) -> tuple[str, ...]:
-    """Every word of `n_syllables` syllables on its side of the split: one in five combinations (by its
-    syllable indices) is test-only."""
+    """Every word of `n_syllables` syllables on its side of the split (one in five combinations, by its
+    syllable indices, is test-only)."""
     import itertools
 
     out = []
     for combo in itertools.product(range(len(_SYLLABLES)), repeat=n_syllables):
         if len(set(combo)) < n_syllables:  # no repeated syllable: "baba" would be easy to misread
             continue
-        is_test = (sum(combo) * 7 + combo[0]) % 5 == 0
-        if is_test == (split == "test"):
+        if (sum(combo) * 7 + combo[0]) % 5 in _CLASSES[split]:
             out.append("".join(_SYLLABLES[i] for i in combo))
     return tuple(out)
 
@@ -72,4 +81,27 @@ TEST = Vocab(
     factors=(3, 7),
 )
 
-VOCABS = {"train": TRAIN, "test": TEST}
+# The RL side: operands n % 8 in {1, 6} of the train ones (odd and even), roots of its own.
+RL = Vocab(
+    split="rl",
+    stems=_names(3, "rl"),
+    folders=_names(2, "rl"),
+    roots=("box", "tmp"),
+    numbers=tuple(n for n in TRAIN.numbers if n % 8 in (1, 6)),
+    factors=TRAIN.factors,
+)
+
+# The train side without the RL one (split "train": the same task seeds, other draws).
+TRAIN_WITHOUT_RL = Vocab(
+    split="train",
+    stems=_names(3, "stage1"),
+    folders=_names(2, "stage1"),
+    roots=TRAIN.roots,
+    numbers=tuple(n for n in TRAIN.numbers if n not in RL.numbers),
+    factors=TRAIN.factors,
+)
+
+VOCABS = {"train": TRAIN, "test": TEST, "rl": RL}
+# data.world.rl_vocab -> (stage-1 vocabulary, RL pool vocabulary). "train": the RL pool is fresh instances
+# with train names; "own": the RL pool has names, roots and operands of its own that no stage-1 task uses.
+RL_VOCABS: dict[str, tuple[Vocab, Vocab]] = {"train": (TRAIN, TRAIN), "own": (TRAIN_WITHOUT_RL, RL)}

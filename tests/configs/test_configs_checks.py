@@ -124,6 +124,10 @@ def test_other_fields():
         e = _err(c)
         assert e.field == f"{'model' if field == 'decode_attention' else 'data'}.{field}" and repr(bad) in str(e)
     c = sft.get_config("tiny")
+    c.data.world.rl_vocab = "fresh"
+    e = _err(c)
+    assert e.field == "data.world.rl_vocab" and "'fresh'" in str(e) and "own" in str(e)
+    c = sft.get_config("tiny")
     c.stage = "pretrain"  # the stage is the run's name: any name runs (the trainer kind decides the code)
     config_checks.check(c, num_devices=8)
 

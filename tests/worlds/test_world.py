@@ -32,6 +32,7 @@ from rcgrpo_jax.worlds import (
     tool_docs,
 )
 from rcgrpo_jax.worlds.replay import make_instances, public_methods
+from rcgrpo_jax.worlds.vocab import RL, TRAIN_WITHOUT_RL
 
 N_TRAIN, N_TEST = 6, 4
 _names = (f"worldcheck{i}" for i in itertools.count())
@@ -97,6 +98,35 @@ def test_rl_pool_is_fresh_train_name_instances(world):
     assert generate_rl_pool(0, N_TRAIN, N_TEST, 3) == pool
 
 
+def _scenario_names(tasks: list[dict]) -> set[str]:
+    roots = [t["initial_config"].get("GorillaFileSystem", {}).get("root", {}) for t in tasks]
+    return {n.split(".")[0] for root in roots for n in fs_names(root)}  # stems, folders, roots
+
+
+def _typed_operands(tasks: list[dict]) -> set[int]:
+    """The numbers users type in math_chain's first turn ("Add X and Y."): vocab.numbers only."""
+    return {int(x) for t in tasks if category_of(t["id"]) == "math_chain" for x in re.findall(r"\d+", texts(t)[0])}
+
+
+def test_own_rl_vocabulary_is_named_by_no_stage_1_or_test_task():
+    train, test = generate_world(0, 24, N_TEST, "own")
+    pool = generate_rl_pool(0, 24, N_TEST, 24, "own")
+    assert not RL.names() & TRAIN_WITHOUT_RL.names() and not RL.names() & TEST.names()
+    assert not set(RL.numbers) & set(TRAIN_WITHOUT_RL.numbers) and not set(RL.numbers) & set(TEST.numbers)
+    for part in ("stems", "folders", "numbers"):  # carved from the train side (the roots are new words)
+        assert set(getattr(TRAIN_WITHOUT_RL, part)) | set(getattr(RL, part)) == set(getattr(TRAIN, part))
+    pool_names, stage1_names = _scenario_names(pool), _scenario_names(train)
+    assert pool_names and pool_names <= RL.names()
+    assert stage1_names and not stage1_names & RL.names()
+    assert _typed_operands(pool) and _typed_operands(pool) <= set(RL.numbers)
+    assert _typed_operands(train) and not _typed_operands(train) & set(RL.numbers)
+    assert test == generate_world(0, 24, N_TEST)[1]  # the test split does not depend on the RL vocabulary
+    ids = [t["id"] for t in train + test + pool]
+    assert len(set(ids)) == len(ids)
+    with pytest.raises(ValueError, match="unknown RL vocabulary"):
+        generate_rl_pool(0, 24, N_TEST, 1, "fresh")
+
+
 def test_rl_split_of_the_world_source():
     import ml_collections
 
@@ -109,6 +139,10 @@ def test_rl_split_of_the_world_source():
     data.world.rl_per_type = 2
     rl = sources.tasks(data, "rl")
     assert len(rl) == 2 * len(TRAIN_TYPES) and not {t.id for t in rl} & {t.id for t in sources.tasks(data, "all")}
+    data.world.rl_vocab = "own"
+    own = sources.tasks(data, "rl")
+    assert [t.id for t in own] == [t.id for t in rl] and _scenario_names([t.entry for t in own]) <= RL.names()
+    assert not _scenario_names([t.entry for t in sources.tasks(data, "train")]) & RL.names()
 
 
 def test_bfcl_entry_format(world):
