@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from rcgrpo_jax import main
+from rcgrpo_jax.config_checks import ConfigError
 from rcgrpo_jax.rl import advantages
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +45,8 @@ def world_ckpt(tmp_path_factory):
 def test_every_estimator_runs_one_rl_step_from_the_command_line(name, world_ckpt, compile_cache, tmp_path, capsys):
     workdir = str(tmp_path / name)
     argv = ["main", f"--config={GRPO}:tiny", f"--config.rl.advantage.name={name}", *SMALL]
+    if "reward_tokens" in advantages.spec(name).needs:  # it needs tokens drawn per rollout
+        argv.append("--config.rl.reward_conditioning=sampled")
     argv.append(f"--config.runtime.compile_cache_dir={compile_cache}")
     code = main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={workdir}"])
     assert code == 0
@@ -62,6 +65,11 @@ def test_every_rl_config_file_takes_every_estimator_with_one_override(stage):
     cfg = os.path.join(REPO, "configs", f"{stage}.py")
     for name in advantages.names():
         config = main.parse_config(["main", f"--config={cfg}:tiny", f"--config.rl.advantage.name={name}"])
+        if "reward_tokens" in advantages.spec(name).needs and config.rl.reward_conditioning != "sampled":
+            with pytest.raises(ConfigError, match="needs reward tokens drawn per rollout") as e:
+                rl_config.check(config, 8)
+            assert e.value.field == "rl.advantage.name"
+            config.rl.reward_conditioning = "sampled"
         rl_config.check(config, 8)
         chosen = rl_config.choices(config)
         assert (

@@ -139,6 +139,12 @@ def check(config, num_devices: int) -> dict[str, int]:
         )
     if chosen.uses_judge:
         _check_judge(config)
+    if "reward_tokens" in chosen.needs and rl.reward_conditioning != "sampled":
+        raise ConfigError(
+            "rl.advantage.name",
+            f"{chosen.estimator!r} needs reward tokens drawn per rollout: set rl.reward_conditioning='sampled' "
+            f"(configs/rc_grpo.py), got {rl.reward_conditioning!r}",
+        )
     sources.check(config.data)
     return shape
 
