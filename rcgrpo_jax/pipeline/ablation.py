@@ -251,6 +251,20 @@ def stage1_probe(stage1: Mapping[str, str], budget: budgets_lib.Budget, ev_dir: 
     return out
 
 
+def stage_seconds(workdir: str, timings: Mapping[str, float]) -> dict[str, float]:
+    """Each stage's wall seconds over every process that worked on this workdir (workdir/timings.json): a
+    stage that a resumed run skips keeps the seconds of the run that did it. Only this run's stages count."""
+    path = os.path.join(workdir, "timings.json")
+    prior: dict[str, float] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            prior = json.load(f)
+    merged = {k: max(float(v), float(prior.get(k, 0.0))) for k, v in timings.items()}
+    with open(path, "w") as f:
+        json.dump({**prior, **merged}, f, indent=1)
+    return merged
+
+
 def rl_pool(budget: budgets_lib.Budget) -> bool:
     """Whether RL trains on its own pool of fresh tasks (data.world.rl_per_type > 0)."""
     return int(budget.world.get("rl_per_type", 0) or 0) > 0
@@ -364,6 +378,8 @@ def run(
             timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
 
     t = console.start("report")
+    process_s = time.perf_counter() - console.t0
+    stages = stage_seconds(workdir, timings)
     payload = summary_lib.write(
         workdir,
         evals,
@@ -371,8 +387,9 @@ def run(
         budget=budget,
         seeds=seeds,
         split=eval_split,
-        timings=timings,
-        total_s=time.perf_counter() - console.t0,
+        timings=stages,
+        total_s=max(process_s, sum(stages.values())),
+        process_s=process_s,
         eval_paths=eval_paths,
         probe=probe,
         rl_task_evals=rl_task_evals,

@@ -343,6 +343,10 @@ def _diagnostics(rl_metrics: Mapping[str, str]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def _resumed(total_s: float, process_s: float | None) -> bool:
+    return process_s is not None and process_s < total_s - 1.0
+
+
 def write(
     workdir: str,
     evals: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -353,6 +357,7 @@ def write(
     split: str,
     timings: Mapping[str, float],
     total_s: float,
+    process_s: float | None = None,
     eval_paths: Mapping[str, Sequence[str]] | None = None,
     probe: Mapping[str, Mapping[str, Any]] | None = None,
     rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
@@ -360,7 +365,8 @@ def write(
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
     train-split probe (`ablation.stage1_probe`); rl_task_evals: RL row -> its evals on its own RL tasks
-    (the world's RL pool), one per seed."""
+    (the world's RL pool), one per seed. total_s: the run's wall time over every process that worked on it
+    (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run)."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
     table = eval_run.summary_table(paper_rows)
@@ -413,7 +419,14 @@ def write(
         "",
         "## Run",
         "",
-        f"- Total wall time: {total_s / 60:.1f} min; stages: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()),
+        f"- Total wall time: {total_s / 60:.1f} min"
+        + (
+            f" ({process_s / 60:.1f} min in this process, which resumed the run)"
+            if _resumed(total_s, process_s)
+            else ""
+        )
+        + "; stages: "
+        + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()),
         f"- Budget: world {dict(budget.world)}, model {dict(budget.model)}",
         f"- SFT {dict(budget.sft)}",
         f"- RCTP-FT {dict(budget.rctp)}",
@@ -425,6 +438,7 @@ def write(
     payload = {
         "budget": budget.name,
         "minutes": total_s / 60,
+        "process_minutes": (total_s if process_s is None else process_s) / 60,
         "seeds": seeds,
         "rl_steps": int(budget.rl.get("train.max_steps", 0)),
         "split": split,

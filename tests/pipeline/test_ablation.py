@@ -65,7 +65,7 @@ def _check_report_json(written: dict, payload: dict) -> None:
     """report.json's fields (the issue's list): fractions in [0, 1], means over seeds, per-seed lists."""
     assert written["rows"].keys() == payload["rows"].keys() == {*ablation.ROWS, "SFT", "RCTP-FT"}
     assert written["seeds"] == 1 and written["rl_steps"] == budgets.SMOKE.rl["train.max_steps"]
-    assert 0 < written["minutes"] < 60
+    assert 0 < written["minutes"] < 60 and written["process_minutes"] <= written["minutes"]
     for name, row in written["rows"].items():
         assert 0.0 <= row["test_overall"] <= 1.0 and row["test_overall_per_seed"] == [row["test_overall"]]
         assert row["test_overall"] == written["runs"][name][0]["overall"]
@@ -97,6 +97,17 @@ def test_rerun_resumes_without_training(smoke_run):
     again = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
     assert again["table"] == payload["table"]
     assert stamps == {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in stamps}
+    # the resumed report counts the first run's stage times, not only its own few seconds
+    assert again["timings"]["sft"] == payload["timings"]["sft"] > 0
+    assert again["process_minutes"] < again["minutes"] and again["minutes"] >= sum(payload["timings"].values()) / 60
+
+
+def test_stage_seconds_keep_the_run_that_did_the_stage(tmp_path):
+    assert ablation.stage_seconds(str(tmp_path), {"sft": 10.0, "rl/a": 5.0}) == {"sft": 10.0, "rl/a": 5.0}
+    # a resume: sft skipped (0.1 s), rl/a rerun slower, a new seed; the old "rl/a" time is replaced
+    again = ablation.stage_seconds(str(tmp_path), {"sft": 0.1, "rl/a": 6.0, "rl/b": 7.0})
+    assert again == {"sft": 10.0, "rl/a": 6.0, "rl/b": 7.0}
+    assert ablation.stage_seconds(str(tmp_path), {"sft": 0.2}) == {"sft": 10.0}  # only this run's stages count
 
 
 def test_set_dotted_names_missing_fields():
