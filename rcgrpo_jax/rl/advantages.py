@@ -202,9 +202,10 @@ def rc_grpo_anchor(rewards: Array, *, aux: dict | None = None, config=None) -> t
     The low-token rollouts still set the group's mean and std, so a group whose high-token rollouts all
     succeed keeps its spread, but they get no advantage of their own: the update never teaches the
     policy to succeed when asked for a low reward, which would erase the conditioning that gives RC-GRPO
-    its variance (with `rc_grpo` at the CPU quickstart's learning rate, the low-token success rate rose
-    to the high one's within ~4 steps). Metrics as `rc_grpo`'s, plus frac_zero_std_high_groups: the
-    share of groups in which the high-token rollouts alone have equal rewards.
+    its variance (on the CPU quickstart's RL pool under `rc_grpo`, the low-token success rate rose to the
+    high one's within ~4 steps at lr 5e-4, and from 0.09 to 0.24-0.38 over 12 steps at 1e-4). Metrics as
+    `rc_grpo`'s, plus frac_zero_std_high_groups: the share of groups in which the high-token rollouts alone
+    have equal rewards.
     """
     cfg = resolve(config, grpo_config())
     r = _f32(rewards)

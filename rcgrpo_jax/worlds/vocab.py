@@ -12,9 +12,9 @@ one token did not copy four.) Extensions and line counts are shared: they are wh
 not scenario names.
 
 A third side, RL, serves an RL pool that no stage-1 example names (`data.world.rl_vocab="own"`): a fifth of
-the name combinations, new roots and a quarter of the operands, all carved from the train side, which
-stage 1 then does without (STAGE1["own"]). RL on it practises what the test asks, handling names and
-numbers never trained on, without touching a test name.
+the name combinations, new roots and a third of the operands, all carved from the train side, which
+stage 1 then does without (TRAIN_WITHOUT_RL). RL on it meets names and numbers that stage 1 never trained
+on, as the test does, without touching a test name.
 """
 
 from __future__ import annotations
@@ -101,7 +101,6 @@ TRAIN_WITHOUT_RL = Vocab(
     factors=TRAIN.factors,
 )
 
-VOCABS = {"train": TRAIN, "test": TEST, "rl": RL}
 # data.world.rl_vocab -> (stage-1 vocabulary, RL pool vocabulary). "train": the RL pool is fresh instances
 # with train names; "own": the RL pool has names, roots and operands of its own that no stage-1 task uses.
 RL_VOCABS: dict[str, tuple[Vocab, Vocab]] = {"train": (TRAIN, TRAIN), "own": (TRAIN_WITHOUT_RL, RL)}
