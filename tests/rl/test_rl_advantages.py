@@ -19,7 +19,7 @@ from rcgrpo_jax.rl.registry import OptionError
 
 R = np.array([[1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)
 S_POP = np.sqrt(0.24)  # population std of [1,0,1,0,0]
-QUARTERS_ = st.sampled_from([0.0, 0.25, 0.5, 1.0])
+REWARD_LEVELS = st.sampled_from([0.0, 0.25, 0.5, 1.0])
 
 # name -> expected advantages of R (first group hand-computed; the second, all-equal, gives 0)
 EXPECTED = {
@@ -92,7 +92,7 @@ class EstimatorValuesTest(parameterized.TestCase):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    r=st.just((3, 4)).flatmap(lambda s: hnp.arrays(np.float32, s, elements=QUARTERS_)),
+    r=st.just((3, 4)).flatmap(lambda s: hnp.arrays(np.float32, s, elements=REWARD_LEVELS)),
     t=hnp.arrays(np.int32, (3, 4), elements=st.integers(0, 1)),
 )
 def test_rc_grpo_anchor_is_rc_grpo_on_high_rollouts_only(r, t):
