@@ -161,7 +161,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     site = _get(config, "data.failure_site")
     if site is not None and site not in ("any", "first"):
         raise ConfigError("data.failure_site", f"expected 'any' or 'first', got {site!r}")
-    if "data" in config and "source" in config.data and not _get(config, "data.path"):
+    if "data" in config and "source" in config.data:
         from rcgrpo_jax.data import sources
 
         sources.check(config.data)  # the task source and its own fields (data.world, data.steps)

@@ -86,7 +86,6 @@ def resolve_config(config):
 
 def check(config, num_devices: int) -> dict[str, int]:
     """config_checks.check plus every RL field; returns the mesh shape."""
-    from rcgrpo_jax.data import sources
     from rcgrpo_jax.envs import rewards
     from rcgrpo_jax.rl import reward_tokens
 
@@ -145,7 +144,6 @@ def check(config, num_devices: int) -> dict[str, int]:
             f"{chosen.estimator!r} needs reward tokens drawn per rollout: set rl.reward_conditioning='sampled' "
             f"(configs/rc_grpo.py), got {rl.reward_conditioning!r}",
         )
-    sources.check(config.data)
     return shape
 
 
