@@ -8,4 +8,5 @@ export JAX_PLATFORMS=cpu
 # One code style (ruff.toml): a formatting or lint slip fails here, before the tests.
 ruff format --check --quiet . || { echo "ruff format --check failed: run 'ruff format .'" >&2; exit 1; }
 ruff check --quiet .
-python -m pytest -q tests "$@"
+# The 25 slowest tests close the log: the suite must stay under 20 minutes on 2 cores.
+python -m pytest -q --durations=25 tests "$@"

@@ -119,9 +119,22 @@ QUICKSTART = Budget(
     # with it the groups' token-made spread fades. The estimator rc_grpo_anchor (the low-token rollouts set the
     # group's mean and std, no advantage of their own) kept it at 0.00-0.12 over 12 steps at lr 5e-4, and at
     # 0.03-0.18 at lr 1e-4 (high-token 0.30-0.60; zero-variance 0.60; train 59.4%, pool 50.0%).
+    # Temperature 0.3, KL beta 0.5 and stratified reward tokens (2026-12-01, same probes, lr 1e-4; zero-variance
+    # groups, GRPO against RC-GRPO from the same RCTP-FT; train / pool probes after):
+    #   temperature 0.7, beta 0.1 (paper), iid tokens: GRPO 0.78, RC-GRPO 0.64 (14 points; step 1 alone: 0.75 vs
+    #     0.44). Stratified tokens alone: 0.63. The gap that step 1 shows fades as the conditioning erodes.
+    #   beta 0.5 at 0.7, stratified: RC-GRPO 0.60, low-token success held at 0.03-0.21 (the reference's KL keeps
+    #     what RCTP-FT taught the low token, as rc_grpo_anchor does: 0.58); train 60.9%, pool 46.9%.
+    #   beta 0.5 at 0.5: GRPO 0.85, RC-GRPO 0.59 stratified / 0.66 iid (26 / 19 points).
+    #   beta 0.5 at 0.3: GRPO 0.91, RC-GRPO 0.63 stratified (28 points); train 61.7% / 60.2%, pool 43.8% both.
+    # The floor under RC-GRPO is the pool tasks that no rollout solves under either token (~0.5 of the groups).
+    # A peaked sampler is the paper's GRPO failure mode: most of GRPO's groups are all-equal, the reward token
+    # mixes the solvable ones. Stratified tokens (every group holds both) only matter to RC-GRPO.
     rl={
         "optim.lr": 1e-4,
-        "rl.temperature": 0.7,
+        "rl.temperature": 0.3,
+        "rl.loss.ppo_clip.kl_beta": 0.5,
+        "rl.reward_token_mode": "stratified",
         "train.max_steps": 12,
         "train.batch_size": 64,
         "train.grad_accum": 2,
