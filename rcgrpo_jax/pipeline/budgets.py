@@ -104,8 +104,9 @@ QUICKSTART = Budget(
     # Every RL row: 16 tasks x group 4 per step. A turn needs at most 2 steps, so 4 steps per turn bound the
     # garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token contexts a step took 25-35 s; ~7 s
     # for 8 tasks with these caps).
-    # lr 1e-4 at temperature 0.7. Train-split probes (2026-12-01, from the RCTP-FT below, 12 steps on the 32-task
-    # pool; greedy success on the first 32 train tasks per type, from 63.3%, and on the pool, from 40.6%):
+    # lr 1e-4, chosen at temperature 0.7 (now 0.3: see below). Train-split probes (2026-12-01, from the RCTP-FT
+    # below, 12 steps on the 32-task pool; greedy success on the first 32 train tasks per type, from 63.3%, and
+    # on the pool, from 40.6%):
     #   lr 5e-4: RC-GRPO train 43.0%, pool 53.1%, zero-variance 0.66; GRPO train 34.4%, pool 40.6%, 0.78 (0.84 at
     #     temperature 0.5, train 33.6%). The update at lr 5e-4 costs the policy what stage 1 taught it: at lr 0
     #     both probes stay put (63.3% / 40.6%), so it is the update, not the RL pipeline.
