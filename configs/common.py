@@ -87,8 +87,9 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # rl_per_type > 0: RL trains on that many fresh instances per type (no stage-1 example among them), else
     # on the train split. rl_vocab: the pool's names and operands, "train" (train ones) | "own" (a side of
     # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL).
+    # rl_types: the trained types of the pool, comma-separated ("fs_move,math_chain"); "" = every one.
     c.world = ml_collections.ConfigDict(
-        {"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0, "rl_vocab": "train"}
+        {"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0, "rl_vocab": "train", "rl_types": ""}
     )
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.
     c.steps = steps_section()

@@ -132,6 +132,11 @@ def _rl_vocab(w) -> str:
     return str(w.get("rl_vocab", "train") or "train")
 
 
+def _rl_types(w) -> tuple[str, ...]:
+    """data.world.rl_types: the trained types the RL pool draws from, comma-separated; empty = all of them."""
+    return tuple(t.strip() for t in str(w.get("rl_types", "") or "").split(",") if t.strip())
+
+
 @functools.lru_cache(maxsize=8)
 def _world(seed: int, train_per_type: int, test_per_type: int, rl_vocab: str = "train") -> tuple[tuple, tuple]:
     from rcgrpo_jax.worlds import generate_world
@@ -156,12 +161,17 @@ def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type:
 
 def _world_rl_tasks(data_config) -> list[bfcl.Task]:
     """data.world.rl_per_type > 0: that many fresh instances per trained type (no stage-1 example is one of
-    them), with train names or, data.world.rl_vocab="own", the RL side's own; else the train split."""
+    them), with train names or, data.world.rl_vocab="own", the RL side's own, of the types in
+    data.world.rl_types (all when empty); else the train split."""
+    from rcgrpo_jax.worlds import category_of
+
     w = data_config.world
     n = int(w.get("rl_per_type", 0) or 0)
     if n <= 0:
         return tasks(data_config, "train")
-    return list(_world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n, _rl_vocab(w)))
+    pool = _world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n, _rl_vocab(w))
+    keep = _rl_types(w)
+    return [t for t in pool if not keep or category_of(t.id) in keep]
 
 
 def _world_check(data_config) -> None:
@@ -181,6 +191,13 @@ def _world_check(data_config) -> None:
 
     if _rl_vocab(w) not in RL_VOCABS:
         raise ConfigError("data.world.rl_vocab", f"unknown {_rl_vocab(w)!r}; known: {', '.join(RL_VOCABS)}")
+    from rcgrpo_jax.worlds.compose import TRAIN_TYPES
+
+    unknown = [t for t in _rl_types(w) if t not in TRAIN_TYPES]
+    if unknown:
+        raise ConfigError(
+            "data.world.rl_types", f"unknown type(s) {', '.join(map(repr, unknown))}; trained: {', '.join(TRAIN_TYPES)}"
+        )
 
 
 def _world_corpus(data_config) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 @dataclasses.dataclass(frozen=True)
 class Budget:
     name: str
-    world: Mapping[str, int]  # data.world: seed, train_per_type, test_per_type
+    world: Mapping[str, Any]  # data.world: seed, train_per_type, test_per_type, rl_per_type, rl_types, ...
     model: Mapping[str, int]  # build_tiny_checkpoint sizes
     sft: Mapping[str, Any]  # dotted config overrides of the SFT stage (configs/sft.py:tiny)
     rctp: Mapping[str, Any]  # ... of RCTP-FT (configs/rctp_ft.py:tiny)
@@ -57,8 +57,8 @@ QUICKSTART = Budget(
     # 1 test episode = 0.8 points. Train-split probe (2026-12-01, 800 SFT steps, first 32 train tasks per
     # type): 256 per type gave 6.2% greedy success (loss 0.069); 1024 per type (3 passes, not 12) 0% (loss
     # still on its 0.21 plateau): at this budget the model leaves the plateau only on repeated data.
-    # RL trains on its own pool: 8 fresh train-name instances per type (32 tasks, none in stage 1), each seen
-    # ~6 times in 12 steps (the paper's RL makes many passes over its tasks: 400 epochs). Train-split probe
+    # RL trains on its own pool: 8 fresh train-name instances per pool type (24 tasks, none in stage 1), each seen
+    # 4 times in 12 steps (the paper's RL makes many passes over its tasks: 400 epochs). Train-split probe
     # (2026-12-01, from the RCTP-FT below, lr 5e-4, temperature 0.7; greedy success on the 32 RL tasks, before
     # -> after): RC-GRPO 40.6% -> 53.1%, zero-variance groups 0.66; GRPO 40.6% -> 40.6%, 0.78 (lr: see rl). With
     # names, roots and operands of the pool's own (data.world.rl_vocab="own"; stage 1 then does without a fifth
@@ -66,7 +66,18 @@ QUICKSTART = Budget(
     # RCTP-FT 42.2% high / 0.0% low, so the pool keeps train names. Over the whole
     # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
     # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
-    world={"seed": 0, "train_per_type": 256, "test_per_type": 32, "rl_per_type": 8},
+    # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of
+    # its 8 pool tasks, so its groups are all-zero under every estimator and token, a quarter of every step spent
+    # on no signal. Train-split probe (2026-12-02, from the RCTP-FT below, the rl section below but G=4 x 16
+    # tasks; zero-variance groups, GRPO against RC-GRPO): all four types 0.91 / 0.63 (28 points); without
+    # fs_read_then_act 0.88 / 0.56 (32 points), pool after RL 66.7% / 58.3% (from 58.3%), train 60.2% both.
+    world={
+        "seed": 0,
+        "train_per_type": 256,
+        "test_per_type": 32,
+        "rl_per_type": 8,
+        "rl_types": "fs_move,fs_count_math,math_chain",
+    },
     # d=128, 3 layers (about 0.6M parameters with the world's ~520 tokens). RoPE theta 1e4 rather than
     # Qwen's 1e6: more rotary frequencies turn within a ~250-token episode. Train-split probes, 800 SFT
     # steps of 16: theta 1e4 with lr 3e-3 reached 18% greedy success, theta 1e6 with lr 1e-2 14%.
@@ -101,7 +112,7 @@ QUICKSTART = Budget(
         "data.failure_site": "first",
     },
     rctp_init="sft",
-    # Every RL row: 16 tasks x group 4 per step. A turn needs at most 2 steps, so 4 steps per turn bound the
+    # Every RL row: 8 tasks x group 8 per step. A turn needs at most 2 steps, so 4 steps per turn bound the
     # garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token contexts a step took 25-35 s; ~7 s
     # for 8 tasks with these caps).
     # lr 1e-4, chosen at temperature 0.7 (now 0.3: see below). Train-split probes (2026-12-01, from the RCTP-FT
@@ -131,12 +142,17 @@ QUICKSTART = Budget(
     # The floor under RC-GRPO is the pool tasks that no rollout solves under either token (~0.5 of the groups).
     # A peaked sampler is the paper's GRPO failure mode: most of GRPO's groups are all-equal, the reward token
     # mixes the solvable ones. Stratified tokens (every group holds both) only matter to RC-GRPO.
+    # Group 8 over 8 tasks a step rather than 4 over 16 (the same 64 rollouts; 2026-12-02, same probes, pool
+    # without fs_read_then_act): GRPO 0.91, RC-GRPO 0.49 (42 points, from 32 at G=4): with 1-7 high tokens a
+    # group of a task stage 1 solves some of the time holds a success more often, while GRPO's peaked groups
+    # stay all-equal. Train probe 59.4% / 61.7%, pool 54.2% / 58.3% (GRPO / RC-GRPO, from 63.3% / 58.3%).
     rl={
         "optim.lr": 1e-4,
         "rl.temperature": 0.3,
         "rl.loss.ppo_clip.kl_beta": 0.5,
         "rl.reward_token_mode": "stratified",
         "train.max_steps": 12,
+        "rl.group_size": 8,
         "train.batch_size": 64,
         "train.grad_accum": 2,
         "rl.num_minibatches": 2,

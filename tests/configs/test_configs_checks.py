@@ -128,6 +128,10 @@ def test_other_fields():
     e = _err(c)
     assert e.field == "data.world.rl_vocab" and "'fresh'" in str(e) and "own" in str(e)
     c = sft.get_config("tiny")
+    c.data.world.rl_types = "fs_move,fs_mvoe"
+    e = _err(c)
+    assert e.field == "data.world.rl_types" and "'fs_mvoe'" in str(e) and "math_chain" in str(e)
+    c = sft.get_config("tiny")
     c.stage = "pretrain"  # the stage is the run's name: any name runs (the trainer kind decides the code)
     config_checks.check(c, num_devices=8)
 

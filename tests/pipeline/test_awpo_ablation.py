@@ -28,11 +28,12 @@ def test_rows_are_the_papers_table_4_switches():
 def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
     a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
     assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
-    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16}  # the same train split and stage 1
+    # the same train split and stage 1; the RL pool of every type, as the AWPO rows were measured
+    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16, "rl_types": ""}
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
-    assert a.rl == {**q.rl, "train.max_steps": 3}
+    assert a.rl == {**q.rl, "train.max_steps": 3, "rl.group_size": 4}
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
     assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
 

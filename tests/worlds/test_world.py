@@ -143,6 +143,10 @@ def test_rl_split_of_the_world_source():
     own = sources.tasks(data, "rl")
     assert [t.id for t in own] == [t.id for t in rl] and _scenario_names([t.entry for t in own]) <= RL.names()
     assert not _scenario_names([t.entry for t in sources.tasks(data, "train")]) & RL.names()
+    data.world.rl_vocab, data.world.rl_types = "train", " math_chain,fs_move"  # a pool of two of the types
+    two = sources.tasks(data, "rl")
+    assert [t.id for t in two] == [t.id for t in rl if category_of(t.id) in ("math_chain", "fs_move")]
+    assert {category_of(t.id) for t in two} == {"math_chain", "fs_move"} and len(two) == 4
 
 
 def test_bfcl_entry_format(world):
