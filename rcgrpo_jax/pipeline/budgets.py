@@ -70,7 +70,7 @@ QUICKSTART = Budget(
     # its 8 pool tasks, so its groups are all-zero under every estimator and token, a quarter of every step spent
     # on no signal. Train-split probe (2026-12-02, from the RCTP-FT below, the rl section below but G=4 x 16
     # tasks; zero-variance groups, GRPO against RC-GRPO): all four types 0.91 / 0.63 (28 points); without
-    # fs_read_then_act 0.88 / 0.56 (32 points), pool after RL 66.7% / 58.3% (from 58.3%), train 60.2% both.
+    # fs_read_then_act 0.88 / 0.56 (32 points), pool after RL 66.7% / 58.3% (from 54.2%), train 60.2% both.
     world={
         "seed": 0,
         "train_per_type": 256,
@@ -145,7 +145,7 @@ QUICKSTART = Budget(
     # Group 8 over 8 tasks a step rather than 4 over 16 (the same 64 rollouts; 2026-12-02, same probes, pool
     # without fs_read_then_act): GRPO 0.91, RC-GRPO 0.49 (42 points, from 32 at G=4): with 1-7 high tokens a
     # group of a task stage 1 solves some of the time holds a success more often, while GRPO's peaked groups
-    # stay all-equal. Train probe 59.4% / 61.7%, pool 54.2% / 58.3% (GRPO / RC-GRPO, from 63.3% / 58.3%).
+    # stay all-equal. Train probe 59.4% / 61.7%, pool 54.2% / 58.3% (GRPO / RC-GRPO, from 63.3% / 54.2%).
     rl={
         "optim.lr": 1e-4,
         "rl.temperature": 0.3,
