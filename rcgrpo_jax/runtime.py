@@ -5,6 +5,8 @@ compiled programs are kept between runs.
   enable_compilation_cache(path)                          # before the first compilation
 
 Both are called by `rcgrpo_jax.main`; neither allocates device memory.
+
+  compile_totals()   # (XLA compilations, their seconds) in this process so far: a step's delta is its recompiles
 """
 
 from __future__ import annotations
@@ -85,3 +87,28 @@ def enable_compilation_cache(
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", int(min_entry_size_bytes))
     return path
+
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax._src.dispatch.BACKEND_COMPILE_EVENT
+_compiles = [0, 0.0]  # [count, seconds] since the listener was registered
+_listening = False
+
+
+def _on_duration(event: str, seconds: float, **_: Any) -> None:
+    if event == _COMPILE_EVENT:
+        _compiles[0] += 1
+        _compiles[1] += float(seconds)
+
+
+def compile_totals() -> tuple[int, float]:
+    """(XLA backend compilations, their seconds) in this process since the first call; a persistent-cache
+    hit compiles nothing and counts nothing. The first call registers a `jax.monitoring` listener (once per
+    process), so call it before the compilations to be counted: the difference of two calls is what ran
+    between them."""
+    global _listening
+    if not _listening:
+        import jax
+
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        _listening = True
+    return _compiles[0], _compiles[1]

@@ -118,3 +118,20 @@ def test_compilation_cache_moves_to_a_new_directory_in_the_same_process(tmp_path
     """
     got = _run(code, str(tmp_path))
     assert got["a"] >= 1 and got["b"] >= 1
+
+
+def test_compile_totals_count_a_new_program_once():
+    import jax
+    import jax.numpy as jnp
+
+    runtime.compile_totals()  # registers the listener before the compilations below
+    x = jnp.ones((13, 29), jnp.float32)
+    x2 = x + 1.0
+    n0, s0 = runtime.compile_totals()
+    f = jax.jit(lambda v: jnp.tanh(v * 1.2345) + 7.0)
+    f(x).block_until_ready()
+    n1, s1 = runtime.compile_totals()
+    assert n1 >= n0 + 1 and s1 > s0  # the new program compiled
+    f(x).block_until_ready()
+    f(x2).block_until_ready()  # same shape and dtype: jit's cache, nothing compiles
+    assert runtime.compile_totals() == (n1, s1)

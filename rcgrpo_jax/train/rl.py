@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import config_checks, multihost
+from rcgrpo_jax import config_checks, multihost, runtime
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_checks import ConfigError
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
@@ -179,7 +179,7 @@ class RLTrainer:
 
     def step(self, state: state_lib.TrainState, step: int):
         """Rollouts -> advantage inputs -> batch and reference -> PPO updates -> metrics."""
-        t0 = time.perf_counter()
+        t0, (c0, c0_s) = time.perf_counter(), runtime.compile_totals()
         base = jax.random.wrap_key_data(np.asarray(jax.device_get(state.rng), np.uint32))
         k_tokens, k_sample = jax.random.split(jax.random.fold_in(base, step))
         ro = rl_rollouts.collect(
@@ -196,6 +196,8 @@ class RLTrainer:
         metrics = self.step_metrics(state, ro, adv, batch, owner, plan, updates, row_stats)
         metrics.update(timing)
         metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
+        c1, c1_s = runtime.compile_totals()  # new shapes (rows, cache length, buckets) compile inside the step
+        metrics.update({"time/compiles": c1 - c0, "time/compile_s": c1_s - c0_s})
         return state, metrics
 
     # -- phases ---------------------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ DIAGNOSTICS = (
     "time/reference_s",
     "time/update_s",
     "time/tokens_per_s",
+    "time/compiles",
+    "time/compile_s",
     "rollout/tokens_mean",
     "rollout/official_valid",
 )
@@ -84,6 +86,9 @@ def test_runs_and_logs_every_diagnostic(straight):
         assert r["finite"] == 1 and r["updates"] == 2
         assert 0.0 <= r["frac_zero_var_groups"] <= 1.0 and 0.0 <= r["frac_high_token"] <= 1.0
         assert r["entropy_mean"] > 0 and r["kl"] >= 0 and r["loss_tokens"] > 0
+        # the step's own recompiles (a persistent-cache hit counts none), inside the step's time
+        assert r["time/compiles"] >= 0 and 0.0 <= r["time/compile_s"] <= r["time/step_s"]
+        assert (r["time/compiles"] == 0) == (r["time/compile_s"] == 0.0)
     # the first update of a step is on-policy: the sampler's log-probs match the training forward closely
     assert abs(rows[0]["ratio_mean"] - 1.0) < 0.05
     assert os.path.isdir(os.path.join(workdir, "tb"))
