@@ -104,6 +104,37 @@ class EpisodeProfile:
     invalid_arguments: float  # calls whose arguments do not fit the function's signature
     tool_error: float  # calls the method itself rejected (no such file, ...)
     reward_mean: float
+    # Calls with an argument (a string, or a number) written in no user or tool message before the call: a
+    # name or operand the model made up or miscopied (`made_up_argument`). No expert step of the world has one.
+    made_up_argument: float = 0.0
+    # Of the episodes that failed BFCL's checker, the share with such a call.
+    failed_with_made_up: float = 0.0
+
+
+def _arguments(call: Mapping[str, Any]) -> dict:
+    args = (call.get("function") or {}).get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return {}
+    return args if isinstance(args, dict) else {}
+
+
+def made_up_argument(call: Mapping[str, Any], context: str) -> bool:
+    """Whether a call passes a string or number that `context` (the user and tool messages before it) does
+    not contain: 12 and 12.0 both count as written when the text has "12"."""
+    for v in _arguments(call).values():
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, str):
+            if v not in context:
+                return True
+        elif isinstance(v, (int, float)):
+            forms = {str(v), repr(float(v))} | ({str(int(v))} if float(v).is_integer() else set())
+            if not any(f in context for f in forms):
+                return True
+    return False
 
 
 def episode_profile(paths: Sequence[str]) -> EpisodeProfile | None:
@@ -114,19 +145,30 @@ def episode_profile(paths: Sequence[str]) -> EpisodeProfile | None:
                 eps += json.load(f).get("episodes", [])
     if not eps:
         return None
-    first_call = calls = unknown = invalid = failed = 0
+    first_call = calls = unknown = invalid = failed = made_up = episodes_failed = failed_made_up = 0
     for e in eps:
         msgs = e.get("messages") or []
         assistant = [m for m in msgs if m.get("role") == "assistant"]
         first_call += bool(assistant and assistant[0].get("tool_calls"))
         calls += sum(len(m.get("tool_calls") or []) for m in assistant)
+        context, any_made_up = "", False
         for m in msgs:
+            for call in m.get("tool_calls") or []:
+                bad = made_up_argument(call, context)
+                made_up += bad
+                any_made_up |= bad
+            if m.get("role") == "user":
+                context += str(m.get("content") or "") + "\n"
             if m.get("role") != "tool":
                 continue
             text = str(m.get("content") or "")
+            context += text + "\n"
             unknown += text.startswith("Error: unknown function")
             invalid += text.startswith("Error: invalid arguments")
             failed += text.startswith('{"error"')
+        if not e.get("official_pass", False):
+            episodes_failed += 1
+            failed_made_up += any_made_up
     n = len(eps)
     per_call = max(calls, 1)
     return EpisodeProfile(
@@ -137,6 +179,8 @@ def episode_profile(paths: Sequence[str]) -> EpisodeProfile | None:
         invalid_arguments=invalid / per_call,
         tool_error=failed / per_call,
         reward_mean=float(np.mean([float(e.get("reward", 0.0)) for e in eps])),
+        made_up_argument=made_up / per_call,
+        failed_with_made_up=failed_made_up / max(episodes_failed, 1),
     )
 
 
@@ -183,14 +227,19 @@ def _profiles_md(eval_paths: Mapping[str, Sequence[str]], rows: Mapping[str, Map
     md = [
         "## What the test episodes did",
         "",
+        "Shares of calls, except the last column. A made-up argument is a string or number that no user or tool "
+        "message before the call contains: a name or operand the model invented or miscopied (the test's names "
+        "and numbers are ones it never trained on). No expert step has one.",
+        "",
         "| row | episodes | first action is a call | calls / episode | unknown function | invalid arguments "
-        "| tool error | reward |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| tool error | made-up argument | reward | failed episodes with a made-up argument |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, p in profiles.items():
         md.append(
             f"| {name} | {p.episodes} | {_pct(p.first_action_call)} | {p.calls_per_episode:.2f} | "
-            f"{_pct(p.unknown_function)} | {_pct(p.invalid_arguments)} | {_pct(p.tool_error)} | {p.reward_mean:.3f} |"
+            f"{_pct(p.unknown_function)} | {_pct(p.invalid_arguments)} | {_pct(p.tool_error)} | "
+            f"{_pct(p.made_up_argument)} | {p.reward_mean:.3f} | {_pct(p.failed_with_made_up)} |"
         )
     md.append("")
     for name in RL_ROWS:
@@ -238,6 +287,10 @@ def results_payload(
         per_seed = [float(r["overall"]) for r in runs]
         held = [r["heldout"]["overall"] for r in runs if r.get("heldout")]
         rows[name] = {"test_overall": _mean(per_seed), "test_overall_per_seed": per_seed, "test_heldout": _mean(held)}
+        profile = episode_profile(eval_paths.get(name, ()))
+        if profile is not None:  # the test episodes' failure mode behind goal (b): names and operands made up
+            rows[name]["made_up_argument"] = profile.made_up_argument
+            rows[name]["failed_with_made_up"] = profile.failed_with_made_up
         if name in RL_ROWS:
             zv = [metric_mean(p, "frac_zero_var_groups") for p in rl_metrics.get(name, ())]
             rows[name]["zero_var_mean"] = _mean(zv)

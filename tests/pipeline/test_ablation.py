@@ -161,6 +161,38 @@ def test_episode_profile_by_hand(tmp_path):
     assert "all-equal" not in quiet
 
 
+def _call(name, **arguments):
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_made_up_arguments_by_hand(tmp_path):
+    ctx = 'Go to "dumu" and add 12 to 3.5.'
+    assert not summary.made_up_argument(_call("cd", folder="dumu"), ctx)
+    assert summary.made_up_argument(_call("cd", folder="dulo"), ctx)  # a miscopied name
+    assert not summary.made_up_argument(_call("add", a=12.0, b=3.5), ctx)  # 12.0 is written "12"
+    assert summary.made_up_argument(_call("add", a=13, b=3.5), ctx)
+    assert not summary.made_up_argument(_call("ls", a=True), ctx)  # flags are not names
+    assert not summary.made_up_argument({"function": {"name": "cd", "arguments": '{"folder": "dumu"}'}}, ctx)
+    # An episode: the second call copies a name the first call's tool result wrote; the third makes one up.
+    msgs = [
+        {"role": "user", "content": ctx},
+        {"role": "assistant", "content": "", "tool_calls": [_call("cd", folder="dumu"), _call("cd", folder="ko")]},
+        {"role": "tool", "content": '{"files": ["riba.txt"]}'},
+        {"role": "assistant", "content": "", "tool_calls": [_call("cat", file_name="riba.txt")]},
+        {"role": "tool", "content": "x"},
+    ]
+    passed = {"messages": msgs[:2] + msgs[2:3], "official_pass": True, "reward": 1.0}  # 1 made-up call of 2
+    failed = {"messages": msgs, "official_pass": False, "reward": 0.0}  # 1 of 3
+    clean = {"messages": [msgs[0], msgs[3]], "official_pass": False, "reward": 0.0}  # riba.txt not yet written: 1 of 1
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"episodes": [passed, failed, clean]}))
+    p = summary.episode_profile([str(path)])
+    assert p.made_up_argument == 3 / 6
+    assert p.failed_with_made_up == 1.0  # both failed episodes have one
+    md = "\n".join(summary._profiles_md({"SFT": [str(path)]}, {}))
+    assert "| made-up argument |" in md and "| 50.0% | 0.333 | 100.0% |" in md
+
+
 def test_verdict_wording_by_hand():
     # One task of 16 in one of 4 categories = 1/64 = 1.5625 points: the smallest difference that counts.
     beat = summary.verdict({"SFT+GRPO": [_s(0.50)], "SFT+RC-GRPO": [_s(0.55)]})
@@ -213,3 +245,17 @@ def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_rep
     with open(os.path.join(workdir, "awpo_report.json")) as f:
         assert json.load(f)["rows"].keys() == payload["rows"].keys()
     assert payload["plots"] and all(open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for p in payload["plots"].values())
+
+
+def test_no_expert_step_of_the_world_makes_up_an_argument(tmp_path):
+    # The report's claim under its episode table: the world's expert calls copy every name and number from
+    # a user or tool message before them, so a made-up argument is the policy's own.
+    from rcgrpo_jax.data import sources, trajectories
+
+    train, test = sources._world(0, 4, 2)
+    records = [trajectories.expert_trajectory(t) for t in train + test]
+    path = tmp_path / "expert.json"
+    path.write_text(json.dumps({"episodes": [{**r, "official_pass": True} for r in records]}))
+    p = summary.episode_profile([str(path)])
+    assert p.episodes == len(records) > 0 and p.calls_per_episode > 1
+    assert p.made_up_argument == 0.0
