@@ -68,14 +68,14 @@ BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
 # measured speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven
 # evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
 # takes several times longer (README's AWPO section has the measured run).
-# It keeps the RL pool of all four types and groups of 4 over 16 tasks, as it was measured; the quickstart's
-# later pool and group choices (budgets.py) were probed on the RC-GRPO rows only.
+# It keeps the RL pool of all four types, groups of 4 over 16 tasks and the shrinking decode batch, as it was
+# measured; the quickstart's later pool, group and slot-mode choices (budgets.py) were probed there only.
 AWPO_BUDGET = dataclasses.replace(
     budgets_lib.QUICKSTART,
     name="awpo",
     world={**budgets_lib.QUICKSTART.world, "test_per_type": 16, "rl_types": ""},
     model={**budgets_lib.QUICKSTART.model, "head_dim": 48},
-    rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 3, "rl.group_size": 4},
+    rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 3, "rl.group_size": 4, "rl.slot_mode": "shrink"},
     plan_s={**budgets_lib.QUICKSTART.plan_s, "rl": 45, "eval": 13},
 )
 BUDGETS = {"awpo": AWPO_BUDGET, "quickstart": budgets_lib.QUICKSTART, "smoke": budgets_lib.SMOKE}

@@ -33,7 +33,7 @@ def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
-    assert a.rl == {**q.rl, "train.max_steps": 3, "rl.group_size": 4}
+    assert a.rl == {**q.rl, "train.max_steps": 3, "rl.group_size": 4, "rl.slot_mode": "shrink"}
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
     assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
 
