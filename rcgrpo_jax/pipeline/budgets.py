@@ -63,7 +63,11 @@ QUICKSTART = Budget(
     # -> after): RC-GRPO 40.6% -> 53.1%, zero-variance groups 0.66; GRPO 40.6% -> 40.6%, 0.78 (lr: see rl). With
     # names, roots and operands of the pool's own (data.world.rl_vocab="own"; stage 1 then does without a fifth
     # of the train names and a third of the operands), stage 1 fell short of goal (a): SFT 46.1% (fs_move 34%),
-    # RCTP-FT 42.2% high / 0.0% low, so the pool keeps train names. Over the whole
+    # RCTP-FT 42.2% high / 0.0% low, so the pool keeps train names. RL from that RCTP-FT on 24 own-name pool
+    # tasks (2026-12-02, the rl section below with slot_mode shrink; greedy success on the pool and on 24 more
+    # own-name tasks that RL did not train on, from 12.5% and 8.3%): GRPO pool 33.3%, held-out 12.5%
+    # (zero-variance 0.61, sampled reward 0.17 -> 0.41); RC-GRPO 16.7% / 12.5% (0.66). Twelve steps learn the
+    # pool's own names, not names in general: one held-out task in 24 more. Over the whole
     # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
     # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
     # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of
