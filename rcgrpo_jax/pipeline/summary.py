@@ -227,9 +227,9 @@ def _profiles_md(eval_paths: Mapping[str, Sequence[str]], rows: Mapping[str, Map
     md = [
         "## What the test episodes did",
         "",
-        "Shares of calls, except the last column. A made-up argument is a string or number that no user or tool "
-        "message before the call contains: a name or operand the model invented or miscopied (the test's names "
-        "and numbers are ones it never trained on). No expert step has one.",
+        "Shares of calls, except the first-action and last columns (shares of episodes). A made-up argument is a "
+        "string or number that no user or tool message before the call contains: a name or operand the model "
+        "invented or miscopied (the test's names and numbers are ones it never trained on). No expert step has one.",
         "",
         "| row | episodes | first action is a call | calls / episode | unknown function | invalid arguments "
         "| tool error | made-up argument | reward | failed episodes with a made-up argument |",
