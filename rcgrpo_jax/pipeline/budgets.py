@@ -106,7 +106,8 @@ QUICKSTART = Budget(
     # first possible place. Train-split probes (2026-12-01, first 32 train tasks per type, greedy, high / low
     # goal): from the base, 800 steps at 3e-3, failures anywhere: 39.1% / 28.1% (the token steered only fs_move);
     # same with first-place failures: 40.6% / 5.5%; from SFT (64.1%), 400 steps at 1e-3, first-place: 63.3% /
-    # 8.6% (fs_move 100% / 0%, math_chain 84% / 6%).
+    # 8.6% (fs_move 100% / 0%, math_chain 84% / 6%). 300 steps instead (2026-12-02, the same SFT model, to save a
+    # minute of goal (e)): 55.5% / 27.3% (math_chain 75% / 56%, fs_count_math 56% / 44%): short of goal (a) on both.
     rctp={
         **_COMMON_TRAIN,
         "train.batch_size": 16,
