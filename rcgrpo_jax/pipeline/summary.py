@@ -217,11 +217,15 @@ def _rl_tasks_md(rl_tasks: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return md + [""]
 
 
-def _profiles_md(eval_paths: Mapping[str, Sequence[str]], rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def episode_profiles(eval_paths: Mapping[str, Sequence[str]]) -> dict[str, EpisodeProfile]:
+    """Every row's episode profile (rows without eval JSONs left out); read once for the report."""
+    profiles = {name: episode_profile(paths) for name, paths in eval_paths.items()}
+    return {k: v for k, v in profiles.items() if v is not None}
+
+
+def _profiles_md(profiles: Mapping[str, EpisodeProfile], rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A table of every row's episode profile, and a line for each RL row whose groups were (almost) all
     equal: its rollouts gave RL no signal, so its test numbers are its init's under the row's conditioning."""
-    profiles = {name: episode_profile(paths) for name, paths in eval_paths.items()}
-    profiles = {k: v for k, v in profiles.items() if v is not None}
     if not profiles:
         return []
     md = [
@@ -279,15 +283,17 @@ def results_payload(
     eval_paths: Mapping[str, Sequence[str]],
     rl_metrics: Mapping[str, Sequence[str]],
     probe: Mapping[str, Mapping[str, Any]],
+    profiles: Mapping[str, EpisodeProfile] | None = None,
 ) -> dict[str, Any]:
-    """report.json's results: rows.<name> (test_overall = mean over seeds, per seed, zero_var_mean for RL rows),
+    """report.json's results: rows.<name> (test_overall = mean over seeds, per seed, zero_var_mean for RL rows,
+    the made-up-argument shares of `profiles`),
     stage1 (train-split probe), comparisons (paired, RC-GRPO vs GRPO from each init) and goals (checked)."""
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in evals.items():
         per_seed = [float(r["overall"]) for r in runs]
         held = [r["heldout"]["overall"] for r in runs if r.get("heldout")]
         rows[name] = {"test_overall": _mean(per_seed), "test_overall_per_seed": per_seed, "test_heldout": _mean(held)}
-        profile = episode_profile(eval_paths.get(name, ()))
+        profile = (profiles or {}).get(name)
         if profile is not None:  # the test episodes' failure mode behind goal (b): names and operands made up
             rows[name]["made_up_argument"] = profile.made_up_argument
             rows[name]["failed_with_made_up"] = profile.failed_with_made_up
@@ -429,7 +435,8 @@ def write(
     diag = _diagnostics(rl_metrics)
     errors = {name: report.aggregate(runs)["error_kinds"] for name, runs in {**paper_rows, **stage1_rows}.items()}
     per_row = {r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in RL_ROWS}
-    results = results_payload({**stage1_rows, **paper_rows}, eval_paths or {}, per_row, probe or {})
+    profiles = episode_profiles(eval_paths or {})
+    results = results_payload({**stage1_rows, **paper_rows}, eval_paths or {}, per_row, probe or {}, profiles)
 
     md = [
         f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
@@ -454,7 +461,7 @@ def write(
     md += _results_md(results)
     results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
     md += _rl_tasks_md(results["rl_tasks"])
-    md += _profiles_md(eval_paths or {}, results["rows"])
+    md += _profiles_md(profiles, results["rows"])
     if diag:
         md += [
             "## RL diagnostics (mean over steps, first → last)",

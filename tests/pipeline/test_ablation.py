@@ -69,6 +69,7 @@ def _check_report_json(written: dict, payload: dict) -> None:
     for name, row in written["rows"].items():
         assert 0.0 <= row["test_overall"] <= 1.0 and row["test_overall_per_seed"] == [row["test_overall"]]
         assert row["test_overall"] == written["runs"][name][0]["overall"]
+        assert 0.0 <= row["made_up_argument"] <= 1.0 and 0.0 <= row["failed_with_made_up"] <= 1.0, name
         if name in summary.RL_ROWS:
             assert 0.0 <= row["zero_var_mean"] <= 1.0, name
     s1 = written["stage1"]
@@ -154,10 +155,18 @@ def test_episode_profile_by_hand(tmp_path):
     assert p.reward_mean == 0.25
     assert summary.episode_profile([str(tmp_path / "missing.json")]) is None
     md = "\n".join(
-        summary._profiles_md({"SFT": [str(b)], "SFT+RC-GRPO": [str(a)]}, {"SFT+RC-GRPO": {"zero_var_mean": 1.0}})
+        summary._profiles_md(
+            summary.episode_profiles(
+                {"SFT": [str(b)], "SFT+RC-GRPO": [str(a)], "RCTP-FT": [str(tmp_path / "no.json")]}
+            ),
+            {"SFT+RC-GRPO": {"zero_var_mean": 1.0}},
+        )
     )
     assert "| SFT+RC-GRPO | 2 | 50.0% |" in md and "100% of its groups had all-equal rewards" in md
-    quiet = "\n".join(summary._profiles_md({"SFT+GRPO": [str(a)]}, {"SFT+GRPO": {"zero_var_mean": 0.5}}))
+    assert "| RCTP-FT |" not in md  # a row without eval JSONs has no profile
+    quiet = "\n".join(
+        summary._profiles_md(summary.episode_profiles({"SFT+GRPO": [str(a)]}), {"SFT+GRPO": {"zero_var_mean": 0.5}})
+    )
     assert "all-equal" not in quiet
 
 
@@ -189,7 +198,7 @@ def test_made_up_arguments_by_hand(tmp_path):
     p = summary.episode_profile([str(path)])
     assert p.made_up_argument == 3 / 6
     assert p.failed_with_made_up == 1.0  # both failed episodes have one
-    md = "\n".join(summary._profiles_md({"SFT": [str(path)]}, {}))
+    md = "\n".join(summary._profiles_md(summary.episode_profiles({"SFT": [str(path)]}), {}))
     assert "| made-up argument |" in md and "| 50.0% | 0.333 | 100.0% |" in md
 
 
