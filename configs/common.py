@@ -86,7 +86,8 @@ def data(preset: str) -> ml_collections.ConfigDict:
     c.source = "world" if preset == "tiny" else "bfcl"
     # rl_per_type > 0: RL trains on that many fresh instances per type (no stage-1 example among them), else
     # on the train split. rl_vocab: the pool's names and operands, "train" (train ones) | "own" (a side of
-    # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL).
+    # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL) | "fresh"
+    # (names and operands that neither stage 1 nor the test uses; stage 1 keeps every train name; vocab.FRESH).
     # rl_types: the trained types of the pool, comma-separated ("fs_move,math_chain"); "" = every one.
     c.world = ml_collections.ConfigDict(
         {"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0, "rl_vocab": "train", "rl_types": ""}

@@ -161,7 +161,7 @@ def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type:
 
 def _world_rl_tasks(data_config) -> list[bfcl.Task]:
     """data.world.rl_per_type > 0: that many fresh instances per trained type (no stage-1 example is one of
-    them), with train names or, data.world.rl_vocab="own", the RL side's own, of the types in
+    them), with train names, or with names of their own (data.world.rl_vocab="own" | "fresh"), of the types in
     data.world.rl_types (all when empty); else the train split."""
     from rcgrpo_jax.worlds import category_of
 

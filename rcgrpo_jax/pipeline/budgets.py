@@ -67,7 +67,14 @@ QUICKSTART = Budget(
     # tasks (2026-12-02, the rl section below with slot_mode shrink; greedy success on the pool and on 24 more
     # own-name tasks that RL did not train on, from 12.5% and 8.3%): GRPO pool 33.3%, held-out 12.5%
     # (zero-variance 0.61, sampled reward 0.17 -> 0.41); RC-GRPO 16.7% / 12.5% (0.66). Twelve steps learn the
-    # pool's own names, not names in general: one held-out task in 24 more. Over the whole
+    # pool's own names, not names in general: one held-out task in 24 more. With names and operands that neither
+    # stage 1 nor the test uses, stage 1 keeping every train name (rl_vocab="fresh", rl_per_type=32: 96 pool
+    # tasks, each seen once in 12 steps; 2026-12-02, from this budget's stage 1, the rl section below; greedy
+    # success on the pool and on 48 more fresh tasks, from SFT 16.7% / 20.8% and RCTP-FT 13.5% / 16.7%): GRPO
+    # from RCTP-FT 13.5% / 18.8% (zero-variance 0.97), RC-GRPO 13.5% / 16.7% (0.85), GRPO from SFT 16.7% / 20.8%
+    # (0.99); at temperature 1.0, beta 0.1, lr 3e-4: GRPO from SFT 15.6% / 20.8%, from RCTP-FT 16.7% / 18.8%
+    # (0.85 both). On names it cannot copy, stage 1 rarely succeeds, its groups are all-zero, and RL has nothing
+    # to follow. Over the whole
     # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
     # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
     # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of

@@ -74,7 +74,8 @@ def generate_rl_pool(
 ) -> list[dict]:
     """Fresh instances of the trained types for RL, indices after the test ones, so no stage-1 task is among
     them and ids stay unique in the world. rl_vocab="train": with train names; "own": with the RL side's
-    names, roots and operands, which no stage-1 task uses. Test names stay unseen by every stage."""
+    names, roots and operands, which no stage-1 task uses; "fresh": with names and operands outside both
+    stage 1's and the test's. Test names stay unseen by every stage."""
     start = n_train_per_type + n_test_per_type
     _, vocab = _vocabs(rl_vocab)
     return [_build(seed, cat, b, vocab, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]

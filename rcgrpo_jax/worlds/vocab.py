@@ -15,6 +15,10 @@ A third side, RL, serves an RL pool that no stage-1 example names (`data.world.r
 the name combinations, new roots and a third of the operands, all carved from the train side, which
 stage 1 then does without (TRAIN_WITHOUT_RL). RL on it meets names and numbers that stage 1 never trained
 on, as the test does, without touching a test name.
+
+A fourth, FRESH (`data.world.rl_vocab="fresh"`), does the same without taking anything from stage 1: names
+that repeat a syllable, which neither train nor test uses (stems "bakoba", folders "baba"), new roots and
+operands above the others' range (40-63), built from the same syllables and digits.
 """
 
 from __future__ import annotations
@@ -91,6 +95,17 @@ RL = Vocab(
     factors=TRAIN.factors,
 )
 
+# The fresh side: syllable patterns x-y-x (stems) and x-x (folders), which _names leaves out, and operands
+# 40-63 (train and test draw from 2-39): RL meets unseen names and numbers while stage 1 keeps all of TRAIN.
+FRESH = Vocab(
+    split="fresh",
+    stems=tuple(a + b + a for a in _SYLLABLES for b in _SYLLABLES if a != b),
+    folders=tuple(a + a for a in _SYLLABLES),
+    roots=("box", "tmp"),
+    numbers=tuple(range(40, 64)),
+    factors=TRAIN.factors,
+)
+
 # The train side without the RL one (split "train": the same task seeds, other draws).
 TRAIN_WITHOUT_RL = Vocab(
     split="train",
@@ -102,5 +117,10 @@ TRAIN_WITHOUT_RL = Vocab(
 )
 
 # data.world.rl_vocab -> (stage-1 vocabulary, RL pool vocabulary). "train": the RL pool is fresh instances
-# with train names; "own": the RL pool has names, roots and operands of its own that no stage-1 task uses.
-RL_VOCABS: dict[str, tuple[Vocab, Vocab]] = {"train": (TRAIN, TRAIN), "own": (TRAIN_WITHOUT_RL, RL)}
+# with train names; "own": the RL pool has names, roots and operands of its own that no stage-1 task uses;
+# "fresh": so does the pool, and stage 1 keeps every train name.
+RL_VOCABS: dict[str, tuple[Vocab, Vocab]] = {
+    "train": (TRAIN, TRAIN),
+    "own": (TRAIN_WITHOUT_RL, RL),
+    "fresh": (TRAIN, FRESH),
+}

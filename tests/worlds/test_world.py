@@ -31,8 +31,9 @@ from rcgrpo_jax.worlds import (
     replay,
     tool_docs,
 )
+from rcgrpo_jax.worlds import vocab as vocab_lib
 from rcgrpo_jax.worlds.replay import make_instances, public_methods
-from rcgrpo_jax.worlds.vocab import RL, TRAIN_WITHOUT_RL
+from rcgrpo_jax.worlds.vocab import FRESH, RL, TRAIN_WITHOUT_RL
 
 N_TRAIN, N_TEST = 6, 4
 _names = (f"worldcheck{i}" for i in itertools.count())
@@ -124,7 +125,23 @@ def test_own_rl_vocabulary_is_named_by_no_stage_1_or_test_task():
     ids = [t["id"] for t in train + test + pool]
     assert len(set(ids)) == len(ids)
     with pytest.raises(ValueError, match="unknown RL vocabulary"):
-        generate_rl_pool(0, 24, N_TEST, 1, "fresh")
+        generate_rl_pool(0, 24, N_TEST, 1, "novel")
+
+
+def test_fresh_rl_vocabulary_takes_nothing_from_stage_1():
+    train, test = generate_world(0, 24, N_TEST, "fresh")
+    assert (train, test) == generate_world(0, 24, N_TEST)  # stage 1 and the test keep every name
+    pool = generate_rl_pool(0, 24, N_TEST, 24, "fresh")
+    seen = TRAIN.names() | TEST.names()
+    assert not FRESH.names() & seen and not set(FRESH.numbers) & (set(TRAIN.numbers) | set(TEST.numbers))
+    assert not set(FRESH.stems) & set(FRESH.folders)  # a name still says whether it is a file or a folder
+    pool_names = _scenario_names(pool)
+    assert pool_names and pool_names <= FRESH.names()
+    assert _typed_operands(pool) and _typed_operands(pool) <= set(FRESH.numbers)
+    pieces = {s for name in FRESH.stems + FRESH.folders for s in (name[i : i + 2] for i in range(0, len(name), 2))}
+    assert pieces == set(vocab_lib._SYLLABLES)  # unseen names, made of the syllables stage 1 copies
+    ids = [t["id"] for t in train + test + pool]
+    assert len(set(ids)) == len(ids)
 
 
 def test_rl_split_of_the_world_source():
