@@ -124,9 +124,9 @@ def test_other_fields():
         e = _err(c)
         assert e.field == f"{'model' if field == 'decode_attention' else 'data'}.{field}" and repr(bad) in str(e)
     c = sft.get_config("tiny")
-    c.data.world.rl_vocab = "fresh"
+    c.data.world.rl_vocab = "novel"
     e = _err(c)
-    assert e.field == "data.world.rl_vocab" and "'fresh'" in str(e) and "own" in str(e)
+    assert e.field == "data.world.rl_vocab" and "'novel'" in str(e) and "own" in str(e)
     c = sft.get_config("tiny")
     c.data.world.rl_types = "fs_move,fs_mvoe"
     e = _err(c)
