@@ -205,7 +205,7 @@ def _rl_tasks_md(rl_tasks: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "## On the RL tasks themselves",
         "",
         "Greedy success on the tasks each RL row trained on (fresh instances, none in stage 1; with train "
-        "names, or with names, roots and operands of their own under `data.world.rl_vocab=own`), before RL "
+        "names, or with names, roots and operands of their own under `data.world.rl_vocab=own` or `fresh`), before RL "
         "(its stage-1 init) and after:",
         "",
         "| RL row | tasks | before | after | after, per seed |",
