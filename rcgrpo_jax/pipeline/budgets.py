@@ -77,7 +77,8 @@ QUICKSTART = Budget(
     # SFT 16.7% / 20.8% (0.94), from RCTP-FT 13.5% / 18.8% (0.88), RC-GRPO 13.5% / 18.8% (0.46); and at
     # temperature 1.0, beta 0.1, lr 3e-4: GRPO from SFT 16.7% / 16.7% (0.60), from RCTP-FT 15.6% / 18.8% (0.43).
     # On names it cannot copy, stage 1 rarely succeeds and its groups are mostly all-equal; where partial
-    # credit and a hotter sampler give most groups a spread, twelve steps still move no held-out task. Over the whole
+    # credit and a hotter sampler give most groups a spread, twelve steps still raise at most one held-out task
+    # of 48. Over the whole
     # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
     # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
     # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of
