@@ -89,8 +89,19 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL) | "fresh"
     # (names and operands that neither stage 1 nor the test uses; stage 1 keeps every train name; vocab.FRESH).
     # rl_types: the trained types of the pool, comma-separated ("fs_move,math_chain"); "" = every one.
+    # train_vocab: the train side's names and operands, "narrow" (12 syllables: 1068 stems, 114 folders, operands
+    # 2-39) | "wide" (24 syllables: ~12k stems, 534 folders, operands 64-99 too; too many names to memorise, so
+    # the model copies them; vocab.WIDE). The test side is the same under both.
     c.world = ml_collections.ConfigDict(
-        {"seed": 0, "train_per_type": 64, "test_per_type": 16, "rl_per_type": 0, "rl_vocab": "train", "rl_types": ""}
+        {
+            "seed": 0,
+            "train_per_type": 64,
+            "test_per_type": 16,
+            "rl_per_type": 0,
+            "rl_vocab": "train",
+            "rl_types": "",
+            "train_vocab": "narrow",
+        }
     )
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.
     c.steps = steps_section()

@@ -132,30 +132,38 @@ def _rl_vocab(w) -> str:
     return str(w.get("rl_vocab", "train") or "train")
 
 
+def _train_vocab(w) -> str:
+    return str(w.get("train_vocab", "narrow") or "narrow")
+
+
 def _rl_types(w) -> tuple[str, ...]:
     """data.world.rl_types: the trained types the RL pool draws from, comma-separated; empty = all of them."""
     return tuple(t.strip() for t in str(w.get("rl_types", "") or "").split(",") if t.strip())
 
 
 @functools.lru_cache(maxsize=8)
-def _world(seed: int, train_per_type: int, test_per_type: int, rl_vocab: str = "train") -> tuple[tuple, tuple]:
+def _world(
+    seed: int, train_per_type: int, test_per_type: int, rl_vocab: str = "train", train_vocab: str = "narrow"
+) -> tuple[tuple, tuple]:
     from rcgrpo_jax.worlds import generate_world
 
-    train, test = generate_world(seed, train_per_type, test_per_type, rl_vocab)
+    train, test = generate_world(seed, train_per_type, test_per_type, rl_vocab, train_vocab)
     return (tuple(bfcl.Task.from_entry(e) for e in train), tuple(bfcl.Task.from_entry(e) for e in test))
 
 
 def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
     w = data_config.world
-    train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w))
+    train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w), _train_vocab(w))
     return list({"train": train, "test": test, "all": train + test}[split])
 
 
 @functools.lru_cache(maxsize=8)
-def _world_pool(seed: int, train_per_type: int, test_per_type: int, rl_per_type: int, rl_vocab: str) -> tuple:
+def _world_pool(
+    seed: int, train_per_type: int, test_per_type: int, rl_per_type: int, rl_vocab: str, train_vocab: str
+) -> tuple:
     from rcgrpo_jax.worlds import generate_rl_pool
 
-    pool = generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type, rl_vocab)
+    pool = generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type, rl_vocab, train_vocab)
     return tuple(bfcl.Task.from_entry(e) for e in pool)
 
 
@@ -169,7 +177,7 @@ def _world_rl_tasks(data_config) -> list[bfcl.Task]:
     n = int(w.get("rl_per_type", 0) or 0)
     if n <= 0:
         return tasks(data_config, "train")
-    pool = _world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n, _rl_vocab(w))
+    pool = _world_pool(int(w.seed), int(w.train_per_type), int(w.test_per_type), n, _rl_vocab(w), _train_vocab(w))
     keep = _rl_types(w)
     return [t for t in pool if not keep or category_of(t.id) in keep]
 
@@ -187,10 +195,16 @@ def _world_check(data_config) -> None:
         raise ConfigError(
             "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"
         )
-    from rcgrpo_jax.worlds.vocab import RL_VOCABS
+    from rcgrpo_jax.worlds.vocab import RL_VOCABS, TRAIN_VOCABS
 
+    if _train_vocab(w) not in TRAIN_VOCABS:
+        raise ConfigError("data.world.train_vocab", f"unknown {_train_vocab(w)!r}; known: {', '.join(TRAIN_VOCABS)}")
     if _rl_vocab(w) not in RL_VOCABS:
         raise ConfigError("data.world.rl_vocab", f"unknown {_rl_vocab(w)!r}; known: {', '.join(RL_VOCABS)}")
+    if _rl_vocab(w) == "own" and _train_vocab(w) != "narrow":
+        raise ConfigError(
+            "data.world.rl_vocab", "'own' is carved from the narrow train side; with train_vocab='wide' use 'fresh'"
+        )
     from rcgrpo_jax.worlds.compose import TRAIN_TYPES
 
     unknown = [t for t in _rl_types(w) if t not in TRAIN_TYPES]
@@ -294,7 +308,7 @@ def _steps_key(data_config) -> tuple:
     opts = steps_options(data_config)
     if opts.trajectories == "world":
         w = data_config.world
-        origin = ("world", int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w))
+        origin = ("world", int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w), _train_vocab(w))
     elif opts.trajectories == "bfcl":
         origin = ("bfcl",)
     else:

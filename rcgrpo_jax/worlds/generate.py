@@ -19,7 +19,7 @@ from rcgrpo_jax.worlds import arithmetic as ar
 from rcgrpo_jax.worlds import filesystem as fs
 from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, TRAIN_TYPES, Builder
 from rcgrpo_jax.worlds.replay import Session, parse_call, replay
-from rcgrpo_jax.worlds.vocab import RL_VOCABS, TEST, Vocab
+from rcgrpo_jax.worlds.vocab import TEST, Vocab, sides
 
 CLASS_TOOLS: dict[str, tuple[str, ...]] = {fs.CLASS: fs.TOOLS, ar.CLASS: ar.TOOLS}
 
@@ -46,19 +46,14 @@ def _build(seed: int, category: str, builder: Builder, vocab: Vocab, index: int)
     return to_entry(builder(rng, vocab), f"{category}_{index}")
 
 
-def _vocabs(rl_vocab: str) -> tuple[Vocab, Vocab]:
-    if rl_vocab not in RL_VOCABS:
-        raise ValueError(f"unknown RL vocabulary {rl_vocab!r}; known: {', '.join(RL_VOCABS)}")
-    return RL_VOCABS[rl_vocab]
-
-
 def generate_world(
-    seed: int, n_train_per_type: int, n_test_per_type: int, rl_vocab: str = "train"
+    seed: int, n_train_per_type: int, n_test_per_type: int, rl_vocab: str = "train", train_vocab: str = "narrow"
 ) -> tuple[list[dict], list[dict]]:
     """(train_tasks, test_tasks). Train: the trained types with train names (without the RL side's when
-    rl_vocab="own"). Test: the trained types with test names (fresh instances), plus the held-out
-    compositions (category compose_heldout)."""
-    stage1, _ = _vocabs(rl_vocab)
+    rl_vocab="own"), from the narrow or the wide train side (train_vocab). Test: the trained types with test
+    names (fresh instances), plus the held-out compositions (category compose_heldout); it does not depend on
+    either vocabulary argument."""
+    stage1, _ = sides(train_vocab, rl_vocab)
     train = [_build(seed, cat, b, stage1, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
     test = [
         _build(seed, cat, b, TEST, n_train_per_type + i)
@@ -70,14 +65,19 @@ def generate_world(
 
 
 def generate_rl_pool(
-    seed: int, n_train_per_type: int, n_test_per_type: int, n_per_type: int, rl_vocab: str = "train"
+    seed: int,
+    n_train_per_type: int,
+    n_test_per_type: int,
+    n_per_type: int,
+    rl_vocab: str = "train",
+    train_vocab: str = "narrow",
 ) -> list[dict]:
     """Fresh instances of the trained types for RL, indices after the test ones, so no stage-1 task is among
     them and ids stay unique in the world. rl_vocab="train": with train names; "own": with the RL side's
     names, roots and operands, which no stage-1 task uses; "fresh": with names and operands outside both
     stage 1's and the test's. Test names stay unseen by every stage."""
     start = n_train_per_type + n_test_per_type
-    _, vocab = _vocabs(rl_vocab)
+    _, vocab = sides(train_vocab, rl_vocab)
     return [_build(seed, cat, b, vocab, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]
 
 

@@ -19,6 +19,13 @@ on, as the test does, without touching a test name.
 A fourth, FRESH (`data.world.rl_vocab="fresh"`), does the same without taking anything from stage 1: names
 that repeat a syllable, which neither train nor test uses (stems "bakoba", folders "baba"), new roots and
 operands above the others' range (40-63), built from the same syllables and digits.
+
+The WIDE train side (`data.world.train_vocab="wide"`) names stage 1's scenarios from twice the syllables: the
+test's twelve and twelve more, every word of distinct syllables that is not a test name, about 12k stems and
+534 folders against the narrow side's 1068 and 114, and operands 64-99 beside 2-39's train ones. On the narrow
+side each name recurs in dozens of training tasks and a small model learns the list: 125 of the 181 made-up
+string arguments of the quickstart SFT model's test episodes were train names. With ten times the names, most
+occur once, and the model has to copy. Test and FRESH names and operands stay outside it.
 """
 
 from __future__ import annotations
@@ -116,11 +123,45 @@ TRAIN_WITHOUT_RL = Vocab(
     factors=TRAIN.factors,
 )
 
-# data.world.rl_vocab -> (stage-1 vocabulary, RL pool vocabulary). "train": the RL pool is fresh instances
-# with train names; "own": the RL pool has names, roots and operands of its own that no stage-1 task uses;
-# "fresh": so does the pool, and stage 1 keeps every train name.
-RL_VOCABS: dict[str, tuple[Vocab, Vocab]] = {
-    "train": (TRAIN, TRAIN),
-    "own": (TRAIN_WITHOUT_RL, RL),
-    "fresh": (TRAIN, FRESH),
-}
+# The wide train side: the test's 12 syllables and 12 more, every name of them that is not a test name (about
+# 12k stems and 530 folders against the narrow side's 1056 and 105), and operands 64-99 beside the train ones.
+_WIDE_SYLLABLES = _SYLLABLES + ("fo", "ja", "ke", "hu", "ni", "po", "su", "ta", "wi", "ze", "mo", "da")
+
+
+def _wide_names(n_syllables: int) -> tuple[str, ...]:
+    """Every word of `n_syllables` distinct syllables of _WIDE_SYLLABLES that is not a test name."""
+    import itertools
+
+    test = frozenset(_names(n_syllables, "test"))
+    words = ("".join(c) for c in itertools.permutations(_WIDE_SYLLABLES, n_syllables))
+    return tuple(w for w in words if w not in test)
+
+
+WIDE = Vocab(
+    split="train",
+    stems=_wide_names(3),
+    folders=_wide_names(2),
+    roots=TRAIN.roots,
+    numbers=TRAIN.numbers + tuple(range(64, 100)),
+    factors=TRAIN.factors,
+)
+
+# data.world.train_vocab -> the train side of stage 1 (and of an RL pool with rl_vocab="train").
+TRAIN_VOCABS: dict[str, Vocab] = {"narrow": TRAIN, "wide": WIDE}
+
+# data.world.rl_vocab: "train": the RL pool is fresh instances with train names; "own": the pool has names,
+# roots and operands of its own that no stage-1 task uses (carved from the narrow train side); "fresh": so does
+# the pool, and stage 1 keeps every train name.
+RL_VOCABS: tuple[str, ...] = ("train", "own", "fresh")
+
+
+def sides(train_vocab: str = "narrow", rl_vocab: str = "train") -> tuple[Vocab, Vocab]:
+    """(stage-1 vocabulary, RL pool vocabulary) of data.world.train_vocab and data.world.rl_vocab."""
+    if train_vocab not in TRAIN_VOCABS:
+        raise ValueError(f"unknown train vocabulary {train_vocab!r}; known: {', '.join(TRAIN_VOCABS)}")
+    if rl_vocab not in RL_VOCABS:
+        raise ValueError(f"unknown RL vocabulary {rl_vocab!r}; known: {', '.join(RL_VOCABS)}")
+    if rl_vocab == "own" and train_vocab != "narrow":
+        raise ValueError(f"rl_vocab 'own' is carved from the narrow train side, not from {train_vocab!r}; use 'fresh'")
+    train = TRAIN_VOCABS[train_vocab]
+    return {"train": (train, train), "own": (TRAIN_WITHOUT_RL, RL), "fresh": (train, FRESH)}[rl_vocab]

@@ -128,6 +128,13 @@ def test_other_fields():
     e = _err(c)
     assert e.field == "data.world.rl_vocab" and "'novel'" in str(e) and "own" in str(e)
     c = sft.get_config("tiny")
+    c.data.world.train_vocab = "huge"
+    e = _err(c)
+    assert e.field == "data.world.train_vocab" and "'huge'" in str(e) and "wide" in str(e)
+    c.data.world.train_vocab, c.data.world.rl_vocab = "wide", "own"
+    e = _err(c)
+    assert e.field == "data.world.rl_vocab" and "narrow" in str(e)
+    c = sft.get_config("tiny")
     c.data.world.rl_types = "fs_move,fs_mvoe"
     e = _err(c)
     assert e.field == "data.world.rl_types" and "'fs_mvoe'" in str(e) and "math_chain" in str(e)

@@ -33,7 +33,7 @@ from rcgrpo_jax.worlds import (
 )
 from rcgrpo_jax.worlds import vocab as vocab_lib
 from rcgrpo_jax.worlds.replay import make_instances, public_methods
-from rcgrpo_jax.worlds.vocab import FRESH, RL, TRAIN_WITHOUT_RL
+from rcgrpo_jax.worlds.vocab import FRESH, RL, TRAIN_WITHOUT_RL, WIDE
 
 N_TRAIN, N_TEST = 6, 4
 _names = (f"worldcheck{i}" for i in itertools.count())
@@ -142,6 +142,29 @@ def test_fresh_rl_vocabulary_takes_nothing_from_stage_1():
     assert pieces == set(vocab_lib._SYLLABLES)  # unseen names, made of the syllables stage 1 copies
     ids = [t["id"] for t in train + test + pool]
     assert len(set(ids)) == len(ids)
+
+
+def test_wide_train_vocabulary_keeps_the_test_and_fresh_sides_unseen():
+    train, test = generate_world(0, 24, N_TEST, "train", "wide")
+    assert test == generate_world(0, 24, N_TEST)[1]  # the test split does not depend on the train side
+    assert not WIDE.names() & (TEST.names() | FRESH.names())
+    assert not set(WIDE.numbers) & (set(TEST.numbers) | set(FRESH.numbers)) and not set(WIDE.factors) & set(
+        TEST.factors
+    )
+    assert set(TRAIN.stems) < set(WIDE.stems) and set(TRAIN.folders) < set(WIDE.folders)  # the narrow side and more
+    assert len(WIDE.stems) > 10 * len(TRAIN.stems) and not set(WIDE.stems) & set(WIDE.folders)
+    # 24 syllables, 3 distinct per stem and 2 per folder, less the test's names
+    assert len(WIDE.stems) == 24 * 23 * 22 - len(TEST.stems) and len(WIDE.folders) == 24 * 23 - len(TEST.folders)
+    names = _scenario_names(train)
+    assert names <= WIDE.names() and names - TRAIN.names()  # stage 1 meets names the narrow side lacks
+    assert _typed_operands(train) <= set(WIDE.numbers) and max(_typed_operands(train)) >= 64
+    pool = generate_rl_pool(0, 24, N_TEST, 8, "fresh", "wide")
+    assert _scenario_names(pool) <= FRESH.names() and not _scenario_names(pool) & names
+    assert _scenario_names(generate_rl_pool(0, 24, N_TEST, 8, "train", "wide")) <= WIDE.names()
+    with pytest.raises(ValueError, match="carved from the narrow"):
+        generate_world(0, 1, 1, "own", "wide")
+    with pytest.raises(ValueError, match="unknown train vocabulary"):
+        generate_world(0, 1, 1, "train", "huge")
 
 
 def test_rl_split_of_the_world_source():
