@@ -69,11 +69,12 @@ BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
 # evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
 # takes several times longer (README's AWPO section has the measured run).
 # It keeps the RL pool of all four types, groups of 4 over 16 tasks and the shrinking decode batch, as it was
-# measured; the quickstart's later pool, group and slot-mode choices (budgets.py) were probed there only.
+# measured; the quickstart's later pool, group, slot-mode and train-vocabulary choices (budgets.py) were probed
+# there only.
 AWPO_BUDGET = dataclasses.replace(
     budgets_lib.QUICKSTART,
     name="awpo",
-    world={**budgets_lib.QUICKSTART.world, "test_per_type": 16, "rl_types": ""},
+    world={**budgets_lib.QUICKSTART.world, "test_per_type": 16, "rl_types": "", "train_vocab": "narrow"},
     model={**budgets_lib.QUICKSTART.model, "head_dim": 48},
     rl={**budgets_lib.QUICKSTART.rl, "train.max_steps": 3, "rl.group_size": 4, "rl.slot_mode": "shrink"},
     plan_s={**budgets_lib.QUICKSTART.plan_s, "rl": 45, "eval": 13},

@@ -28,8 +28,8 @@ def test_rows_are_the_papers_table_4_switches():
 def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
     a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
     assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
-    # the same train split and stage 1; the RL pool of every type, as the AWPO rows were measured
-    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16, "rl_types": ""}
+    # the same stage 1 on the narrow train side, with the RL pool of every type, as the AWPO rows were measured
+    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16, "rl_types": "", "train_vocab": "narrow"}
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
