@@ -81,6 +81,13 @@ QUICKSTART = Budget(
     # of 48. Over the whole
     # train split instead (16 new tasks a step, each seen once): GRPO 0.67, RC-GRPO 0.60, and both lost ground
     # on the train probe (63% -> 41% / 48%); on 16 fixed tasks GRPO's sampled reward rose 0.64 -> 0.77.
+    # On the wide train side (train_vocab below; 2026-12-02, from its stage 1, rl_per_type=32: 96 pool tasks,
+    # each seen once in 12 steps; greedy success on the pool and on 48 more instances RL did not train on, from
+    # SFT 71.9% / 77.1% and RCTP-FT 52.1% / 58.3%): the rl section below, GRPO from RCTP-FT 52.1% / 50.0%
+    # (zero-variance 0.75), RC-GRPO 54.2% / 56.2% (0.43), GRPO from SFT 75.0% / 70.8% (0.89); at lr 3e-4 and
+    # beta 0.1, GRPO 20.8% / 20.8%, RC-GRPO 43.8% / 35.4%. The 24-task pool seen 4 times rose from 58.3% to
+    # 75.0% (GRPO) and 70.8% (RC-GRPO) from RCTP-FT while the test split rose 0.7-1.6 points: RL fits the tasks
+    # it repeats, and twelve steps do not improve tasks it has not seen.
     # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of
     # its 8 pool tasks, so its groups are all-zero under every estimator and token, a quarter of every step spent
     # on no signal. Train-split probe (2026-12-02, from the RCTP-FT below, the rl section below but G=4 x 16
