@@ -85,7 +85,8 @@ QUICKSTART = Budget(
     # each seen once in 12 steps; greedy success on the pool and on 48 more instances RL did not train on, from
     # SFT 71.9% / 77.1% and RCTP-FT 52.1% / 58.3%): the rl section below, GRPO from RCTP-FT 52.1% / 50.0%
     # (zero-variance 0.75), RC-GRPO 54.2% / 56.2% (0.43), GRPO from SFT 75.0% / 70.8% (0.89); at lr 3e-4 and
-    # beta 0.1, GRPO 20.8% / 20.8%, RC-GRPO 43.8% / 35.4%. The 24-task pool seen 4 times rose from 58.3% to
+    # beta 0.1, GRPO 20.8% / 20.8%, RC-GRPO 43.8% / 35.4%; at 36 steps (each pool task seen 3 times), RC-GRPO
+    # 60.4% / 62.5% (0.42), GRPO 60.4% / 54.2% (0.81). The 24-task pool seen 4 times rose from 58.3% to
     # 75.0% (GRPO) and 70.8% (RC-GRPO) from RCTP-FT while the test split rose 0.7-1.6 points: RL fits the tasks
     # it repeats, and twelve steps do not improve tasks it has not seen.
     # The pool leaves out fs_read_then_act (rl_types): stage 1 solves 6-9% of its train tasks greedily and none of
