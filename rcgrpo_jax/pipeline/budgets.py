@@ -135,6 +135,9 @@ QUICKSTART = Budget(
     # same with first-place failures: 40.6% / 5.5%; from SFT (64.1%), 400 steps at 1e-3, first-place: 63.3% /
     # 8.6% (fs_move 100% / 0%, math_chain 84% / 6%). 300 steps instead (2026-12-02, the same SFT model, to save a
     # minute of goal (e)): 55.5% / 27.3% (math_chain 75% / 56%, fs_count_math 56% / 44%): short of goal (a) on both.
+    # On the wide train side (2026-12-02, from its SFT, 75.0%; high / low goal, then the 96 fresh-vocabulary tasks
+    # asked for a high reward, where SFT scores 27.1%): lr 1e-3 68.8% / 3.1%, fresh 20.8%; lr 3e-4 28.9% / 3.9%,
+    # fresh 2.1% (400 steps at the lower rate do not teach the goal suffix).
     rctp={
         **_COMMON_TRAIN,
         "train.batch_size": 16,
