@@ -195,16 +195,13 @@ def _world_check(data_config) -> None:
         raise ConfigError(
             "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"
         )
-    from rcgrpo_jax.worlds.vocab import RL_VOCABS, TRAIN_VOCABS
+    from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
 
-    if _train_vocab(w) not in TRAIN_VOCABS:
-        raise ConfigError("data.world.train_vocab", f"unknown {_train_vocab(w)!r}; known: {', '.join(TRAIN_VOCABS)}")
-    if _rl_vocab(w) not in RL_VOCABS:
-        raise ConfigError("data.world.rl_vocab", f"unknown {_rl_vocab(w)!r}; known: {', '.join(RL_VOCABS)}")
-    if _rl_vocab(w) == "own" and _train_vocab(w) != "narrow":
-        raise ConfigError(
-            "data.world.rl_vocab", "'own' is carved from the narrow train side; with train_vocab='wide' use 'fresh'"
-        )
+    try:  # the vocabularies' own rules, reported on the field at fault
+        sides(_train_vocab(w), _rl_vocab(w))
+    except ValueError as e:
+        field = "train_vocab" if _train_vocab(w) not in TRAIN_VOCABS else "rl_vocab"
+        raise ConfigError(f"data.world.{field}", str(e)) from None
     from rcgrpo_jax.worlds.compose import TRAIN_TYPES
 
     unknown = [t for t in _rl_types(w) if t not in TRAIN_TYPES]
