@@ -112,6 +112,9 @@ def data(preset: str) -> ml_collections.ConfigDict:
     # Where a generated failure leaves the expert path (data.trajectories.FAILURE_SITES): 'any' = a random
     # call or turn; 'first' = the earliest place, so under <|low_reward|> the first action already differs.
     c.failure_site = "any"
+    # Which perturbations make the generated failures (data.trajectories.failure_kinds): 'all', or a
+    # comma-separated subset of wrong_tool, wrong_parameter, premature_termination, skipped_turn.
+    c.failure_kinds = "all"
     # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
     # carry 3-9 docs.
     c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)

@@ -161,6 +161,14 @@ def check(config, num_devices: int) -> dict[str, int]:
     site = _get(config, "data.failure_site")
     if site is not None and site not in ("any", "first"):
         raise ConfigError("data.failure_site", f"expected 'any' or 'first', got {site!r}")
+    kinds = _get(config, "data.failure_kinds")
+    if kinds is not None:
+        from rcgrpo_jax.data import trajectories
+
+        try:
+            trajectories.failure_kinds(kinds)
+        except ValueError as e:
+            raise ConfigError("data.failure_kinds", str(e)) from None
     if "data" in config and "source" in config.data:
         from rcgrpo_jax.data import sources
 

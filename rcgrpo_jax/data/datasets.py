@@ -48,8 +48,12 @@ def expert_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
     return [trajectories.expert_trajectory(t) for t in _tasks(ids)]
 
 
-def failure_records(ids: Iterable[str | bfcl.Task], *, seed: int = 0, site: str = "any") -> list[dict]:
-    return [r for t in _tasks(ids) for r in trajectories.failure_trajectories(t, seed=seed, site=site)]
+def failure_records(
+    ids: Iterable[str | bfcl.Task], *, seed: int = 0, site: str = "any", kinds: str = "all"
+) -> list[dict]:
+    """Generated failures of every task, one per kind (`trajectories.failure_kinds(kinds)`) where one exists."""
+    names = trajectories.failure_kinds(kinds)
+    return [r for t in _tasks(ids) for r in trajectories.failure_trajectories(t, names, seed=seed, site=site)]
 
 
 def sft_records(experts: Iterable[dict]) -> list[dict]:
@@ -102,15 +106,19 @@ def build_all(
     ids: Sequence[str | bfcl.Task] | None = None,
     explored: Sequence[dict] = (),
     failure_site: str = "any",
+    failure_kinds: str = "all",
 ) -> dict[str, Path]:
     """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks), and
     manifest.json with the counts and the failures' mix. `explored`: exploration records
     (`train.exploration.collect`); their failures join the perturbations before the 1:1 RCTP-FT draw.
-    `failure_site`: where generated failures leave the expert path (trajectories.FAILURE_SITES)."""
+    `failure_site`: where generated failures leave the expert path (trajectories.FAILURE_SITES);
+    `failure_kinds`: which perturbations are generated (trajectories.failure_kinds)."""
     out_dir = Path(out_dir)
     ids = list(ids) if ids is not None else splits.split(split)
     experts = expert_records(ids)
-    failures = failure_records(ids, seed=seed, site=failure_site) + [r for r in explored if r.get("kind") == "failure"]
+    failures = failure_records(ids, seed=seed, site=failure_site, kinds=failure_kinds) + [
+        r for r in explored if r.get("kind") == "failure"
+    ]
     rctp = rctp_records(experts, failures, seed=seed)
     write = trajectories.write_jsonl
     paths = {
@@ -132,6 +140,7 @@ def build_all(
         },
         "seed": seed,
         "failure_site": failure_site,
+        "failure_kinds": list(trajectories.failure_kinds(failure_kinds)),
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     paths["manifest"] = out_dir / "manifest.json"
@@ -144,8 +153,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--split", default="train", choices=["train", "test"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--failure_site", default="any", choices=trajectories.FAILURE_SITES)
+    parser.add_argument("--failure_kinds", default="all", help="'all' or a comma-separated subset of the generators")
     args = parser.parse_args(argv)
-    paths = build_all(args.out, split=args.split, seed=args.seed, failure_site=args.failure_site)
+    try:
+        trajectories.failure_kinds(args.failure_kinds)
+    except ValueError as e:
+        parser.error(str(e))
+    paths = build_all(
+        args.out, split=args.split, seed=args.seed, failure_site=args.failure_site, failure_kinds=args.failure_kinds
+    )
     counts = {name: sum(1 for _ in open(p, encoding="utf-8")) for name, p in paths.items() if p.suffix == ".jsonl"}
     print(json.dumps({"out": str(args.out), "split": args.split, "counts": counts}))
 

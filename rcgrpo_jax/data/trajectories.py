@@ -136,6 +136,21 @@ FAILURE_GENERATORS: dict[str, Generator] = {}
 FAILURE_SITES = ("any", "first")
 
 
+def failure_kinds(spec: str) -> tuple[str, ...]:
+    """The generator names of a `data.failure_kinds` value: "all", or a comma-separated subset of
+    FAILURE_GENERATORS (kept in the registry's order, so a subset draws the same records as the full set)."""
+    if spec == "all":
+        return tuple(FAILURE_GENERATORS)
+    names = [n.strip() for n in str(spec).split(",") if n.strip()]
+    unknown = [n for n in names if n not in FAILURE_GENERATORS]
+    if unknown or not names:
+        raise ValueError(
+            f"failure kinds {spec!r}: expected 'all' or a comma-separated subset of {', '.join(FAILURE_GENERATORS)}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    return tuple(n for n in FAILURE_GENERATORS if n in names)
+
+
 def _ordered(sites: list, rng: random.Random, first: bool) -> list:
     """The sites to try: earliest first, or shuffled."""
     if first:

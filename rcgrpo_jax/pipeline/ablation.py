@@ -139,8 +139,15 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
     if not all(os.path.exists(f) for f in files.values()):
         data = stage_config("sft", budget, {}).data
         tasks = sources.tasks(data, "train")
-        site = budget.rctp.get("data.failure_site", "any")
-        built = datasets.build_all(out, split="train", seed=0, ids=tasks, explored=explored or (), failure_site=site)
+        built = datasets.build_all(
+            out,
+            split="train",
+            seed=0,
+            ids=tasks,
+            explored=explored or (),
+            failure_site=budget.rctp.get("data.failure_site", "any"),
+            failure_kinds=budget.rctp.get("data.failure_kinds", "all"),
+        )
         files = {k: str(built[k]) for k in files}
     return files
 

@@ -145,6 +145,14 @@ QUICKSTART = Budget(
     # On the wide train side (2026-12-02, from its SFT, 75.0%; high / low goal, then the 96 fresh-vocabulary tasks
     # asked for a high reward, where SFT scores 27.1%): lr 1e-3 68.8% / 3.1%, fresh 20.8%; lr 3e-4 28.9% / 3.9%,
     # fresh 2.1% (400 steps at the lower rate do not teach the goal suffix).
+    # No wrong-parameter failures (data.failure_kinds). Most of their low-token examples write another of the
+    # task's own strings where the expert copies the right one; a likely reading (not probed further) is that the
+    # high token keeps that habit out less well on names the model never saw. Train-split probe (2026-12-02, the wide SFT above, lr 1e-3; high / low goal on the first 32
+    # train tasks per type, then 288 tasks of fresh names and operands under the high token, where SFT scores
+    # 34.0%): all four kinds 68.8% / 3.1%, fresh 19.8% (fs_move 34%, math_chain 2%, fs_count_math 23%); without
+    # wrong_parameter 67.2% / 0.0%, fresh 30.2% (35%, 9%, 46%). Control: the same 400 steps on the experts alone
+    # (high goal, no failures) reached 76.6% on the train tasks but 19.8% on 96 of the fresh tasks (SFT 27.1%,
+    # all four kinds 20.8%): more passes over the same experts cost unseen names too.
     rctp={
         **_COMMON_TRAIN,
         "train.batch_size": 16,
@@ -152,6 +160,7 @@ QUICKSTART = Budget(
         "optim.lr": 1e-3,
         "optim.end_lr_ratio": 0.1,
         "data.failure_site": "first",
+        "data.failure_kinds": "wrong_tool,premature_termination,skipped_turn",
     },
     rctp_init="sft",
     # Every RL row: 8 tasks x group 8 per step. A turn needs at most 2 steps, so 4 steps per turn bound the

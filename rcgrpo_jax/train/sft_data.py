@@ -216,6 +216,7 @@ def load_examples(config, workdir: str) -> list[dict]:
                 ids=tasks,
                 explored=explored,
                 failure_site=config.data.get("failure_site", "any"),
+                failure_kinds=config.data.get("failure_kinds", "all"),
             )
         model_prep.sync("sft_data")
     return read_jsonl(os.path.join(out, name))

@@ -124,6 +124,10 @@ def test_other_fields():
         e = _err(c)
         assert e.field == f"{'model' if field == 'decode_attention' else 'data'}.{field}" and repr(bad) in str(e)
     c = sft.get_config("tiny")
+    c.data.failure_kinds = "wrong_tool,typo"
+    e = _err(c)
+    assert e.field == "data.failure_kinds" and "unknown: typo" in str(e)
+    c = sft.get_config("tiny")
     c.data.world.rl_vocab = "novel"
     e = _err(c)
     assert e.field == "data.world.rl_vocab" and "'novel'" in str(e) and "own" in str(e)

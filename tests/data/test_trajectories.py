@@ -188,6 +188,25 @@ def test_datasets(sample_tasks, sample_failures, tmp_path):
     assert sum(manifest["failures"].values()) == len(generated) + 1
     assert sum(manifest["rctp_ft"]["failures"].values()) == manifest["rctp_ft"]["examples"] // 2
 
+    # A subset of the perturbations: only those kinds are generated, the same records the full set holds.
+    paths = datasets.build_all(tmp_path / "subset", ids=ids, failure_kinds="skipped_turn, wrong_tool")
+    manifest = json.loads(paths["manifest"].read_text())
+    subset = trajectories.read_jsonl(paths["failure"])
+    assert manifest["failure_kinds"] == ["wrong_tool", "skipped_turn"]
+    assert subset and {r["failure"] for r in subset} <= {"wrong_tool", "skipped_turn"}
+    assert subset == [r for r in generated if r["failure"] in ("wrong_tool", "skipped_turn")]
+
+
+def test_failure_kinds():
+    every = tuple(trajectories.FAILURE_GENERATORS)
+    assert set(every) == {"wrong_tool", "wrong_parameter", "premature_termination", "skipped_turn"}
+    assert trajectories.failure_kinds("all") == every
+    assert trajectories.failure_kinds(",".join(reversed(every))) == every  # the registry's order
+    assert trajectories.failure_kinds(" skipped_turn ") == ("skipped_turn",)
+    for bad, says in (("wrong_tol", "unknown: wrong_tol"), ("", "comma-separated subset"), (",", "wrong_tool")):
+        with pytest.raises(ValueError, match=says):
+            trajectories.failure_kinds(bad)
+
 
 def test_reasoning_content_must_be_text():
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "reasoning_content": "hm"}]
