@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from rcgrpo_jax.pipeline import budgets as budgets_lib
+from rcgrpo_jax.pipeline import cache
 from rcgrpo_jax.pipeline import summary as summary_lib
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
@@ -121,10 +122,14 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, "base_model")
-    if not os.path.exists(os.path.join(path, "config.json")):
+    request = {"arch": budget.arch, "model": dict(budget.model), "world": dict(budget.world)}
+    if os.path.exists(os.path.join(path, "config.json")):
+        cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
+    else:
         model_prep.build_tiny(
             stage_config("sft", budget, {"model.tiny_arch": budget.arch}), path, seed=0, **budget.model
         )
+        cache.write_request(path, request)
     return path
 
 
@@ -136,18 +141,23 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
 
     out = os.path.join(workdir, "data" if explored is None else "data_explored")
     files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
-    if not all(os.path.exists(f) for f in files.values()):
+    site = budget.rctp.get("data.failure_site", "any")
+    kinds = budget.rctp.get("data.failure_kinds", "all")
+    request = {
+        "world": dict(budget.world),
+        "failure_site": site,
+        "failure_kinds": kinds,
+        "explored": len(explored or ()),
+    }
+    if all(os.path.exists(f) for f in files.values()):
+        cache.check(cache.read_request(out), request, f"the stage-1 data in {out}")
+    else:
         data = stage_config("sft", budget, {}).data
         tasks = sources.tasks(data, "train")
         built = datasets.build_all(
-            out,
-            split="train",
-            seed=0,
-            ids=tasks,
-            explored=explored or (),
-            failure_site=budget.rctp.get("data.failure_site", "any"),
-            failure_kinds=budget.rctp.get("data.failure_kinds", "all"),
+            out, split="train", seed=0, ids=tasks, explored=explored or (), failure_site=site, failure_kinds=kinds
         )
+        cache.write_request(out, request)
         files = {k: str(built[k]) for k in files}
     return files
 
@@ -169,16 +179,21 @@ def explore(workdir: str, budget: budgets_lib.Budget, model_path: str) -> list[d
 
 
 def train_stage(run_fn: Callable, config, workdir: str) -> dict:
-    """A trainer's run(config, workdir), skipped when its DONE marker exists; the exported model is workdir/hf."""
+    """A trainer's run(config, workdir), skipped when its DONE marker exists and records the same config
+    (`cache.config_request`; a different one raises cache.StaleCacheError); the exported model is workdir/hf."""
     marker = os.path.join(workdir, DONE)
+    request = cache.config_request(config)
     if os.path.exists(marker):
         with open(marker) as f:
-            return json.load(f)
+            summary = json.load(f)
+        cache.check(summary.get("request"), request, f"the stage in {workdir}")
+        return summary
     out = run_fn(config, workdir)
     if out.get("reason", "done") != "done":
         raise RuntimeError(f"{workdir}: training stopped early ({out.get('reason')})")
     summary = {k: v for k, v in out.items() if k != "metrics"}
     summary["last_metrics"] = {k: v for k, v in (out.get("metrics") or {}).items() if isinstance(v, (int, float))}
+    summary["request"] = request
     with open(marker, "w") as f:
         json.dump(summary, f)
     return summary
@@ -208,10 +223,20 @@ def evaluate_row(
     per_type: int | None = None,
 ) -> dict:
     """Greedy evaluation of an HF checkpoint on the world's split; cached in out_path (JSON).
-    reward_token: eval.reward_token (auto | high | low | none); per_type: only the first N tasks of each type."""
+    reward_token: eval.reward_token (auto | high | low | none); per_type: only the first N tasks of each type.
+    A cached file made with another world, split, token, subset or eval section raises cache.StaleCacheError."""
+    request = {
+        "split": split,
+        "reward_token": reward_token,
+        "per_type": per_type,
+        "eval": dict(budget.eval),
+        "world": dict(budget.world),
+    }
     if os.path.exists(out_path):
         with open(out_path) as f:
-            return json.load(f)["summary"]
+            cached = json.load(f)
+        cache.check(cached.get("request"), request, f"the evaluation {out_path}")
+        return cached["summary"]
     from rcgrpo_jax.data import sources
     from rcgrpo_jax.eval import report
     from rcgrpo_jax.eval import run as eval_run
@@ -229,6 +254,7 @@ def evaluate_row(
         out_path,
         {
             "model": model_path,
+            "request": cache.plain(request),
             "split": split,
             "seconds": time.perf_counter() - t0,
             "reward_token": eval_run.reward_token_for(config.eval.reward_token, tokenizer),

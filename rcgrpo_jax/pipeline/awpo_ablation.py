@@ -26,7 +26,7 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax.pipeline import ablation
+from rcgrpo_jax.pipeline import ablation, cache
 from rcgrpo_jax.pipeline import budgets as budgets_lib
 
 # row -> (RL config file, overrides of rl.advantage): the paper's Table 4 rows.
@@ -102,9 +102,13 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, BASE_DIR)
-    if not os.path.exists(os.path.join(path, "config.json")):
+    request = {"arch": ARCH, "model": dict(budget.model), "world": dict(budget.world)}
+    if os.path.exists(os.path.join(path, "config.json")):
+        cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
+    else:
         config = ablation.stage_config("sft", budget, {"model.tiny_arch": ARCH})
         model_prep.build_tiny(config, path, seed=0, **budget.model)
+        cache.write_request(path, request)
     return path
 
 

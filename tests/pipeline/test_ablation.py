@@ -3,12 +3,13 @@ contents, resume by DONE markers, and the pieces (config overrides, verdict word
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import pytest
 
-from rcgrpo_jax.pipeline import ablation, budgets, summary
+from rcgrpo_jax.pipeline import ablation, budgets, cache, summary
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +102,27 @@ def test_rerun_resumes_without_training(smoke_run):
     # the resumed report counts the first run's stage times, not only its own few seconds
     assert again["timings"]["sft"] == payload["timings"]["sft"] > 0
     assert again["process_minutes"] < again["minutes"] and again["minutes"] >= sum(payload["timings"].values()) / 60
+
+
+def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, monkeypatch):
+    """Cached outputs are reused only for the settings that made them; another budget in the same workdir stops
+    with the fields that differ and rewrites nothing."""
+    workdir, _ = smoke_run
+    dirs = ("base_model", "data_explored", "sft", "rctp_ft", "rl/sft_grpo_s0")
+    files = [os.path.join(workdir, d, n) for d in dirs for n in (ablation.DONE, cache.REQUEST_FILE, "config.json")]
+    stamps = {f: os.path.getmtime(f) for f in files if os.path.exists(f)}
+    assert len(stamps) >= 6
+    smoke = budgets.SMOKE
+    other_world = dataclasses.replace(smoke, world={**smoke.world, "train_vocab": "wide"})
+    monkeypatch.setitem(budgets.BUDGETS, "smoke", other_world)
+    with pytest.raises(cache.StaleCacheError, match=r"base checkpoint .*world\.train_vocab: '<unset>' -> 'wide'"):
+        ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
+    # The same stage 1, another RL learning rate: everything up to the first RL row is reused, that row stops.
+    other_rl = dataclasses.replace(smoke, rl={**smoke.rl, "optim.lr": 0.123})
+    monkeypatch.setitem(budgets.BUDGETS, "smoke", other_rl)
+    with pytest.raises(cache.StaleCacheError, match=r"stage in .*rl/sft_grpo_s0.*optim\.lr: .* -> 0\.123"):
+        ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
+    assert stamps == {f: os.path.getmtime(f) for f in stamps}
 
 
 def test_stage_seconds_keep_the_run_that_did_the_stage(tmp_path):
