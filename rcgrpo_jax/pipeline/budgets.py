@@ -113,7 +113,8 @@ QUICKSTART = Budget(
         # 64.1% / 13.5% (fs_move 41%, math_chain 0%, fs_count_math 0%); wide 75.0% / 27.1% (50%, 9%, 22%). On the
         # narrow side 125 of the 181 made-up string arguments of the SFT model's test episodes were train names
         # (the model recalls a name from its list instead of copying); on the wide side most names occur once.
-        # Stage 1 on the wide side: SFT 75.0%, RCTP-FT 68.8% asked for a high reward, 3.1% for a low one.
+        # Stage 1 on the wide side: SFT 75.0%, RCTP-FT 68.8% asked for a high reward, 3.1% for a low one (67.2% /
+        # 0.0% without wrong_parameter failures, rctp below).
         "train_vocab": "wide",
     },
     # d=128, 3 layers (about 0.6M parameters with the world's ~520 tokens). RoPE theta 1e4 rather than
