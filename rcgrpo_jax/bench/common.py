@@ -31,15 +31,58 @@ def _round(v: Any) -> Any:
     return v
 
 
-def as_command() -> None:
+DEVICES_HELP = (
+    "XLA CPU devices our side runs on, as a data-parallel mesh (rows split, weights copied; default 1). "
+    "XLA's CPU runtime runs one program's ops mostly one after another, so a second device's program uses "
+    "the second core; `python -m` sets the host's device count to this"
+)
+
+
+def argv_devices(argv: list[str] | None = None) -> int:
+    """The `--devices N` of a benchmark's command line (1 when absent), read before jax is imported."""
+    import argparse
+
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--devices", type=int, default=1)
+    ns, _ = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return ns.devices
+
+
+def as_command(argv: list[str] | None = None) -> None:
     """Environment of a benchmark run as a command (`python -m`, before jax is imported; never inside a
     caller's process, whose later subprocesses inherit os.environ): one real CPU device, since the test
-    suite's 8 fake devices would split the host's cores between them."""
+    suite's 8 fake devices would split the host's cores between them; `--devices N` (N > 1) in the
+    command line makes it N host devices, for `data_mesh`."""
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    devices = argv_devices(argv)
+    if devices > 1:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
     os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def data_mesh(devices: int):
+    """None for one device (the benchmark's single-device path); else a ('data',) mesh over the first
+    `devices` XLA devices: each takes an equal share of a batch's rows and a copy of the weights, and XLA
+    runs the devices' programs at the same time."""
+    if devices < 1:
+        raise ValueError(f"--devices must be >= 1, got {devices}")
+    if devices == 1:
+        return None
+    import jax
+
+    from rcgrpo_jax import sharding
+
+    have = jax.devices()
+    if len(have) < devices:
+        raise ValueError(
+            f"--devices {devices}: only {len(have)} XLA device(s) exist; run the benchmark as `python -m ...` (which "
+            f"sets the host's device count from --devices) or set XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{devices}"
+        )
+    return sharding.make_mesh({"data": devices}, have[:devices])
 
 
 @contextlib.contextmanager

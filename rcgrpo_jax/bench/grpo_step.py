@@ -1,7 +1,7 @@
 """One GRPO step: ours (the project's sampler + `train.rl_step`) against HF TRL's GRPOTrainer, same work.
 
     python -m rcgrpo_jax.bench.grpo_step [--betas 0,0.04] [--rounds 3] [--prompts 16] [--group 8]
-        [--prompt-len 128] [--new 128] [--micro 32] [--no-peer]
+        [--prompt-len 128] [--new 128] [--micro 32] [--no-peer] [--devices 1]
 
 The work: `--prompts` prompts x `--group` samples, each prompt exactly `--prompt-len` tokens, each
 completion exactly `--new` sampled tokens (temperature 1, no top-k/p, no stop), float32, on the tiny
@@ -13,7 +13,9 @@ when beta > 0), AdamW lr 1e-6, global-norm clip 1.
 Ours: `sampling.generate` (one batch of all prompts x samples), rewards and advantages on the host,
 `rl_batch.pack`, the reference pass (`rl_step.jit_logprobs`) and `rl_step.Updater` (micro-batches of
 `--micro` rows, gradients accumulated exactly) on one CPU device: the trainer's own pieces, with the
-layer loop unrolled as the tiny preset has it (`--unroll`, configs/common.py).
+layer loop unrolled as the tiny preset has it (`--unroll`, configs/common.py). `--devices N` (N > 1): the
+same pieces on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`: each samples and updates
+its share of the rows, gradients averaged across devices); TRL is unchanged.
 Peer: `trl_peer` in the bench env (`launch/bench_env.sh trl`), a subprocess that runs one TRL step
 whenever asked, so the two alternate in the same run (ABBA order per round: drift cancels in the medians).
 
@@ -118,7 +120,15 @@ class OursStep:
     """One GRPO step with the project's pieces, on one CPU device; `__call__(key)` returns phase seconds."""
 
     def __init__(
-        self, checkpoint: str, work: Work, prompts: list[list[int]], beta: float, micro: int, chunk: int, unroll: int
+        self,
+        checkpoint: str,
+        work: Work,
+        prompts: list[list[int]],
+        beta: float,
+        micro: int,
+        chunk: int,
+        unroll: int,
+        devices: int = 1,
     ):
         import jax
         import ml_collections
@@ -133,9 +143,12 @@ class OursStep:
         n = work.prompts * work.group
         if n % micro:
             raise ValueError(f"--micro {micro} must divide the {n} rows")
+        if micro % devices:
+            raise ValueError(f"--devices {devices} must divide the --micro {micro} rows of a micro-batch")
         config, params = models.load_hf(checkpoint, dtype="float32")
         self.config = dataclasses.replace(config, scan_unroll=unroll)
-        self.mesh = sharding_lib.make_mesh({"fsdp": 1}, jax.devices()[:1])
+        self.sample_mesh = common.data_mesh(devices)  # None: the sampler's single-device path
+        self.mesh = self.sample_mesh or sharding_lib.make_mesh({"fsdp": 1}, jax.devices()[:1])
         p_sh = model_prep.param_shardings(abstract_params(self.config), self.mesh, "train")
         ocfg = ml_collections.ConfigDict(
             dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0)
@@ -150,7 +163,7 @@ class OursStep:
         self.ref_fn = rl_step.jit_logprobs(rl_step.make_logprob_fn(self.config, chunk, 1.0), p_sh, self.mesh)
         self.ref_params = jax.device_put(params, p_sh) if beta else None
         self.state = jax.jit(lambda p: state_lib.create(p, tx, jax.random.PRNGKey(work.seed)), out_shardings=state_sh)(
-            params
+            jax.device_put(params, p_sh)
         )
         self.prompts = [p for p in prompts for _ in range(work.group)]  # group-major rows
         self.length = work.prompt_len + work.new
@@ -166,7 +179,15 @@ class OursStep:
 
         w, t = self.work, {}
         t0 = time.perf_counter()
-        res = generate(self.config, self.state.params, self.prompts, max_new_tokens=w.new, temperature=1.0, rng=key)
+        res = generate(
+            self.config,
+            self.state.params,
+            self.prompts,
+            max_new_tokens=w.new,
+            temperature=1.0,
+            rng=key,
+            mesh=self.sample_mesh,
+        )
         t["generate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         if any(n != w.new for n in res.lengths):
@@ -289,7 +310,7 @@ def bench_beta(
     import jax
 
     rows = []
-    ours = OursStep(checkpoint, work, prompts, beta, args.micro, args.chunk, args.unroll)
+    ours = OursStep(checkpoint, work, prompts, beta, args.micro, args.chunk, args.unroll, args.devices)
     peer = TRLPeer(python, checkpoint, work, prompts, beta, args.rounds + 1, tmp) if python else None
     key = jax.random.key(work.seed)
     try:
@@ -326,6 +347,7 @@ def bench_beta(
         **dataclasses.asdict(work),
         "micro": args.micro,
         "unroll": args.unroll,
+        "devices": args.devices,
     }
     summary.update(summarize(rows))
     summary["recompiled_after_warmup"] = any(r["ours_compiled"] != warm_compiled for r in rows)
@@ -360,7 +382,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--peer-python", default=None, help="the bench env's python (default: launch/bench_env.sh trl)")
     ap.add_argument("--peak-n", type=int, default=1024, help="side of the square matmul that measures the peak")
     ap.add_argument("--arch", default=None, help="JSON overrides of the tiny checkpoint's sizes")
+    ap.add_argument("--devices", type=int, default=1, help=common.DEVICES_HELP)
     args = ap.parse_args(argv)
+    if args.devices < 1:
+        ap.error("--devices must be at least 1")
     work = Work(args.prompts, args.group, args.prompt_len, args.new)
     rows: list[dict[str, Any]] = []
     info = {"bench": "machine", **common.machine_info()}

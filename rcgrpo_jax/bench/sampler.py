@@ -1,7 +1,7 @@
 """Sampler throughput vs HF transformers `generate` (PyTorch CPU) and google-tunix's vanilla JAX sampler,
 on the same random checkpoint.
 
-    python -m rcgrpo_jax.bench.sampler [--models tiny,medium] [--repeats 3] [--peers hf,tunix]
+    python -m rcgrpo_jax.bench.sampler [--models tiny,medium] [--repeats 3] [--peers hf,tunix] [--devices 1]
 
 Prints one JSON line per model: batch 8, prompt 128, 128 new tokens, temperature 1.0 (no top-k/top-p
 on any side, no early stop). Figures are medians over repeats after a warm-up (compilation is not
@@ -17,8 +17,12 @@ fraction of prompts whose greedy tokens equal ours (`greedy_match_tunix`) and HF
 (`greedy_match_hf_tunix`), and ours against HF (`greedy_match_hf`). A failed peer sets `<peer>_error`
 in the row; ours and the other peers are still reported.
 
+`--devices N` (N > 1) runs ours on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`: each
+device decodes batch / N rows with its own copy of the weights, the programs at the same time); the peers
+are unchanged (tunix on its single device, HF on torch's threads). The row says `devices`.
+
 Each line also places the decode step against the memory-bandwidth bound: the bytes one step must read
-(every weight but the embedding table, plus the KV-cache span the loop attends over), the read bandwidth
+(every weight but the embedding table, once per device, plus the KV-cache span the loop attends over), the read bandwidth
 of all cores measured at that working-set size, the fraction of that bound the step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
 (our measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
 """
@@ -202,16 +206,17 @@ def bench_model(
     peers: tuple[str, ...] = ("hf",),
     tunix_python: str | None = None,
     greedy: int = GREEDY,
+    devices: int = 1,
 ) -> dict:
     """One model's row. `peers` as `parse_peers` gives them; `tunix_python` the tunix env's interpreter
     (None with "tunix" in `peers`: the row says the env is missing); `greedy` tokens for the greedy check
-    (0: none)."""
+    (0: none); `devices`: ours on `common.data_mesh(devices)`."""
     import jax
     import numpy as np
     import torch
     import transformers
 
-    from rcgrpo_jax import models
+    from rcgrpo_jax import models, sharding
     from rcgrpo_jax.sampling import buckets, generate
 
     cfg = transformers.Qwen2Config(max_position_embeddings=4096, tie_word_embeddings=False, **MODELS[name])
@@ -224,16 +229,19 @@ def bench_model(
         hf.save_pretrained(d)
         config, params = models.load_hf(d, dtype="float32")
         tunix = tunix_peer.start(tunix_python, d, prompts, new, greedy, peer_row) if "tunix" in peers else None
+    mesh = common.data_mesh(devices)
+    ours_params = params if mesh is None else sharding.shard_params(params, mesh, sharding.DECODE_RULES)
 
     def ours(new: int) -> float:
         t = time.perf_counter()
         res = generate(
             config,
-            params,
+            ours_params,
             prompts.tolist(),
             max_new_tokens=new,
             temperature=1.0,
             rng=jax.random.key(int(rng.integers(1 << 30))),
+            mesh=mesh,
         )
         assert all(n == new for n in res.lengths)
         return time.perf_counter() - t
@@ -266,7 +274,7 @@ def bench_model(
             sides["hf"] = theirs
         if greedy:
             greedy_rows["ours"] = generate(
-                config, params, prompts.tolist(), max_new_tokens=greedy, temperature=0
+                config, ours_params, prompts.tolist(), max_new_tokens=greedy, temperature=0, mesh=mesh
             ).tokens
             greedy_rows["hf"] = hf_greedy(hf, prompts, greedy) if "hf" in peers else None
         if tunix is not None:
@@ -282,9 +290,9 @@ def bench_model(
     t_prefill = statistics.median(ours(1) for _ in range(repeats))
     # The decode loop attends over the whole cache: the prompt's length bucket plus the budget's.
     span = buckets.length_bucket(prompt) + buckets.length_bucket(new)
-    step_bytes = int(
+    step_bytes = int(  # each device streams its own copy of the weights; the rows' KV is split between them
         common.decode_step_bytes(
-            read_weight_bytes(config, params), config, batch, span, kv_bytes=config.jnp_dtype.itemsize
+            devices * read_weight_bytes(config, params), config, batch, span, kv_bytes=config.jnp_dtype.itemsize
         )
     )
     per_step = max(t_ours - t_prefill, 1e-9) / max(new - 1, 1)
@@ -292,6 +300,7 @@ def bench_model(
     bound_s = t_prefill + (new - 1) * step_bytes / bw
     return {
         "model": name,
+        "devices": devices,
         "ours_tok_s": round(batch * new / t_ours, 1),
         **peer_row,
         "batch": batch,
@@ -327,7 +336,10 @@ def main(argv=None) -> list[dict]:
     )
     ap.add_argument("--tunix-python", default=None, help="the tunix env's python (default: launch/bench_env.sh tunix)")
     ap.add_argument("--greedy-check", type=int, default=GREEDY, help="greedy tokens compared across sides (0: none)")
+    ap.add_argument("--devices", type=int, default=1, help=common.DEVICES_HELP)
     args = ap.parse_args(argv)
+    if args.devices < 1:
+        ap.error("--devices must be at least 1")
     if args.new < 2:
         ap.error("--new must be at least 2 (the decode step is timed as (t(new) - t(1)) / (new - 1))")
     if args.greedy_check < 0:
@@ -347,7 +359,17 @@ def main(argv=None) -> list[dict]:
     for name in args.models.split(","):
         with common.guarded({"bench": "sampler", "model": name}) as row:
             row.update(
-                bench_model(name, args.repeats, args.batch, args.prompt, args.new, peers, python, args.greedy_check)
+                bench_model(
+                    name,
+                    args.repeats,
+                    args.batch,
+                    args.prompt,
+                    args.new,
+                    peers,
+                    python,
+                    args.greedy_check,
+                    args.devices,
+                )
             )
             if env_error:
                 row["tunix_error"] = env_error

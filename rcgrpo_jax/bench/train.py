@@ -1,11 +1,13 @@
 """SFT training-step throughput: our jitted step vs HF transformers + torch.optim.AdamW on the same weights.
 
-    python -m rcgrpo_jax.bench.train [--models tiny,medium] [--batch 8] [--seq 512] [--repeats 3]
+    python -m rcgrpo_jax.bench.train [--models tiny,medium] [--batch 8] [--seq 512] [--repeats 3] [--devices 1]
 
 One step = forward, backward and an AdamW update (global-norm clip 1.0 on both sides) on a batch of
 random tokens, every token a target. Ours is `rcgrpo_jax.train.sft.make_train_step` (chunked
 log-probs, guarded update) jitted on ONE CPU device; theirs is `Qwen2ForCausalLM(labels=...)` with
-`torch.optim.AdamW`, both float32 on the same random checkpoint, in the same process.
+`torch.optim.AdamW`, both float32 on the same random checkpoint, in the same process. `--devices N`
+(N > 1): ours on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`: the batch's rows split,
+the state copied, gradients averaged by XLA's partitioner); torch is unchanged.
 
 One JSON line per model: tokens/s of each, ours/torch, and each as a fraction of the machine's
 measured fp32 matmul peak (a large jnp matmul timed in the same run). Model FLOPs per step are
@@ -69,11 +71,14 @@ def build_models(arch: dict[str, Any], seq: int):
     return hf.train(), config, params
 
 
-def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: int = 1):
-    """A zero-argument callable running one of our SFT steps (state threaded through, donated)."""
+def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: int = 1, mesh=None):
+    """A zero-argument callable running one of our SFT steps (state threaded through, donated): on
+    `device`, or with `mesh` (a data mesh) the batch's rows split over its devices and the state copied."""
     import jax
     import jax.numpy as jnp
     import ml_collections
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from rcgrpo_jax.train import optim as optim_lib
     from rcgrpo_jax.train import sft
@@ -87,10 +92,12 @@ def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: in
     config = dataclasses.replace(config, scan_unroll=unroll)
     step = jax.jit(sft.make_train_step(config, tx, lr_fn, chunk), donate_argnums=(0,))
     tokens = jnp.asarray(batch_tokens, jnp.int32)[None]  # [grad_accum=1, B, T]
+    rows = device if mesh is None else NamedSharding(mesh, P(None, "data"))  # tokens [1, B, T]: B split
     batch = jax.device_put(
-        {"tokens": tokens, "loss_mask": jnp.ones_like(tokens), "token_mask": jnp.ones(tokens.shape, bool)}, device
+        {"tokens": tokens, "loss_mask": jnp.ones_like(tokens), "token_mask": jnp.ones(tokens.shape, bool)}, rows
     )
-    holder = {"state": jax.device_put(state_lib.create(params, tx, jax.random.PRNGKey(0)), device)}
+    copied = device if mesh is None else NamedSharding(mesh, P())
+    holder = {"state": jax.device_put(state_lib.create(params, tx, jax.random.PRNGKey(0)), copied)}
 
     def run() -> float:
         holder["state"], metrics = step(holder["state"], batch)
@@ -128,6 +135,7 @@ def bench_model(
     skip_torch: bool = False,
     profile: bool = False,
     unroll: int = 1,
+    devices: int = 1,
 ) -> dict[str, Any]:
     import jax
     import numpy as np
@@ -140,6 +148,7 @@ def bench_model(
         "seq": seq,
         "chunk": chunk,
         "unroll": unroll,
+        "devices": devices,
         "repeats": repeats,
         "torch_threads": torch.get_num_threads(),
     }
@@ -149,8 +158,16 @@ def bench_model(
     flops = common.train_flops(n_params, config, batch, seq)
     row.update(params=n_params, gflop_per_step=flops / 1e9, peak_gflop_s=peak / 1e9)
 
+    if batch % devices:
+        raise ValueError(f"--devices {devices} must divide --batch {batch}")
     ours = ours_step_fn(
-        config, params, tokens, chunk=min(chunk, config.vocab_size), device=jax.devices()[0], unroll=unroll
+        config,
+        params,
+        tokens,
+        chunk=min(chunk, config.vocab_size),
+        device=jax.devices()[0],
+        unroll=unroll,
+        mesh=common.data_mesh(devices),
     )
     del params
     t_ours, _ = common.time_call(ours, repeats=repeats)
@@ -183,7 +200,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--unroll", type=int, default=1, help="layers unrolled in our layer loop (model.scan_unroll; -1 = all)"
     )
     ap.add_argument("--profile", action="store_true", help="add ours' time per XLA op family (one profiled step)")
+    ap.add_argument("--devices", type=int, default=1, help=common.DEVICES_HELP)
     args = ap.parse_args(argv)
+    if args.devices < 1:
+        ap.error("--devices must be at least 1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     rows = []
@@ -206,6 +226,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     skip_torch=args.skip_torch,
                     profile=args.profile,
                     unroll=args.unroll,
+                    devices=args.devices,
                 )
             )
         rows.append(row)
@@ -213,4 +234,5 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
+    common.as_command()
     main()

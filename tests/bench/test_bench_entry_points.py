@@ -80,6 +80,16 @@ def test_train_flops_and_ratios_consistent(train_run):
     assert _close(step["ours_frac_peak"], flops / step["ours_step_s"] / (machine["matmul_peak_gflop_s"] * 1e9), 2e-2)
 
 
+def test_train_on_a_two_device_mesh():
+    common_args = ["--models", "tiny", "--seq", "16", "--repeats", "1", "--peak-n", "64", "--skip-torch"]
+    _, (machine, step) = _run(train_bench.main, common_args + ["--batch", "2", "--devices", "2"])
+    assert "error" not in step, step
+    assert step["devices"] == 2 and step["batch"] == 2
+    assert _close(step["ours_tok_s"], 2 * 16 / step["ours_step_s"], 2e-2)
+    _, (_, bad) = _run(train_bench.main, common_args + ["--batch", "3", "--devices", "2"])
+    assert "--devices 2 must divide --batch 3" in bad["error"]
+
+
 # ------------------------------------------------------------------------------------ gpu check (tiny)
 
 
@@ -228,6 +238,27 @@ def test_flop_and_byte_counts_by_hand():
     assert common.decode_step_bytes(3_000_000_000, cfg, 1, 1000) == 3e9 + 2 * 28 * 2 * 128 * 1000 * 2
 
 
+def test_as_command_sets_the_device_count_from_devices(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_other=1")
+    common.as_command(["--models", "tiny", "--devices", "2"])
+    assert os.environ["XLA_FLAGS"] == "--xla_other=1 --xla_force_host_platform_device_count=2"
+    common.as_command(["--models", "tiny"])  # one real device unless asked
+    assert os.environ["XLA_FLAGS"] == "--xla_other=1"
+    assert common.argv_devices(["--devices=3", "--repeats", "1"]) == 3 and common.argv_devices([]) == 1
+
+
+def test_data_mesh_sizes_and_errors():
+    import jax
+
+    assert common.data_mesh(1) is None
+    mesh = common.data_mesh(2)
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 1} and list(mesh.devices.flat) == jax.devices()[:2]
+    with pytest.raises(ValueError, match=">= 1"):
+        common.data_mesh(0)
+    with pytest.raises(ValueError, match=f"only {jax.device_count()} XLA device"):
+        common.data_mesh(jax.device_count() + 1)
+
+
 def test_emit_rounds_to_four_digits(capsys):
     common.emit({"a": 1.234567, "b": 3, "c": None, "d": float("nan")})
     text = capsys.readouterr().out
@@ -259,3 +290,19 @@ def test_sampler_row_fields_and_bound():
         row["bandwidth_bound_fraction"], row["step_bytes"] / (row["read_bandwidth_gb_s"] * 1e9) / step_s, 2e-2
     )
     assert row["bound_ratio"] > 0
+
+
+def test_sampler_on_a_two_device_mesh():
+    """--devices 2: ours decodes on a data mesh (one row per device here), greedy-equal to HF; the bound
+    counts each device's copy of the weights."""
+    (row,) = sampler_bench.main(
+        ["--models", "tiny", "--batch", "2", "--prompt", "8", "--new", "4", "--repeats", "1", "--peers", "hf"]
+        + ["--devices", "2"]
+    )
+    assert "error" not in row, row
+    assert row["devices"] == 2 and row["greedy_match_hf"] == 1.0
+    per_layer = (256 * 256 + 256) + 2 * (256 * 128 + 128) + 256 * 256 + 3 * 256 * 704 + 2 * 256
+    weights = 4 * (1024 * 256 + 256 + 4 * per_layer)
+    assert row["step_bytes"] == 2 * weights + 2 * 4 * 2 * 2 * 64 * 32 * 4
+    with pytest.raises(SystemExit):
+        sampler_bench.main(["--models", "tiny", "--devices", "0"])

@@ -102,7 +102,13 @@ def test_bench_env_plan_reads_the_extra():
     assert bad.returncode == 2 and "unknown peer" in bad.stderr
 
 
-def test_ours_only_run_rows():
+def test_devices_must_divide_a_micro_batch():
+    with pytest.raises(ValueError, match="--devices 2 must divide the --micro 3 rows"):
+        grpo_step.OursStep("unused", grpo_step.Work(prompts=2, group=3), [], 0.0, micro=3, chunk=8, unroll=1, devices=2)
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_ours_only_run_rows(devices):
     buf = io.StringIO()
     argv = [
         "--no-peer",
@@ -118,6 +124,8 @@ def test_ours_only_run_rows():
         "8",
         "--micro",
         "2",
+        "--devices",
+        str(devices),
     ]
     with contextlib.redirect_stdout(buf):
         rows = grpo_step.main(argv + ["--rounds", "1", "--betas", "0.04", "--arch", '{"hidden_size": 32}'])
@@ -128,6 +136,7 @@ def test_ours_only_run_rows():
     rnd, summary = printed[1:]
     assert rnd["beta"] == summary["beta"] == 0.04 and rnd["ours_finite"] is True
     assert (summary["prompts"], summary["group"], summary["prompt_len"], summary["new"]) == (2, 2, 16, 8)
+    assert summary["devices"] == devices
     total = sum(rnd[f"ours_{p}_s"] for p in grpo_step.PHASES)
     assert np.isclose(rnd["ours_s"], total, rtol=2e-3)  # printed to 4 significant digits
     assert rnd["ours_reference_s"] > 0.0  # the KL needs the reference pass
