@@ -66,6 +66,7 @@ def stage_config(stage_file: str, budget: budgets_lib.Budget, overrides: Mapping
     sys.path.insert(0, _repo_root())
     config = importlib.import_module(f"configs.{stage_file}").get_config("tiny")
     config.data.source = "world"
+    config.mesh.data = budget.devices
     set_dotted(config, {f"data.world.{k}": v for k, v in budget.world.items()})
     set_dotted(config, overrides)
     set_dotted(config, fields)
@@ -173,7 +174,7 @@ def explore(workdir: str, budget: budgets_lib.Budget, model_path: str) -> list[d
         return trajectories.read_jsonl(path)
     e = dict(budget.explore)
     tasks = sources.tasks(stage_config("sft", budget, {}).data, "train")[: int(e.pop("tasks"))]
-    records = exploration.collect(model_path, tasks, keep="failures", source="world", **e)
+    records = exploration.collect(model_path, tasks, keep="failures", source="world", mesh=stage_mesh(budget), **e)
     trajectories.write_jsonl(path, records)
     return records
 
@@ -244,12 +245,13 @@ def evaluate_row(
     config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
     config.eval.split = split
     config.eval.reward_token = reward_token
-    model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, None)
+    mesh = stage_mesh(budget)
+    model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, mesh)
     tasks = sources.tasks(config.data, split)
     if per_type is not None:
         tasks = probe_tasks(tasks, per_type)
     t0 = time.perf_counter()
-    results, summary = eval_run.evaluate(model_cfg, params, tokenizer, tasks, config.eval)
+    results, summary = eval_run.evaluate(model_cfg, params, tokenizer, tasks, config.eval, mesh=mesh)
     report.write_json(
         out_path,
         {
@@ -320,6 +322,12 @@ def run(
     from rcgrpo_jax.train import sft
 
     budget = budgets_lib.get(budget_name)
+    if jax.device_count() < budget.devices:
+        raise RuntimeError(
+            f"budget {budget.name} runs every stage on {budget.devices} XLA devices, but {jax.device_count()} exist: "
+            f"start it with `python -m rcgrpo_jax.pipeline.ablation` (launch/quickstart.sh), or set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
+        )
     rl = _rl_module()  # fail before any training when the RL stage cannot run
     for rl_file in sorted({f for _, f in RL_RUNS.values()}):
         stage_config(rl_file, budget, budget.rl)  # every override names an existing field
@@ -448,7 +456,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
+    host_devices(budgets_lib.get(args.budget).devices)
     run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split)
+
+
+def host_devices(n: int) -> None:
+    """Ask XLA for `n` host (CPU) devices: the device count in XLA_FLAGS set to `n` (one there is replaced).
+    Only before JAX starts its backends; `run` checks that enough devices exist."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    if n > 1:
+        flags.append(f"--xla_force_host_platform_device_count={n}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def stage_mesh(budget: budgets_lib.Budget):
+    """The data mesh of the stages that take one explicitly (evaluation, exploration); None on one device."""
+    if budget.devices == 1:
+        return None
+    from rcgrpo_jax import sharding
+
+    return sharding.make_mesh({"data": budget.devices})
 
 
 if __name__ == "__main__":

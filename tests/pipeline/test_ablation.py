@@ -133,6 +133,27 @@ def test_stage_seconds_keep_the_run_that_did_the_stage(tmp_path):
     assert ablation.stage_seconds(str(tmp_path), {"sft": 0.2}) == {"sft": 10.0}  # only this run's stages count
 
 
+def test_budget_devices_reach_every_stage_and_the_command(monkeypatch, tmp_path):
+    """The smoke budget runs on the quickstart's 2-device data mesh: every stage config carries it, the
+    command asks XLA for that many host devices, and a run with too few devices stops before training."""
+    assert budgets.SMOKE.devices == budgets.QUICKSTART.devices == 2
+    for stage in ("sft", "rctp_ft", "grpo", "rc_grpo", "eval"):
+        assert ablation.stage_config(stage, budgets.SMOKE, {}).mesh.data == 2
+    assert dict(ablation.stage_mesh(budgets.SMOKE).shape) == {"data": 2, "fsdp": 1, "tensor": 1}
+    assert ablation.stage_mesh(dataclasses.replace(budgets.SMOKE, devices=1)) is None
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_other=1")
+    ablation.host_devices(2)
+    assert os.environ["XLA_FLAGS"] == "--xla_other=1 --xla_force_host_platform_device_count=2"
+    ablation.host_devices(1)
+    assert os.environ["XLA_FLAGS"] == "--xla_other=1"
+    monkeypatch.setitem(budgets.BUDGETS, "smoke", dataclasses.replace(budgets.SMOKE, devices=64))
+    with pytest.raises(RuntimeError, match="on 64 XLA devices, but 8 exist"):
+        ablation.run(str(tmp_path / "w"), budget_name="smoke", quiet=True)
+    assert not os.path.exists(tmp_path / "w")  # nothing written
+    with pytest.raises(ValueError, match="devices must be >= 1"):
+        dataclasses.replace(budgets.SMOKE, devices=0)
+
+
 def test_set_dotted_names_missing_fields():
     cfg = ablation.stage_config("sft", budgets.SMOKE, {"train.max_steps": 3})
     assert cfg.train.max_steps == 3 and cfg.data.source == "world" and cfg.data.world.train_per_type == 4
