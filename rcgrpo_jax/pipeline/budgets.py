@@ -170,10 +170,14 @@ QUICKSTART = Budget(
         "data.failure_kinds": "wrong_tool,premature_termination,skipped_turn",
     },
     rctp_init="sft",
-    # Every stage on a data mesh of two XLA CPU devices: on 2 cores a second device's program is what uses the
-    # second core (2026-12-03, the benches' --devices 2 against 1 in the same minutes: the tiny sampler 1.33x
-    # faster at 8 rows and 1.77x at 64, the GRPO step 1.3-1.4x, the SFT step 1.16x).
-    devices=2,
+    # One XLA device. On a data mesh of two (devices=2; 2026-12-03, a fresh clone, `/usr/bin/time -v bash
+    # launch/quickstart.sh`) the benches' gains (tiny sampler 1.33x at 8 rows and 1.77x at 64, GRPO step
+    # 1.3-1.4x, SFT step 1.16x) did not reach this model's run: SFT 4.0 min (4.2 on one device, the README's
+    # run), RCTP-FT 2.4 (2.5), the four RL rows 5.6 (5.2; median step 3.1-3.4 s, 7.8 s for the collapsed
+    # SFT+RC-GRPO, against 3.0-4.2 s and 8.6 s in an earlier one-device run of 12-02, which compiled for 39 s
+    # against 54 s here), 14.8 minutes in all (14.2). Stage 1 came out differently (test SFT 36.7%, RCTP-FT
+    # 28.1%; probe 74.2% / 63.3% / 0.0%): the reduction order alone moves these small models.
+    devices=1,
     # Every RL row: 8 tasks x group 8 per step. A turn needs at most 2 steps, so 4 steps per turn bound the
     # garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token contexts a step took 25-35 s; ~7 s
     # for 8 tasks with these caps).
@@ -261,7 +265,7 @@ SMOKE = Budget(
     explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
     probe_per_type=2,
     rctp_init="sft",
-    devices=2,  # the quickstart's data mesh, so the pipeline test runs its path
+    devices=2,  # the pipeline test runs every stage on a data mesh (the path of a budget with devices > 1)
 )
 
 BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}
