@@ -22,9 +22,10 @@ device decodes batch / N rows with its own copy of the weights, the programs at 
 are unchanged (tunix on its single device, HF on torch's threads). The row says `devices`.
 
 Each line also places the decode step against the memory-bandwidth bound: the bytes one step must read
-(every weight but the embedding table, once per device, plus the KV-cache span the loop attends over), the read bandwidth
-of all cores measured at that working-set size, the fraction of that bound the step reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach
-(our measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
+(every weight but the embedding table, once per device, plus the KV-cache span the loop attends over),
+the read bandwidth of all cores measured at that working-set size, the fraction of that bound the step
+reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach (our
+measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
 """
 
 from __future__ import annotations
