@@ -173,10 +173,12 @@ QUICKSTART = Budget(
     # One XLA device. On a data mesh of two (devices=2; 2026-12-03, a fresh clone, `/usr/bin/time -v bash
     # launch/quickstart.sh`) the benches' gains (tiny sampler 1.33x at 8 rows and 1.77x at 64, GRPO step
     # 1.3-1.4x, SFT step 1.16x) did not reach this model's run: SFT 4.0 min (4.2 on one device, the README's
-    # run), RCTP-FT 2.4 (2.5), the four RL rows 5.6 (5.2; median step 3.1-3.4 s, 7.8 s for the collapsed
-    # SFT+RC-GRPO, against 3.0-4.2 s and 8.6 s in an earlier one-device run of 12-02, which compiled for 39 s
-    # against 54 s here), 14.8 minutes in all (14.2). Stage 1 came out differently (test SFT 36.7%, RCTP-FT
-    # 28.1%; probe 74.2% / 63.3% / 0.0%): the reduction order alone moves these small models.
+    # run), RCTP-FT 2.4 (2.5), the four RL rows 5.6 (5.2), 14.8 minutes in all (14.2). Stage 1 came out
+    # differently (test SFT 36.7%, RCTP-FT 28.1%; probe 74.2% / 63.3% / 0.0%): the reduction order alone moves
+    # these small models. One RL row from that run's RCTP-FT on both meshes (RCTP-FT+GRPO, 12 steps, one after
+    # the other): median step 3.39 s against 3.97 (rollout 0.78 against 1.34, reference 0.38 / 0.51, update
+    # 1.54 / 1.74), but the row's wall 71.6 s against 76.6, since 24 s of compilation (the same on both) and a
+    # 17 s first step dominate a 12-step row.
     devices=1,
     # Every RL row: 8 tasks x group 8 per step. A turn needs at most 2 steps, so 4 steps per turn bound the
     # garbage loops of sampled rollouts (with BFCL's cap of 20 and 768-token contexts a step took 25-35 s; ~7 s
