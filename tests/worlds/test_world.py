@@ -99,6 +99,25 @@ def test_rl_pool_is_fresh_train_name_instances(world):
     assert generate_rl_pool(0, N_TRAIN, N_TEST, 3) == pool
 
 
+@pytest.mark.parametrize("train_vocab", ["narrow", "wide"])
+def test_no_test_task_shares_user_text_or_ground_truth_with_training(train_vocab):
+    # The BFCL split's question check (tests/data/test_splits.py) on the CPU world: no test task repeats a
+    # user turn or the ground truth of a task that stage 1 or RL trains on (case and whitespace folded).
+    train, test = generate_world(0, N_TRAIN, N_TEST, train_vocab=train_vocab)
+    pool = generate_rl_pool(0, N_TRAIN, N_TEST, 3, train_vocab=train_vocab)
+
+    def user_texts(task):
+        return {" ".join(m["content"].lower().split()) for turn in task["question"] for m in turn}
+
+    seen_text = set().union(*(user_texts(t) for t in train + pool))
+    seen_truth = {json.dumps(t["ground_truth"]) for t in train + pool}
+    for task in test:
+        assert not user_texts(task) & seen_text, task["id"]
+        assert json.dumps(task["ground_truth"]) not in seen_truth, task["id"]
+    # and the check can fail: a train task's own text is seen
+    assert user_texts(train[0]) <= seen_text
+
+
 def _scenario_names(tasks: list[dict]) -> set[str]:
     roots = [t["initial_config"].get("GorillaFileSystem", {}).get("root", {}) for t in tasks]
     return {n.split(".")[0] for root in roots for n in fs_names(root)}  # stems, folders, roots
