@@ -116,9 +116,11 @@ def check(config, num_devices: int) -> dict[str, int]:
     dec = _get(config, "model.decode_attention")
     if dec is not None and dec not in ("auto", "xla", "ragged"):
         raise ConfigError("model.decode_attention", f"{dec!r} is not one of auto, xla, ragged")
+    from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls  # the choices, defined once
+
     impl = _get(config, "model.attention_impl")
-    if impl is not None and impl not in ("auto", "xla", "cudnn"):
-        raise ConfigError("model.attention_impl", f"{impl!r} is not one of auto, xla, cudnn")
+    if impl is not None and impl not in impls:
+        raise ConfigError("model.attention_impl", f"{impl!r} is not one of {', '.join(impls)}")
     for f in ("model.dtype", "model.param_dtype"):
         if _get(config, f) is not None and _get(config, f) not in DTYPES:
             raise ConfigError(f, f"unknown dtype {_get(config, f)!r}; known: {', '.join(DTYPES)}")

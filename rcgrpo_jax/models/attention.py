@@ -1,6 +1,6 @@
 """Which attention kernel a model call uses, and the call itself.
 
-Two implementations of the same softmax(q k^T * scale) v over grouped KV heads:
+Three implementations of the same softmax(q k^T * scale) v over grouped KV heads:
 
   "xla"    `layers.grouped_attention`: dense scores [B, G, T, R, S] in float32 with its own backward,
            laid out for XLA's CPU dots. Every backend can run it; memory grows as T * S per layer.
@@ -10,10 +10,16 @@ Two implementations of the same softmax(q k^T * scale) v over grouped KV heads:
            ("cuDNN is not detected"), so on a CPU only its arguments can be checked: `cudnn_arguments`
            builds them, and the same arguments given to the library's "xla" implementation reproduce
            `grouped_attention` (tests/models/test_attention_select.py).
+  "pallas" JAX's Pallas Triton flash attention (`jax.experimental.pallas.ops.gpu.attention.mha`), forward
+           and backward Triton kernels (its own custom VJP), O(T) memory. Unlike cuDNN it lowers for CUDA
+           without a GPU (`jax.export(..., platforms=["cuda"])`: `bench.cuda_lower`), and off a GPU it runs
+           in Pallas interpret mode (slow; what the tests run, tests/models/test_attention_pallas.py). Only
+           the no-cache causal calls (training, reference log-probs, SFT): see the mask contract below.
 
 `ModelConfig.attention_impl` picks: "auto" (cudnn where it can run: a GPU backend and a supported dtype
-and head_dim; else xla), "xla", or "cudnn" (an error where it cannot run). Decoding does not go through
-here (`sampling.decode_step` has its own single-token attention).
+and head_dim; else xla), "xla", "cudnn" (an error where it cannot run) or "pallas" (never picked by
+"auto": gpu_check times it against cudnn). Decoding and the sampler's prefill do not go through here
+(`sampling.decode_step` has its own attention over its cache).
 
 How the cuDNN call expresses the mask. The model's masks are `cache.attention_mask(valid, slots)`:
   - no cache (training, full forwards; `causal=True`): T == S and query t may see valid keys s <= t. The
@@ -27,19 +33,62 @@ How the cuDNN call expresses the mask. The model's masks are `cache.attention_ma
     calls (HF-style `models.apply` with left padding) must use "xla".
   - with a cache (prefill; `causal=False`): queries sit at slots index.. of a longer cache and rows
     may hold holes, so the mask is passed as it is (cuDNN adds it as a bias); exact for any mask.
+
+How the Pallas call expresses the mask. `mha` takes `causal` (query t sees keys s <= t, both counted from
+0, so T == S) and one segment id per token (query t sees key s only if their ids are equal). A no-cache
+mask `attention_mask(valid, arange(T))` becomes causal plus segment ids = valid (1 real, 0 padding), read
+off the mask's last query row (exact for s < T - 1; slot T - 1 reads as 1, which only the last query can
+see, and there it gives that query what XLA gives it). A real query then sees exactly the real keys at or
+before it, with any padding pattern (right-padded, left-padded or holed rows). A padding query sees the
+padding keys at or before it instead of the real ones: its output differs from XLA's, and nothing real
+reads it (real queries never attend to padding keys; losses mask padding). T is padded up to whole kernel
+blocks (the tail gets segment 0, past every real query), and kv heads are repeated to the query heads
+(the kernel has no GQA; autodiff of the repeat sums their gradients back). A cache call (queries at an
+offset into a longer cache) is not expressible by `mha`'s causal mask: "pallas" refuses it with an error
+(no production program makes one: the sampler's prefill is `decode_step`'s own attention).
+
+Under a mesh the kernel runs per shard (`shard_map`: rows over the batch axes when they divide the batch,
+heads over 'tensor' when it divides both head counts); XLA cannot partition a custom call.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import functools
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
-IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas")
 FUSED_DTYPES = ("bfloat16", "float16")
 FUSED_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every GPU cuDNN's flash kernel supports
 GPU_BACKENDS = ("gpu", "cuda")  # jax.default_backend() names CUDA (and ROCm) "gpu"; ROCm has no cuDNN
+PALLAS_BLOCK = 128  # the flash kernel's forward query/key block; shorter sequences use one block
+PALLAS_MIN_BLOCK = 16  # Triton's smallest dot tile
+PALLAS_BACKWARD_BLOCK = 32  # its backward's blocks (JAX's defaults)
+
+_LOWERING_PLATFORM: list[str] = []  # set by `lowering_for` while a program is traced for another platform
+
+
+@contextlib.contextmanager
+def lowering_for(platform: str) -> Iterator[None]:
+    """Within this context Pallas kernels are traced for `platform` ("cuda": compiled Triton kernels, not
+    interpret mode) whatever the host's backend: `jax.export(..., platforms=["cuda"])` from a CPU host
+    (`bench.cuda_lower`). Implementation choices ("auto") still follow the host's backend. The choice is
+    read at trace time and jit caches do not key on it: trace a fresh `jax.jit` inside the context."""
+    _LOWERING_PLATFORM.append(str(platform))
+    try:
+        yield
+    finally:
+        _LOWERING_PLATFORM.pop()
+
+
+def pallas_interpret() -> bool:
+    """Whether Pallas GPU kernels run in interpret mode: off a GPU, unless traced `lowering_for` a GPU."""
+    target = _LOWERING_PLATFORM[-1] if _LOWERING_PLATFORM else jax.default_backend()
+    return str(target).lower() not in GPU_BACKENDS
 
 
 def fused_unsupported(dtype: Any = None, head_dim: int | None = None) -> str | None:
@@ -54,17 +103,21 @@ def fused_unsupported(dtype: Any = None, head_dim: int | None = None) -> str | N
 def select_implementation(
     backend: str, config_value: str = "auto", *, dtype: Any = None, head_dim: int | None = None
 ) -> str:
-    """ "xla" or "cudnn" for `ModelConfig.attention_impl` = `config_value` on `backend`
+    """ "xla", "cudnn" or "pallas" for `ModelConfig.attention_impl` = `config_value` on `backend`
     (`jax.default_backend()`), given the compute `dtype` and `head_dim` when known.
 
     "auto": cudnn on a GPU backend when the dtype and head_dim are supported, else xla. "xla": xla
     everywhere. "cudnn": cudnn, or a ValueError naming what stands in the way (a non-GPU backend, an
-    unsupported dtype or head_dim), so a requested kernel is never silently replaced.
+    unsupported dtype or head_dim), so a requested kernel is never silently replaced. "pallas": pallas on
+    any backend (interpret mode off a GPU; the kernel pads head_dim to a power of two itself, so every
+    head_dim lowers: 8, 64, 96, 128 and 200 were exported for CUDA).
     """
     if config_value not in IMPLEMENTATIONS:
         raise ValueError(f"attention_impl: unknown value {config_value!r}; choose one of {IMPLEMENTATIONS}")
     if config_value == "xla":
         return "xla"
+    if config_value == "pallas":
+        return "pallas"
     on_gpu = str(backend).lower() in GPU_BACKENDS
     why_not = None if on_gpu else f"backend {backend!r} (cuDNN attention needs a CUDA GPU)"
     why_not = why_not or fused_unsupported(dtype, head_dim)
@@ -103,6 +156,75 @@ def cudnn_arguments(q, k, v, mask, scale: float, *, causal: bool) -> dict[str, A
     return args
 
 
+def segment_ids(mask: jax.Array) -> jax.Array:
+    """[B, T] int32 segment ids (1 real, 0 padding) of a no-cache mask [B, 1, T, T] for the Pallas
+    kernel (module docstring): the mask's last query row."""
+    return mask[:, 0, -1, :].astype(jnp.int32)
+
+
+def _pallas_block(t: int) -> int:
+    """The forward block for a length-t sequence: PALLAS_BLOCK, or the power of two >= t below it."""
+    block = PALLAS_MIN_BLOCK
+    while block < min(t, PALLAS_BLOCK):
+        block *= 2
+    return block
+
+
+def _flash(q, k, v, seg, scale: float, interpret: bool):
+    """`mha` on one shard: q [B, T, N, Dh], k/v [B, T, G, Dh], seg [B, T] -> [B, T, N, Dh]."""
+    from jax.experimental.pallas.ops.gpu import attention as pallas_attention
+
+    b, t, n, _ = q.shape
+    reps = n // k.shape[2]
+    if reps > 1:  # head h = g * R + r reads kv head g, as `grouped_attention`
+        k, v = jnp.repeat(k, reps, axis=2), jnp.repeat(v, reps, axis=2)
+    block = _pallas_block(t)
+    padded = -(-t // block) * block
+    if padded != t:  # the tail: segment 0, after every real query (causal), so no real query sees it
+        pad = ((0, 0), (0, padded - t), (0, 0), (0, 0))
+        q, k, v = jnp.pad(q, pad), jnp.pad(k, pad), jnp.pad(v, pad)
+        seg = jnp.pad(seg, ((0, 0), (0, padded - t)))
+    back = min(PALLAS_BACKWARD_BLOCK, block)
+    blocks = pallas_attention.BlockSizes(
+        block_q=block, block_k=block, block_q_dkv=back, block_kv_dkv=back, block_q_dq=back, block_kv_dq=back
+    )
+    out = pallas_attention.mha(
+        q, k, v, seg, sm_scale=float(scale), causal=True, block_sizes=blocks, interpret=interpret
+    )
+    return out[:, :t]
+
+
+def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """The Pallas flash kernel for a no-cache causal call (module docstring): q [B, T, N, Dh], k/v
+    [B, T, G, Dh], mask [B, 1, T, T] from `cache.attention_mask(valid, arange(T))` -> [B, T, N, Dh], equal
+    to `grouped_attention` at every real query. Per shard under a mesh."""
+    from rcgrpo_jax.sharding import BATCH_AXES
+
+    b, t, n, _ = q.shape
+    g = k.shape[2]
+    if k.shape[1] != t:
+        raise ValueError(
+            f"attention_impl 'pallas' takes only no-cache causal attention (as many keys as queries), got "
+            f"{t} queries over {k.shape[1]} keys; use 'xla' for a forward over a cache"
+        )
+    fn = functools.partial(_flash, scale=scale, interpret=pallas_interpret())
+    seg = segment_ids(mask)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return fn(q, k, v, seg)
+    rows = tuple(a for a in BATCH_AXES if a in mesh.shape)
+    row_shards = 1
+    for a in rows:
+        row_shards *= mesh.shape[a]
+    rows = rows if rows and b % row_shards == 0 else None
+    tp = mesh.shape.get("tensor", 1)
+    heads = "tensor" if tp > 1 and n % tp == 0 and g % tp == 0 else None
+    qkv = P(rows, None, heads, None)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(qkv, qkv, qkv, P(rows, None)), out_specs=qkv, check_vma=False)(
+        q, k, v, seg
+    )
+
+
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -115,14 +237,23 @@ def attention(
 ) -> jax.Array:
     """`layers.grouped_attention`'s contract: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S]
     -> [B, T, N, Dh]. implementation "xla" is `grouped_attention` itself (values unchanged); "cudnn"
-    the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows). A
-    single-query call (T == 1) stays on xla: nothing to fuse."""
+    the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows); "pallas"
+    `pallas_attention` (`causal` only: a cache call is refused). A single-query call (T == 1) stays on
+    xla: nothing to fuse."""
+    if implementation == "pallas":
+        if not causal:
+            raise ValueError(
+                "attention_impl 'pallas' takes only no-cache causal attention (its kernel's causal mask "
+                "counts queries and keys from slot 0); use 'xla' for a forward over a cache"
+            )
+        if q.shape[1] > 1:
+            return pallas_attention(q, k, v, mask, scale)
     if implementation == "cudnn" and q.shape[1] > 1:
         return jax.nn.dot_product_attention(
             **cudnn_arguments(q, k, v, mask, scale, causal=causal), implementation="cudnn"
         )
-    if implementation not in ("xla", "cudnn"):
-        raise ValueError(f"attention implementation {implementation!r}: expected 'xla' or 'cudnn'")
+    if implementation not in ("xla", "cudnn", "pallas"):
+        raise ValueError(f"attention implementation {implementation!r}: expected one of {IMPLEMENTATIONS[1:]}")
     from rcgrpo_jax.models.layers import grouped_attention  # layers imports this module
 
     return grouped_attention(q, k, v, mask, scale)

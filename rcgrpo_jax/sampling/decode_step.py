@@ -50,6 +50,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax.models import ModelConfig
+from rcgrpo_jax.models.attention import pallas_interpret
 from rcgrpo_jax.models.layers import MLP, RMSNorm, apply_rope, rope_inv_freq
 from rcgrpo_jax.sharding import constrain
 
@@ -270,7 +271,7 @@ def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Arra
     from rcgrpo_jax.sharding import BATCH_AXES
 
     block_k, k_splits = blocks
-    interpret = jax.default_backend().lower() not in GPU_BACKENDS
+    interpret = pallas_interpret()  # off a GPU, unless traced `attention.lowering_for("cuda")`
 
     def attend(q, k, v, n):
         # gqa takes [B, S, G, Dh] and swaps to [B, G, S, Dh] for the kernel: the two swaps cancel (no copy).

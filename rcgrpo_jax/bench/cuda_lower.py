@@ -1,0 +1,365 @@
+"""The lowering proof: every production program of a preset exported for CUDA from a CPU host.
+
+  python -m rcgrpo_jax.bench.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b
+  python -m rcgrpo_jax.bench.cuda_lower --config=configs/sft.py:qwen2_5_7b
+  python -m rcgrpo_jax.bench.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b --tiny   # what CI runs
+
+On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset's model config, mesh and
+shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
+`jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes:
+
+  RL stage:  prefill      the sampler's prefill (`sampler._prefill_impl`): an `rl.prefill_chunk` block into a
+                          full-capacity cache of the ragged layout (its attention is `decode_step`'s XLA one)
+             decode       the sampler's decode loop (`sampler._decode_impl`) on that cache with
+                          decode_attention=ragged: each step's attention is the Pallas GPU decode kernel
+             ref_logprobs the reference log-probs (`rl_step.make_logprob_fn`) of one micro-batch at the
+                          largest bucket
+             rl_update    one micro-batch's gradients (`rl_step.make_micro_grads`) at the largest bucket
+             rl_apply     the optimizer apply (`rl_step.make_apply`)
+  SFT stage: sft_update   the SFT step (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
+
+The training programs use `model.attention_impl=pallas` (the Pallas Triton flash kernel; cuDNN cannot be
+lowered without a GPU), and every Pallas kernel is traced as compiled Triton, not interpret mode
+(`models.attention.lowering_for("cuda")`). Export checks that a module holds only custom calls with a
+compatibility guarantee; the Triton kernel's call (`__gpu$xla.gpu.triton`) has none and is allowed
+explicitly. Export lowers (StableHLO and the kernels' Triton IR), it does not run XLA's GPU compiler: a
+kernel constraint that Triton checks at lowering (e.g. the decode kernel's power-of-two head_dim) fails
+here, one checked only at GPU compile time would not.
+
+Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted custom-call targets of the
+exported module, `error`; also `devices`, the shapes `at` and `seconds`), then `{"ok": ..., "programs": N, "failed": [...]}`; the exit status
+is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
+the model (2 layers, head_dim 16) and the shapes, so CI can run it in seconds
+(tests/bench/test_cuda_lower.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+TRITON_CALL = "__gpu$xla.gpu.triton"
+PLATFORM = "cuda"
+RL_PROGRAMS = ("prefill", "decode", "ref_logprobs", "rl_update", "rl_apply")
+SFT_PROGRAMS = ("sft_update",)
+TRITON_PROGRAMS = ("decode", "ref_logprobs", "rl_update", "sft_update")  # where a Pallas kernel runs
+_CALL_RE = re.compile(r'custom_call\s*@"?([^"(\s]+)"?|call_target_name\s*=\s*"([^"]+)"')
+
+
+def custom_calls(module_text: str) -> list[str]:
+    """The sorted set of custom-call targets in a StableHLO module's text."""
+    return sorted({a or b for a, b in _CALL_RE.findall(module_text)})
+
+
+def tiny_model(cfg):
+    """A 2-layer stand-in of `cfg`'s family (its norms, biases, RoPE), head_dim 16, with its GQA ratio
+    (capped at 4) over 2 kv heads, so the tiny programs exercise the same paths fast."""
+    reps = max(1, min(cfg.num_heads // cfg.num_kv_heads, 4))
+    return dataclasses.replace(
+        cfg,
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_layers=2,
+        num_heads=2 * reps,
+        num_kv_heads=2,
+        head_dim=16,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """What the programs are exported at: micro-batch rows and length of the training programs; rows,
+    capacity, prefill block and decode budget of the rollout programs."""
+
+    micro: int
+    length: int
+    grad_accum: int
+    rows: int = 0
+    capacity: int = 0
+    prefill_width: int = 0
+    max_new_tokens: int = 0
+
+
+def _sds(shape, dtype, sharding):
+    import jax
+
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+
+def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
+    """Exports jit(fn) for CUDA with explicit shardings; returns its custom-call targets and device count."""
+    import jax
+    from jax import export
+
+    jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate)
+    exp = export.export(
+        jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+    )(*args)
+    return {"custom_calls": custom_calls(exp.mlir_module()), "devices": exp.nr_devices}
+
+
+def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        got, error = build(), None
+    except Exception as e:  # a failed lowering is the result being reported, with its message
+        got, error = {}, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:2000]
+    row = {"program": name, "ok": error is None, "custom_calls": got.get("custom_calls", []), "error": error}
+    row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2))
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
+    """Exports the RL stage's programs (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rcgrpo_jax import config_checks
+    from rcgrpo_jax import sharding as sharding_lib
+    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+    from rcgrpo_jax.sampling import SamplingParams, decode_step, sampler
+    from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step
+    from rcgrpo_jax.train import state as state_lib
+
+    n_dev = jax.device_count()
+    config = config_checks.resolved(rl_config.resolve_config(config), n_dev)
+    mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), n_dev))
+    c = rl_config.choices(config)
+    model_cfg = model_prep.abstract_model_config(
+        config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
+    )
+    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl="pallas")
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if tiny:
+        rows = sampler.batch_multiple(mesh)
+        shapes = Shapes(micro=shards, length=128, grad_accum=1, rows=rows, capacity=256, prefill_width=64)
+        shapes = dataclasses.replace(shapes, max_new_tokens=16)
+    else:
+        r = dry_run.rollout_shapes(config, mesh)
+        micro = int(config.train.batch_size) // int(config.train.grad_accum)
+        rollout = {k: int(r[k]) for k in ("rows", "capacity", "prefill_width", "max_new_tokens")}
+        shapes = Shapes(micro, int(config.data.buckets[-1]), int(config.train.grad_accum), **rollout)
+    abstract_params = abstract_params_of(model_cfg)
+    p_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
+    train_logical = model_prep.rules(config.sharding.train_rules).logical
+    rep = NamedSharding(mesh, P())
+    rows_out: list[dict[str, Any]] = []
+
+    # --- rollout programs: decode weights and a ragged cache, under the decode rules
+    dtype = jnp.dtype(dry_run.decode_dtype(config))
+    stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
+    per_layer = decode_step.split_shardings(stacked_sh)
+    weights = jax.eval_shape(lambda p: decode_step._cast_and_split(p, dtype), abstract_params)
+    w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
+    cache_sh = sampler.cache_sharding(model_cfg, mesh, "ragged")
+    cache = jax.eval_shape(
+        lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity, dtype=dtype, layout="ragged")
+    )
+    top_p = float(config.rl.top_p) if float(config.rl.top_p or 1.0) < 1.0 else None
+    sampling = SamplingParams(float(config.rl.temperature), int(config.rl.top_k or 0) or None, top_p)
+    s = sampler.Sampler(model_cfg, shapes.max_new_tokens, sampling, shapes.prefill_width, kv_write="scatter")
+    b1, b2 = (sharding_lib.batch_sharding(mesh, n) for n in (1, 2))
+    decode_rules = model_prep.rules(config.sharding.decode_rules)
+
+    def prefill():
+        def fn(w, tokens, counts, kv):
+            return sampler._prefill_impl(s, w, tokens, counts, kv)
+
+        args = (weights, _sds((shapes.rows, shapes.prefill_width), jnp.int32, b2), _sds((shapes.rows,), jnp.int32, b1))
+        with sampler.mesh_context(mesh, decode_rules):
+            return _export(fn, (w_sh, b2, b1, cache_sh), (b2, cache_sh), (*args, cache), donate=(3,))
+
+    def decode():
+        def fn(w, logits, kv, stop_ids, budgets, rng):
+            return sampler._decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
+
+        vocab = model_cfg.vocab_size
+        args = (
+            weights,
+            _sds((shapes.rows, vocab), jnp.float32, b2),
+            cache,
+            _sds((shapes.rows, 2), jnp.int32, b2),
+            _sds((shapes.rows,), jnp.int32, b1),
+            jax.random.key(0),
+        )
+        with sampler.mesh_context(mesh, decode_rules):
+            return _export(fn, (w_sh, b2, cache_sh, b2, b1, rep), None, args, donate=(2,))
+
+    tx = optim.make_optimizer(config.optim, 1000)
+    abstract = state_lib.abstract_state(abstract_params, tx)
+    state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
+    chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
+    tok = sharding_lib.batch_sharding(mesh, 2)
+    params = jax.tree.map(lambda a, sh: _sds(a.shape, a.dtype, sh), abstract_params, p_sh)
+
+    def ref_logprobs():
+        fn = rl_step.make_logprob_fn(model_cfg, chunk, temp)
+        args = (
+            params,
+            _sds((shapes.micro, shapes.length), jnp.int32, tok),
+            _sds((shapes.micro, shapes.length), bool, tok),
+        )
+        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
+            return _export(fn, (p_sh, tok, tok), tok, args)
+
+    updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
+
+    def rl_update():
+        fn = rl_step.make_micro_grads(model_cfg, c.loss, c.loss_options, chunk, temp)
+        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
+            micro = rl_batch.abstract_batch(mesh, shapes.micro, shapes.length, with_ref=c.use_ref)
+            micro_sh = jax.tree.map(lambda a: a.sharding, micro)
+            return _export(fn, (p_sh, micro_sh), (updater.grads_sh, updater.sums_sh), (params, micro))
+
+    def rl_apply():
+        sums_sh = {k: rep for k in rl_step.SCALAR_SUMS}
+        sums = {k: _sds((), jnp.float32, rep) for k in rl_step.SCALAR_SUMS}
+        grads = jax.tree.map(lambda a, sh: _sds(a.shape, jnp.float32, sh), abstract_params, p_sh)
+        state = state_lib.with_shardings(abstract, state_sh)
+        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
+            return _export(
+                rl_step.make_apply(tx), (state_sh, p_sh, sums_sh), (state_sh, rep), (state, grads, sums), donate=(0,)
+            )
+
+    rollout_at = {"rows": shapes.rows, "capacity": shapes.capacity}
+    train_at = {"micro": shapes.micro, "length": shapes.length}
+    builds = (prefill, decode, ref_logprobs, rl_update, rl_apply)
+    ats = (
+        {**rollout_at, "width": shapes.prefill_width},
+        {**rollout_at, "max_new_tokens": shapes.max_new_tokens},
+        train_at,
+        train_at,
+        {},
+    )
+    for name, build, at in zip(RL_PROGRAMS, builds, ats):
+        rows_out.append(_run(name, build, at))
+    return rows_out
+
+
+def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
+    """Exports the SFT step (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rcgrpo_jax import config_checks
+    from rcgrpo_jax import sharding as sharding_lib
+    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+    from rcgrpo_jax.train import model_prep, sft
+    from rcgrpo_jax.train import state as state_lib
+
+    n_dev = jax.device_count()
+    config = config_checks.resolved(config, n_dev)
+    mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), n_dev))
+    model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
+    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl="pallas")
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if tiny:
+        shapes = Shapes(micro=shards, length=128, grad_accum=2)
+    else:
+        accum = int(config.train.grad_accum)
+        shapes = Shapes(int(config.train.batch_size) // accum, int(config.data.buckets[-1]), accum)
+
+    def sft_update():
+        _, state_sh, abstract, step_fn = sft.optimizer_and_state(
+            config, model_cfg, abstract_params_of(model_cfg), mesh, 1000
+        )
+        b_sh = sharding_lib.batch_sharding(mesh, 3, row_dim=1)
+        shape = (shapes.grad_accum, shapes.micro, shapes.length)
+        batch = {
+            "tokens": _sds(shape, jnp.int32, b_sh),
+            "loss_mask": _sds(shape, jnp.int32, b_sh),
+            "token_mask": _sds(shape, jnp.bool_, b_sh),
+        }
+        state = state_lib.with_shardings(abstract, state_sh)
+        logical = model_prep.rules(config.sharding.train_rules).logical
+        with jax.set_mesh(mesh), sharding_lib.axis_rules(logical):
+            out_sh = (state_sh, NamedSharding(mesh, P()))
+            return _export(step_fn, (state_sh, b_sh), out_sh, (state, batch), donate=(0,))
+
+    at = {"grad_accum": shapes.grad_accum, "micro": shapes.micro, "length": shapes.length}
+    return [_run("sft_update", sft_update, at)]
+
+
+def without_trajectory_file(config):
+    """The config with a JSONL trajectory source (the AWPO presets' `data.steps.trajectories=jsonl`, whose
+    `data.steps.path` is the user's file) read as the BFCL split instead: the programs' shapes come from
+    `train`, `rl` and `data.buckets`, not from the episodes, and nothing here reads data."""
+    import ml_collections
+
+    steps = config.data.get("steps") if config.data.get("source") == "steps" else None
+    if steps is None or steps.get("trajectories") != "jsonl" or steps.get("path"):
+        return config
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.data.steps.trajectories = "bfcl"
+    print(
+        "cuda_lower: data.steps.trajectories=jsonl without a path: checked as 'bfcl' (no data is read)", file=sys.stderr
+    )
+    return c
+
+
+def lower_all(config, tiny: bool = False) -> dict[str, Any]:
+    """Exports the stage's programs; prints and returns the summary line."""
+    from rcgrpo_jax import stages
+    from rcgrpo_jax.models.attention import lowering_for
+
+    kind = stages.kind_of(config)
+    config = without_trajectory_file(config)
+    with lowering_for(PLATFORM):
+        if kind is stages.TRAINERS["rl"]:
+            rows = rl_programs(config, tiny)
+        elif kind is stages.TRAINERS["supervised"]:
+            rows = sft_programs(config, tiny)
+        else:
+            raise ValueError(f"trainer: {config.trainer!r} has no training programs to lower (rl or supervised)")
+    failed = [r["program"] for r in rows if not r["ok"]]
+    summary = {"ok": not failed, "programs": len(rows), "failed": failed}
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def _environment(argv: Sequence[str]) -> None:
+    """Before JAX starts: a CPU host with `--devices` (default 8) fake devices."""
+    devices = 8
+    for i, a in enumerate(argv):
+        if a.startswith("--devices="):
+            devices = int(a.split("=", 1)[1])
+        elif a == "--devices" and i + 1 < len(argv):
+            devices = int(argv[i + 1])
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from absl import flags
+    from ml_collections import config_flags
+
+    argv = list(argv) if argv is not None else sys.argv
+    fl = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "a stage config file:preset (RL or SFT)", flag_values=fl)
+    flags.DEFINE_bool("tiny", False, "a 2-layer stand-in model at small shapes (CI)", flag_values=fl)
+    flags.DEFINE_integer("devices", 8, "fake CPU devices (set before JAX starts)", flag_values=fl)
+    fl(argv)
+    if fl.config is None:
+        raise ValueError("--config=configs/<stage>.py:<preset> is required")
+    import jax
+
+    if jax.device_count() != fl.devices:
+        raise ValueError(f"--devices {fl.devices}: JAX has {jax.device_count()}; run as `python -m` (flags set first)")
+    return 0 if lower_all(fl.config, fl.tiny)["ok"] else 1
+
+
+if __name__ == "__main__":
+    _environment(sys.argv)
+    sys.exit(main())
