@@ -1,37 +1,61 @@
 #!/usr/bin/env bash
-# One-shot accelerator check on a single H200 (no network, no pip): decode tokens/s of a random
-# Qwen2.5-1.5B-shaped model at batch 1/16/64 with the fraction of the HBM bound, the production decode
-# (Qwen2.5-7B-shaped, bf16, 40 rows each reading an 8k-slot span: tok/s, HBM fraction, peak memory), the MFU of one
-# RC-GRPO update step on 8 x 4096 tokens, and cuDNN's fused attention against the XLA path at 4k and
-# 16k tokens (Qwen2.5-7B heads: max difference, forward and backward times; --skip attention leaves it
-# out), and the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s, KV slots
-# read, max log-prob difference, cache-sized copies in the program; --skip ragged_decode). Needs only what the box has: jax with its CUDA plugin, flax, optax, numpy, ml_collections and
-# absl (the preflight line lists any that are missing). Prints JSON lines (rcgrpo_jax/bench/gpu.py) and
-# finishes in under 8 minutes: measurements not started by --deadline-s are reported as skipped, and the
-# whole run is killed at 470 s.
-#   bash launch/gpu_check.sh            # run from the repository root (the copied working tree)
-#   bash launch/gpu_check.sh --tiny     # the same script on tiny shapes (CPU smoke check)
+# One-shot accelerator check on a single H200, offline. In order, most wanted first (rcgrpo_jax/bench/gpu.py):
+#   attention      cuDNN's fused attention against the XLA path at 4k and 16k tokens (Qwen2.5-7B heads: max
+#                  difference, forward and backward times; --skip attention leaves it out)
+#   ragged_decode  the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s,
+#                  KV slots read, max log-prob difference, cache-sized copies in the program)
+#   rl_step        the MFU of one RC-GRPO update step on 8 x 4096 tokens (Qwen2.5-1.5B-shaped)
+#   prod_decode    the production decode (Qwen2.5-7B-shaped, bf16, 40 rows each reading an 8k-slot span)
+#   decode         decode tokens/s of a Qwen2.5-1.5B-shaped model (batch 64; --decode-batches 1,16,64)
+# First an "image_packages" row (every distribution python3 holds, and where launch/gpu_image_packages.txt,
+# the project's record of the image, is wrong), then the environment: `launch/setup_env.sh --gpu` over
+# python3's CUDA jax (reuse only: never a networked install), installing the missing wheels from
+# RCGRPO_WHEELS=DIR (made by launch/wheels.sh on a networked machine; carry it with the tree). A setup that
+# fails prints its row and the check still runs with what there is (each row reports its own error).
+# Every line is JSON; all of them, after a dated header row, also go to GPU_CHECK_OUT (default
+# runs/gpu_check/<UTC date>.jsonl). Within 8 minutes: the setup (~30 s; its import check included), then
+# the measurements (started until 330 s, killed at 420 s; rows not started are reported as skipped).
+#   RCGRPO_WHEELS=DIR bash launch/gpu_check.sh     # from the repository root of the copied working tree
+#   bash launch/gpu_check.sh --tiny                # the same script on tiny shapes (CPU smoke check)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$PWD"
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUTFILE="${GPU_CHECK_OUT:-$ROOT/runs/gpu_check/$(date -u +%Y%m%dT%H%M%SZ).jsonl}"
+mkdir -p "$(dirname "$OUTFILE")"
+: > "$OUTFILE"
+emit() { echo "$1" | tee -a "$OUTFILE"; }  # one JSON line to stdout and the file
+json() { "$PY" -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1"; }  # a string as JSON
+
+emit "{\"bench\": \"gpu_check\", \"date_utc\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"commit\": $(json "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"), \"args\": $(json "$*")}"
+"$PY" "$ROOT/launch/gpu_env.py" installed 2>&1 | tee -a "$OUTFILE"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null \
+  | sed 's/^/{"bench": "nvidia-smi", "gpu": "/; s/$/"}/' | tee -a "$OUTFILE" || true
+
+# The environment: reuse python3's CUDA jax (RCGRPO_GPU_REUSE=1: no CUDA jax means no setup, not a download).
+VENV="${VENV:-$ROOT/.venv-gpu}"
+t0=$SECONDS
+setup_log="$(PYTHON="$PY" VENV="$VENV" RCGRPO_GPU_REUSE=1 bash "$ROOT/launch/setup_env.sh" --gpu 2>&1)"
+setup_rc=$?
+if [ $setup_rc -eq 0 ]; then
+  RUN_PY="$VENV/bin/python"
+  emit "{\"bench\": \"setup_env\", \"ok\": true, \"s\": $((SECONDS - t0)), \"venv\": $(json "$VENV"), \"log\": $(json "$setup_log")}"
+elif grep -q "no CUDA jax" <<< "$setup_log"; then
+  RUN_PY="$PY"
+  emit "{\"bench\": \"setup_env\", \"skipped\": $(json "$PY holds no CUDA jax: running with it as it is")}"
+else
+  RUN_PY="$PY"
+  [ -x "$VENV/bin/python" ] && RUN_PY="$VENV/bin/python"
+  emit "{\"bench\": \"setup_env\", \"ok\": false, \"error\": $(json "$setup_log"), \"running_with\": $(json "$RUN_PY")}"
+fi
+
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false
 # The RL step holds fp32 weights + AdamW moments (~25 GB) and 4k-token activations: let JAX take most
 # of the 139 GiB rather than the default 75%.
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
-
-# Preflight: report (as JSON) the modules the package needs that this machine lacks; the measurement
-# that needs one then prints its own error row instead of stopping the others.
-"$PY" - <<'PYEOF'
-import importlib.util, json, sys
-mods = ["jax", "flax", "optax", "numpy", "ml_collections", "absl"]
-missing = [m for m in mods if importlib.util.find_spec(m) is None]
-print(json.dumps({"bench": "preflight", "python": sys.version.split()[0], "missing_modules": missing}), flush=True)
-PYEOF
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null \
-  | sed 's/^/{"bench": "nvidia-smi", "gpu": "/; s/$/"}/' || true
-
-timeout -k 10 470 "$PY" -m rcgrpo_jax.bench.gpu --deadline-s 400 --attention "$@"
-rc=$?
-[ $rc -eq 124 ] && echo '{"bench": "gpu_check", "error": "killed at 470 s"}'
-exit $rc
+timeout -k 10 420 "$RUN_PY" -m rcgrpo_jax.bench.gpu --deadline-s 330 --attention "$@" | tee -a "$OUTFILE"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 124 ] && emit '{"bench": "gpu_check", "error": "killed at 420 s"}'
+echo "gpu_check: wrote $OUTFILE" >&2
+exit "$rc"

@@ -7,15 +7,18 @@
 #   bash launch/setup_env.sh --gpu              the same, run directly
 #   bash launch/setup_env.sh [--gpu] --print-plan   print what it would do (mode, venv, pip steps), do nothing
 #
-# GPU mode, in .venv-gpu (VENV overrides), never installs torch (only the CPU tests need it; PyPI's Linux
-# wheel is the multi-GB CUDA build):
-#   - reuse: when PYTHON already imports a CUDA jax (a jax_plugins.xla_cuda12/13 plugin and jax 0.10-0.11),
-#     the venv is made with --system-site-packages and jax/jaxlib are pinned to the installed versions
-#     (a pip constraint), so nothing reinstalls them; no pip upgrade either (the box may have no network:
-#     put any missing wheels in a folder and set PIP_FIND_LINKS=that/folder PIP_NO_INDEX=1).
-#     RCGRPO_GPU_REUSE=0 forces a fresh install, =1 forces reuse.
+# GPU mode, in .venv-gpu (VENV overrides), never installs torch, jax, jaxlib or a CUDA plugin:
+#   - reuse: when PYTHON (default python3) already imports a CUDA jax (a jax_plugins.xla_cuda12/13 plugin
+#     and jax 0.10-0.11; the project's GPU box: python3 is itself a venv holding one), .venv-gpu is an
+#     overlay of that environment (launch/gpu_env.py overlay): .pth files add the checkout and PYTHON's
+#     site directories. Then only the lines of launch/gpu_wheels.txt the environment lacks are installed,
+#     --no-deps, wheels only, and offline from RCGRPO_WHEELS=DIR when set (made by launch/wheels.sh DIR on
+#     a networked machine). Nothing is built: no editable install. RCGRPO_GPU_REUSE=0 forces a fresh
+#     install, =1 forces reuse.
 #   - install: otherwise, a plain venv with the `gpu` extra (CUDA 13 jax wheels; RCGRPO_GPU_EXTRA=gpu-cuda12
 #     for hosts whose driver predates CUDA 13).
+#   Both end with `launch/gpu_env.py check --gpu`: every module the package needs imports, and
+#   jax.default_backend() == "gpu" (a CPU host prints "skipped: CPU host" and passes on the imports alone).
 # A stamp of the install inputs lets a warm venv skip pip entirely (CPU: setup.py + this file).
 set -euo pipefail
 _rcgrpo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,13 +31,14 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       --gpu) RCGRPO_GPU=1 ;;
       --cpu) RCGRPO_GPU=0 ;;
       --print-plan) _rcgrpo_print_plan=1 ;;
-      -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) echo "setup_env.sh: unknown option $_a (--gpu, --cpu, --print-plan)" >&2; exit 2 ;;
     esac
   done
 fi
 
-# Prints "<jax version> <jaxlib version>" when PY imports a CUDA jax of a supported version; fails otherwise.
+# Prints "<jax version> <jaxlib version>", then PY's sys.prefix, when PY imports a CUDA jax of a supported
+# version; fails otherwise.
 # Looks for the CUDA plugin package rather than initialising a GPU, so it also answers on a login node.
 _rcgrpo_system_cuda_jax() {
   "$1" - <<'PYEOF' 2>/dev/null
@@ -44,6 +48,7 @@ plugin = any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (12, 
 ok = plugin and (0, 10) <= tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 12)
 if ok:
     print(jax.__version__, jaxlib.__version__)
+    print(sys.prefix)
 sys.exit(0 if ok else 1)
 PYEOF
 }
@@ -56,6 +61,8 @@ _rcgrpo_plan() {
   STEPS=()
   CONSTRAINTS=""
   VENV_ARGS=""
+  PARENT=""
+  WHEELS=""
   if [ "${RCGRPO_GPU:-0}" = "1" ]; then
     VENV="${VENV:-$_rcgrpo_root/.venv-gpu}"
     local extra="${RCGRPO_GPU_EXTRA:-gpu}" versions=""
@@ -67,19 +74,31 @@ _rcgrpo_plan() {
     esac
     if [ -n "$versions" ]; then
       MODE=gpu-reuse
-      VENV_ARGS="--system-site-packages"
-      read -r _jax _jaxlib <<< "$versions"
-      CONSTRAINTS="jax==$_jax jaxlib==$_jaxlib"
-      # no build isolation: an isolated build would fetch setuptools from the index
-      _rcgrpo_step install -q --no-build-isolation -c "$VENV/rcgrpo-constraints.txt" -e "$_rcgrpo_root"
+      # Why an overlay: a venv made by a venv interpreter is a venv of the *base* interpreter, and with
+      # --system-site-packages it sees the base's site-packages, not the parent venv's (no jax). Made
+      # --without-pip by PY, .venv-gpu has the same interpreter version; its .pth files add the checkout
+      # and PY's own site directories (their .pth files included), so it imports exactly PY's packages
+      # plus the few installed into it. A target directory on PYTHONPATH would do the same but leak into
+      # every child process and need exporting by every launcher; this keeps `$VENV/bin/python`.
+      VENV_ARGS="--without-pip"
+      read -r _jax _jaxlib <<< "${versions%%$'\n'*}"
+      PARENT="${versions#*$'\n'}"
+      CONSTRAINTS="jax==$_jax jaxlib==$_jaxlib"  # what the overlay must import afterwards, unchanged
+      WHEELS="${RCGRPO_WHEELS:-}"
+      if [ -n "$WHEELS" ]; then
+        [ -d "$WHEELS" ] || { echo "setup_env.sh: RCGRPO_WHEELS=$WHEELS is not a directory" >&2; return 1; }
+        WHEELS="$(cd "$WHEELS" && pwd)"
+      fi
+      # The pip call is planned at run time (_rcgrpo_reuse_pip): only what the environment lacks.
     else
       MODE=gpu-install
       _rcgrpo_step install -q --upgrade pip
       _rcgrpo_step install -q -e "$_rcgrpo_root[$extra,test]"
+      _rcgrpo_step install -q --no-deps bfcl-eval==2026.3.23
     fi
-    _rcgrpo_step install -q --no-deps bfcl-eval==2026.3.23
-    WANT="$(cat "$_rcgrpo_root/setup.py" "$_rcgrpo_root/launch/setup_env.sh" \
-      <(echo "$MODE $extra $CONSTRAINTS") | sha256sum | cut -d' ' -f1)"
+    WANT="$(cat "$_rcgrpo_root/setup.py" "$_rcgrpo_root/launch/setup_env.sh" "$_rcgrpo_root/launch/gpu_env.py" \
+      "$_rcgrpo_root/launch/gpu_wheels.txt" <(echo "$MODE $extra $CONSTRAINTS ${PARENT:-} ${WHEELS:-}") \
+      | sha256sum | cut -d' ' -f1)"
   else
     MODE=cpu
     VENV="${VENV:-$_rcgrpo_root/.venv}"
@@ -94,6 +113,17 @@ _rcgrpo_plan() {
   STAMP="$VENV/.rcgrpo_install_stamp"
 }
 
+# gpu-reuse: the one pip call, its arguments one a line (none when nothing is missing): the lines of
+# gpu_wheels.txt that PY_OR_VENV (the overlay once made, PY before) lacks, --no-deps, wheels only.
+_rcgrpo_reuse_pip() {
+  local missing
+  missing="$("$1" "$_rcgrpo_root/launch/gpu_env.py" missing "$_rcgrpo_root/launch/gpu_wheels.txt")" || return 1
+  [ -n "$missing" ] || return 0
+  printf '%s\n' install -q --no-deps --only-binary=:all:
+  if [ -n "$WHEELS" ]; then printf '%s\n' --no-index --find-links "$WHEELS"; fi
+  printf '%s\n' "$missing"
+}
+
 _rcgrpo_plan
 if [ "$_rcgrpo_print_plan" = "1" ]; then
   echo "mode=$MODE"
@@ -102,24 +132,54 @@ if [ "$_rcgrpo_print_plan" = "1" ]; then
   echo "constraints=$CONSTRAINTS"
   echo "stamp=$WANT"
   echo "up_to_date=$([ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ] && echo 1 || echo 0)"
+  if [ "$MODE" = gpu-reuse ]; then
+    echo "parent=$PARENT"
+    echo "wheels=${WHEELS:-none (the pip configuration)}"
+    _py="$PY"; [ -x "$VENV/bin/python" ] && _py="$VENV/bin/python"
+    _pip="$(_rcgrpo_reuse_pip "$_py")"
+    if [ -n "$_pip" ]; then STEPS=("$_pip"); fi
+  fi
   for _s in "${STEPS[@]}"; do echo "pip=${_s//$'\n'/ }"; done
+  if [ "$MODE" != cpu ]; then echo "check=$VENV/bin/python $_rcgrpo_root/launch/gpu_env.py check --gpu"; fi
   exit 0
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  # shellcheck disable=SC2086
-  "$PY" -m venv $VENV_ARGS "$VENV"
-elif [ "$MODE" = gpu-reuse ] && ! grep -qi "include-system-site-packages *= *true" "$VENV/pyvenv.cfg"; then
-  echo "setup_env.sh: $VENV exists without system site packages, so it cannot reuse $PY's CUDA jax;" \
-    "remove it (or set VENV elsewhere) and rerun" >&2
-  return 1 2>/dev/null || exit 1
+if [ "$MODE" = gpu-reuse ]; then
+  if [ -e "$VENV" ] && [ "$(cat "$VENV/rcgrpo-parent.txt" 2>/dev/null)" != "$PARENT" ]; then
+    echo "setup_env.sh: $VENV is not an overlay of $PY's environment ($PARENT): remove it (or set VENV" \
+      "elsewhere) and rerun" >&2
+    return 1 2>/dev/null || exit 1
+  fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    # shellcheck disable=SC2086
+    "$PY" -m venv $VENV_ARGS "$VENV"
+  fi
+  "$PY" "$_rcgrpo_root/launch/gpu_env.py" overlay "$VENV" "$_rcgrpo_root"  # cheap: refreshed every time
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    _pip="$(_rcgrpo_reuse_pip "$VENV/bin/python")"
+    if [ -n "$_pip" ]; then
+      mapfile -t _args <<< "$_pip"
+      # PY's pip, run by the overlay's interpreter, installs into the overlay; a PY without pip gets the
+      # bundled one (ensurepip: no network).
+      "$VENV/bin/python" -m pip --version > /dev/null 2>&1 || "$VENV/bin/python" -m ensurepip -q
+      PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip "${_args[@]}"
+    fi
+    echo "$WANT" > "$STAMP"
+  fi
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    # shellcheck disable=SC2086
+    "$PY" -m venv $VENV_ARGS "$VENV"
+  fi
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    for _s in "${STEPS[@]}"; do
+      mapfile -t _args <<< "$_s"
+      "$VENV/bin/python" -m pip "${_args[@]}"
+    done
+    echo "$WANT" > "$STAMP"
+  fi
 fi
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  if [ -n "$CONSTRAINTS" ]; then tr ' ' '\n' <<< "$CONSTRAINTS" > "$VENV/rcgrpo-constraints.txt"; fi
-  for _s in "${STEPS[@]}"; do
-    mapfile -t _args <<< "$_s"
-    "$VENV/bin/python" -m pip "${_args[@]}"
-  done
-  echo "$WANT" > "$STAMP"
+if [ "$MODE" != cpu ]; then
+  "$VENV/bin/python" "$_rcgrpo_root/launch/gpu_env.py" check --gpu
 fi
 export PATH="$VENV/bin:$PATH"

@@ -22,9 +22,9 @@ def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_gpu_check_script_compares_attention_paths_on_cpu():
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHON"] = sys.executable
+def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "VENV") and not k.startswith("RCGRPO_")}
+    env.update(PYTHON=sys.executable, GPU_CHECK_OUT=str(tmp_path / "check.jsonl"), VENV=str(tmp_path / "venv"))
     out = subprocess.run(
         ["bash", os.path.join(REPO, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
         capture_output=True,
@@ -34,6 +34,16 @@ def test_gpu_check_script_compares_attention_paths_on_cpu():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = _json_lines(out.stdout)
+    assert _json_lines(open(tmp_path / "check.jsonl").read()) == rows  # every line also in the dated file
+    head, image, setup = rows[:3]
+    assert head["bench"] == "gpu_check" and head["date_utc"].startswith("20") and "--tiny" in head["args"]
+    assert image["bench"] == "image_packages" and image["python"] == sys.version.split()[0]
+    assert "jax-cuda13-plugin" in image["absent_from_image"]  # this CPU venv is not the image
+    # a CPU jax: no setup at all (never a networked install), and nothing made
+    assert setup == {"bench": "setup_env", "skipped": f"{sys.executable} holds no CUDA jax: running with it as it is"}
+    assert not os.path.exists(tmp_path / "venv")
+    benches = [r["bench"] for r in rows[3:]]
+    assert benches == ["machine"] + ["attention"] * len(gpu.TINY.attn_seqs) + ["ragged_decode", "prod_decode", "done"]
     attn = [r for r in rows if r["bench"] == "attention"]
     assert [r["seq"] for r in attn] == list(gpu.TINY.attn_seqs)
     for r in attn:

@@ -1,6 +1,7 @@
 """launch/setup_env.sh: which environment it builds (CPU, GPU install, GPU reuse of a preinstalled CUDA jax)
 and the pip calls it makes, checked without installing anything: `--print-plan`, and runs against a fake
-venv whose `python` only records its arguments. No network."""
+venv whose `python` only records its arguments. No network. The GPU reuse mode's real run, offline over a
+venv python3, is tests/launch/test_gpu_layout.py."""
 
 from __future__ import annotations
 
@@ -51,11 +52,10 @@ def _executable(path, body: str) -> str:
     return str(path)
 
 
-def _stub_python(tmp_path, versions: str | None) -> str:
-    """A PYTHON whose CUDA-jax probe answers `versions` (or fails: no CUDA jax)."""
-    if versions is None:
-        return _executable(tmp_path / "stub" / "python", "cat > /dev/null; exit 1\n")
-    return _executable(tmp_path / "stub" / "python", f"cat > /dev/null; echo '{versions}'\n")
+def _stub_python(tmp_path, versions: None = None) -> str:
+    """A PYTHON whose CUDA-jax probe fails (no CUDA jax)."""
+    assert versions is None
+    return _executable(tmp_path / "stub" / "python", "cat > /dev/null; exit 1\n")
 
 
 def _cpu_stamp() -> str:
@@ -88,19 +88,60 @@ def test_gpu_without_a_cuda_jax_installs_the_gpu_extra_and_no_torch(tmp_path):
     assert f"install -q -e {REPO}[gpu-cuda12,test]" in cuda12["pip"]
 
 
+def _fake_cuda_python(tmp_path, jax_version: str = "0.11.2", plugin: str | None = "xla_cuda13") -> tuple[str, dict]:
+    """A real Python (-S: none of this machine's site-packages) that sees only fake `jax`, `jaxlib` and
+    `jax_plugins.<plugin>` packages: (its path, the environment that shows them)."""
+    import sys
+
+    site = tmp_path / "site"
+    for pkg, body in (("jax", f"__version__ = {jax_version!r}\n"), ("jaxlib", f"__version__ = {jax_version!r}\n")):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text(body)
+    if plugin:
+        (site / "jax_plugins" / plugin).mkdir(parents=True)
+        (site / "jax_plugins" / plugin / "__init__.py").write_text("")
+    python = _executable(tmp_path / "bin" / "python", f'exec {sys.executable} -S "$@"\n')
+    return python, {"PYTHON": python, "PYTHONPATH": str(site)}
+
+
+# launch/gpu_wheels.txt's lines, in the normal form pip is given (names lower case)
+WHEEL_LINES = [
+    line.split("#")[0].strip().lower()
+    for line in open(os.path.join(REPO, "launch", "gpu_wheels.txt"))
+    if line.split("#")[0].strip()
+]
+
+
 def test_gpu_with_a_cuda_jax_reuses_it(tmp_path):
+    import sys
+
+    python, env = _fake_cuda_python(tmp_path)
     venv = str(tmp_path / "venv")
-    plan = _plan("--gpu", PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"), VENV=venv)
+    plan = _plan("--gpu", VENV=venv, **env)
     assert plan["mode"] == "gpu-reuse"
-    assert plan["venv"] == venv and plan["venv_args"] == "--system-site-packages"
+    assert plan["venv"] == venv and plan["venv_args"] == "--without-pip"  # an overlay, not a system-site venv
     assert plan["constraints"] == "jax==0.11.2 jaxlib==0.11.2"
-    assert plan["pip"] == [
-        f"install -q --no-build-isolation -c {venv}/rcgrpo-constraints.txt -e {REPO}",
-        "install -q --no-deps bfcl-eval==2026.3.23",
+    assert plan["parent"] == sys.base_prefix  # the probed interpreter's sys.prefix (-S: no venv applied)
+    # that Python has none of the wheel list: all of it, --no-deps, wheels only, nothing else
+    assert plan["pip"] == ["install -q --no-deps --only-binary=:all: " + " ".join(WHEEL_LINES)]
+    assert not any(w in s for s in plan["pip"] for w in ("torch", "jax", "upgrade", "-e ", "[gpu"))
+    assert plan["check"] == f"{venv}/bin/python {REPO}/launch/gpu_env.py check --gpu"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    offline = _plan("--gpu", VENV=venv, RCGRPO_WHEELS=str(wheels), **env)
+    assert offline["pip"] == [
+        f"install -q --no-deps --only-binary=:all: --no-index --find-links {wheels} " + " ".join(WHEEL_LINES)
     ]
-    assert not any("torch" in s or "upgrade" in s or "[gpu" in s for s in plan["pip"])
+    assert offline["stamp"] != plan["stamp"]  # another wheel folder: another install
+    out = subprocess.run(
+        ["bash", SCRIPT, "--gpu", "--print-plan"],
+        env=_env(VENV=venv, RCGRPO_WHEELS=str(tmp_path / "nowhere"), **env),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0 and "RCGRPO_WHEELS" in out.stderr and "not a directory" in out.stderr
     # forced either way
-    assert _plan("--gpu", PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"), RCGRPO_GPU_REUSE="0")["mode"] == "gpu-install"
+    assert _plan("--gpu", RCGRPO_GPU_REUSE="0", **env)["mode"] == "gpu-install"
     out = subprocess.run(
         ["bash", SCRIPT, "--gpu", "--print-plan"],
         env=_env(PYTHON=_stub_python(tmp_path, None), RCGRPO_GPU_REUSE="1"),
@@ -121,19 +162,10 @@ def test_gpu_with_a_cuda_jax_reuses_it(tmp_path):
     ],
 )
 def test_the_probe_reads_jax_and_its_cuda_plugin(tmp_path, jax_version, plugin, want):
-    """The real probe, run by this Python on fake `jax`, `jaxlib` and `jax_plugins` packages."""
-    import sys
-
-    site = tmp_path / "site"
-    for pkg, body in (("jax", f"__version__ = {jax_version!r}\n"), ("jaxlib", f"__version__ = {jax_version!r}\n")):
-        (site / pkg).mkdir(parents=True)
-        (site / pkg / "__init__.py").write_text(body)
-    if plugin:
-        (site / "jax_plugins" / plugin).mkdir(parents=True)
-        (site / "jax_plugins" / plugin / "__init__.py").write_text("")
-    # -S: no site-packages, so a real jax (or CUDA plugin) of this machine cannot answer instead
-    python = _executable(tmp_path / "bin" / "python", f'exec {sys.executable} -S "$@"\n')
-    plan = _plan("--gpu", PYTHON=python, PYTHONPATH=str(site))
+    """The real probe, run by this Python on fake `jax`, `jaxlib` and `jax_plugins` packages (-S: no
+    site-packages, so a real jax or CUDA plugin of this machine cannot answer instead)."""
+    _, env = _fake_cuda_python(tmp_path, jax_version, plugin)
+    plan = _plan("--gpu", **env)
     assert plan["mode"] == want
     if want == "gpu-reuse":
         assert plan["constraints"] == f"jax=={jax_version} jaxlib=={jax_version}"
@@ -162,24 +194,26 @@ def test_cpu_run_makes_the_planned_pip_calls_then_skips_them_when_stamped(tmp_pa
     assert run().returncode == 0 and _calls(log) == []  # warm: no pip at all
 
 
-def test_gpu_reuse_run_pins_jax_and_never_touches_torch(tmp_path):
+def test_gpu_reuse_refuses_a_venv_that_is_not_its_overlay(tmp_path):
+    """An older .venv-gpu (a --system-site-packages venv, or an overlay of another Python) is not reused."""
     venv, log = _fake_venv(tmp_path, system_site=True)
-    env = _env(VENV=venv, PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"))
+    _, env = _fake_cuda_python(tmp_path)
+    out = subprocess.run(["bash", SCRIPT, "--gpu"], env=_env(VENV=venv, **env), capture_output=True, text=True)
+    assert out.returncode != 0 and "is not an overlay" in out.stderr
+    assert _calls(log) == []  # nothing installed into it, nothing run by it
+
+
+def test_gpu_install_ends_with_the_import_check(tmp_path):
+    venv, log = _fake_venv(tmp_path, system_site=False)
+    env = _env(VENV=venv, PYTHON=_stub_python(tmp_path, None))
     out = subprocess.run(["bash", SCRIPT, "--gpu"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert _calls(log) == [
-        f"-m pip install -q --no-build-isolation -c {venv}/rcgrpo-constraints.txt -e {REPO}",
+        "-m pip install -q --upgrade pip",
+        f"-m pip install -q -e {REPO}[gpu,test]",
         "-m pip install -q --no-deps bfcl-eval==2026.3.23",
+        f"{REPO}/launch/gpu_env.py check --gpu",
     ]
-    assert open(os.path.join(venv, "rcgrpo-constraints.txt")).read().split() == ["jax==0.11.2", "jaxlib==0.11.2"]
-
-
-def test_gpu_reuse_refuses_a_venv_without_system_site_packages(tmp_path):
-    venv, log = _fake_venv(tmp_path, system_site=False)
-    env = _env(VENV=venv, PYTHON=_stub_python(tmp_path, "0.11.2 0.11.2"))
-    out = subprocess.run(["bash", SCRIPT, "--gpu"], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "without system site packages" in out.stderr
-    assert _calls(log) == []  # nothing installed into it
 
 
 def test_sourcing_ignores_the_callers_arguments(tmp_path):

@@ -1,0 +1,230 @@
+"""What the GPU box must provide, checked statically: the import closure of rcgrpo_jax.bench.gpu (what
+launch/gpu_check.sh runs) is met by the image's package list (launch/gpu_image_packages.txt) plus the
+wheel folder's (launch/gpu_wheels.txt), through launch/gpu_env.py's explicit distribution -> module table;
+and the wheel folder check (launch/wheels.sh's last step) rejects what cannot travel."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import os
+import sys
+import zipfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("gpu_env", os.path.join(REPO, "launch", "gpu_env.py"))
+gpu_env = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_env)
+
+
+def _module_file(name: str) -> str | None:
+    path = os.path.join(REPO, *name.split("."))
+    if os.path.isfile(os.path.join(path, "__init__.py")):
+        return os.path.join(path, "__init__.py")
+    return path + ".py" if os.path.isfile(path + ".py") else None
+
+
+def import_closure(root: str, package: str = "rcgrpo_jax") -> tuple[set[str], dict[str, set[str]]]:
+    """(the package's modules reachable from `root`, third-party top-level module -> the modules importing
+    it). Follows every import statement anywhere in a module (inside functions too), relative ones,
+    `from pkg import submodule`, the parent packages a submodule import runs, and importlib.import_module
+    of a literal name; the standard library aside."""
+    seen: set[str] = set()
+    third: dict[str, set[str]] = {}
+    todo = [root]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        parts = mod.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        path = _module_file(mod)
+        assert path is not None, f"{mod}: no such module in the checkout"
+        here = parts if path.endswith("__init__.py") else parts[:-1]
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module
+                names = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names = [node.args[0].value]
+            for name in names:
+                top = name.split(".")[0]
+                if top == package:
+                    if _module_file(name) is not None:  # a module, not a name defined in one
+                        todo.append(name)
+                elif top != "__future__" and top not in sys.stdlib_module_names:
+                    third.setdefault(top, set()).add(mod)
+    return seen, third
+
+
+def provided(lists: list[list[tuple[str, str]]]) -> set[str]:
+    """The top-level modules the distributions of `lists` provide."""
+    return {m.split(".")[0] for dists in lists for name, _ in dists for m in gpu_env.import_names(name)}
+
+
+def test_bench_gpu_imports_are_on_the_image_or_in_the_wheel_folder():
+    modules, third = import_closure("rcgrpo_jax.bench.gpu")
+    # what the check exercises: the RL update's modules (the rl_step row) and the sampler's
+    assert {"rcgrpo_jax.train.rl_step", "rcgrpo_jax.rl.losses", "rcgrpo_jax.sampling.decode_step"} <= modules
+    assert {"jax", "numpy", "flax", "optax", "ml_collections"} <= set(third)
+    image = gpu_env.read_list(gpu_env.IMAGE_LIST)
+    wheels = gpu_env.read_list(gpu_env.WHEEL_LIST)
+    unmet = {m: sorted(third[m]) for m in third if m not in provided([image, wheels])}
+    assert unmet == {}, f"imported by rcgrpo_jax.bench.gpu's closure, on neither list: {unmet}"
+    # the check reads the lists: without the ml-collections wheel, the RL modules' import is unmet
+    without = [(n, v) for n, v in wheels if n != "ml-collections"]
+    assert {m for m in third if m not in provided([image, without])} == {"ml_collections"}
+
+
+def test_the_package_needs_only_what_the_two_lists_hold():
+    """setup_env.sh --gpu's last check (every install_requires module and bfcl_eval) can pass on the box."""
+    have = {n for lst in (gpu_env.IMAGE_LIST, gpu_env.WHEEL_LIST) for n, _ in gpu_env.read_list(lst)}
+    needs = gpu_env.package_needs()
+    assert {"jax", "ml-collections", "tensorboardx", "bfcl-eval"} <= set(needs)
+    assert sorted(set(needs) - have) == []
+
+
+def test_every_listed_distribution_maps_to_its_modules_explicitly():
+    image = gpu_env.read_list(gpu_env.IMAGE_LIST)
+    wheels = gpu_env.read_list(gpu_env.WHEEL_LIST)
+    names = [n for n, _ in image + wheels] + gpu_env.package_needs()
+    assert [n for n in names if n not in gpu_env.IMPORTS] == []
+    assert set(dict(image)).isdisjoint(dict(wheels))  # the wheel folder holds only what the image lacks
+    assert gpu_env.import_names("ml-collections") == ("ml_collections",)
+    assert gpu_env.import_names("orbax-checkpoint")[0] == "orbax.checkpoint"
+    assert gpu_env.import_names("absl_py") == ("absl",)  # any spelling of a name
+    with pytest.raises(KeyError, match="no import names for distribution 'left-pad'"):
+        gpu_env.import_names("left-pad")
+    # the image's Python and its CUDA jax, as recorded
+    assert dict(image)["jax"] == "0.11.2" and "jax-cuda13-plugin" in dict(image) and "torch" in dict(image)
+    assert not {"ml-collections", "tensorboardx", "bfcl-eval"} & set(dict(image))
+
+
+def test_lists_reject_malformed_lines_and_cuda_builds(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# fine\nml-collections==1.1.0\ntensorboardX>=2\n")
+    with pytest.raises(ValueError, match=r"bad.txt:3: expected name==version, got 'tensorboardX>=2'"):
+        gpu_env.read_list(str(bad))
+    cuda = tmp_path / "cuda.txt"
+    cuda.write_text("mpmath==1.3.0\nnvidia-cublas==13.0\n")
+    assert gpu_env.cmd_missing(str(cuda)) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "nvidia-cublas is never installed" in out.err
+
+
+def _wheel(folder, filename: str, requires: list[str], payload: int = 10) -> None:
+    name, version = filename.split("-")[:2]
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(os.path.join(folder, filename), "w") as z:
+        z.writestr(f"{info}/METADATA", meta)
+        z.writestr(f"{name}/__init__.py", "x" * payload)
+
+
+def _check(folder) -> tuple[int, list[str]]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = gpu_env.cmd_wheels(str(folder))
+    return rc, err.getvalue().splitlines()
+
+
+def test_the_wheel_folder_check(tmp_path, monkeypatch):
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    markers = [
+        "absl-py",
+        "PyYAML>=6",
+        'pytest ; extra == "test"',  # an extra: not needed
+        'tomli ; python_version < "3.11"',  # not on the box's 3.12
+        'typing-extensions ; python_version >= "3.8"',  # on the image
+    ]
+    _wheel(folder, "ml_collections-1.1.0-py3-none-any.whl", markers)
+    _wheel(folder, "tensorboardX-2.6.5-py3-none-any.whl", ["numpy", "protobuf>=3.20", "packaging"])
+    _wheel(folder, "bfcl_eval-2026.3.23-py3-none-any.whl", ["openai", "anthropic"])  # installed --no-deps
+    _wheel(folder, "mpmath-1.3.0-py3-none-any.whl", [])
+    assert _check(folder) == (0, [])
+
+    _wheel(folder, "mpmath-1.3.0-py3-none-any.whl", ["left-pad"])
+    _wheel(folder, "tensorboardX-2.6.5-py3-none-any.whl", ['gmpy2 ; python_version >= "3.12"'])
+    os.remove(folder / "ml_collections-1.1.0-py3-none-any.whl")
+    _wheel(folder, "ml_collections-1.0.0-py3-none-any.whl", [])
+    _wheel(folder, "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl", [])
+    rc, problems = _check(folder)
+    assert rc == 1
+    assert sorted(problems) == sorted(
+        [
+            "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl: not a pure-Python wheel"
+            " (the box takes no compiled builds from here)",
+            "ml-collections==1.1.0: the folder holds ml_collections-1.0.0-py3-none-any.whl",
+            "mpmath-1.3.0-py3-none-any.whl requires left-pad: neither on the image list nor in the folder",
+            "tensorboardX-2.6.5-py3-none-any.whl requires gmpy2: neither on the image list nor in the folder",
+        ]
+    )
+
+    small = tmp_path / "small"
+    small.mkdir()
+    for f in ("ml_collections-1.1.0", "tensorboardX-2.6.5", "bfcl_eval-2026.3.23", "mpmath-1.3.0"):
+        _wheel(small, f + "-py3-none-any.whl", [], payload=1000)
+    monkeypatch.setattr(gpu_env, "WHEEL_FOLDER_LIMIT", 2000)
+    rc, problems = _check(small)
+    assert rc == 1 and len(problems) == 1 and "over the 64 MiB" in problems[0]
+
+
+def test_wheels_sh_downloads_the_list_for_python_3_12_then_checks_the_folder(tmp_path):
+    """launch/wheels.sh with a PYTHON whose `pip download` is recorded and served from a local folder (no
+    network in tests): the one pip call it makes, then its check of what came down."""
+    import stat
+    import subprocess
+
+    served = tmp_path / "served"
+    served.mkdir()
+    for f in ("ml_collections-1.1.0", "tensorboardX-2.6.5", "bfcl_eval-2026.3.23", "mpmath-1.3.0"):
+        _wheel(served, f + "-py3-none-any.whl", [])
+    log = tmp_path / "pip.log"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1 $2 $3" = "-m pip download" ]; then\n'
+        f'  echo "$*" >> {log}\n'
+        '  while [ $# -gt 0 ]; do [ "$1" = --dest ] && dest="$2"; shift; done\n'
+        f'  cp {served}/*.whl "$dest"/; exit 0\n'
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    script = os.path.join(REPO, "launch", "wheels.sh")
+    run = lambda d: subprocess.run(
+        ["bash", script, str(d)], env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True
+    )
+    out = run(tmp_path / "wheels")
+    assert out.returncode == 0, out.stderr
+    assert '"ok": true' in out.stdout and '"wheels": 4' in out.stdout
+    want = " ".join(f"{n}=={v}" for n, v in gpu_env.read_list(gpu_env.WHEEL_LIST))
+    assert open(log).read().splitlines() == [
+        "-m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py"
+        f" --dest {tmp_path / 'wheels'} {want}"
+    ]
+    _wheel(served, "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl", [])  # a compiled build came too
+    out = run(tmp_path / "more")
+    assert out.returncode == 1 and "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl: not a pure" in out.stderr
