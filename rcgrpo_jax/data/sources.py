@@ -13,8 +13,9 @@ Built in:
 - `bfcl`: the BFCL v4 multi-turn tasks of the shipped 720/80 split (the paper's setting).
 - `world`: a generated miniature world on the same BFCL classes (rcgrpo_jax.worlds), for CPU runs:
   compact tool lists and short episodes that a tiny model can learn in minutes.
-- `steps`: single-step instances (SWiRL) of the BFCL or world expert trajectories, or of a JSONL of chats
-  (rcgrpo_jax.data.steps), scored per step by rcgrpo_jax.envs.single_step; options under `data.steps`.
+- `steps`: single-step instances (SWiRL) of the BFCL or world expert trajectories, or of JSONL files of chats
+  (`data.steps.trajectories=jsonl` over `data.steps.path`: AWPO's own data), rcgrpo_jax.data.steps, scored
+  per step by rcgrpo_jax.envs.single_step; options under `data.steps`.
 
 RL, evaluation, exploration and data building all reach tasks, environments and experts through
 this module, so adding a source is one `register(TaskSource(...))` call.
@@ -242,9 +243,12 @@ register(
 
 # ---------------------------------------------------------------- step-level instances (SWiRL)
 # `steps`: every assistant step of a set of trajectories as a one-step task (rcgrpo_jax.data.steps), scored by
-# rcgrpo_jax.envs.single_step. Its options live under `data.steps` (all optional; STEPS_DEFAULTS):
-#   trajectories    'bfcl' | 'world': the expert trajectories of that source's split; else a JSONL path (the
-#                   schema of rcgrpo_jax.data.steps), split by rows with test_fraction and seed
+# rcgrpo_jax.envs.single_step. Its options live under `data.steps` (STEPS_DEFAULTS):
+#   trajectories    'bfcl' | 'world': the expert trajectories of that source's split; 'jsonl': the files at
+#                   `path`; else (kept for older configs) a JSONL path itself. JSONL rows (the schema of
+#                   rcgrpo_jax.data.steps) are split by rows with test_fraction and seed
+#   path            trajectories='jsonl': the JSONL file(s), comma-separated (ToolACE, xLAM, Hammer data
+#                   converted to the schema); required there, and refused with any other trajectories
 #   test_fraction   JSONL only: the share of rows (whole trajectories) held out as 'test'
 #   seed            the JSONL split and the name masks
 #   mask_names      Hammer-style masking of function and argument names (per instance, invertible)
@@ -253,6 +257,7 @@ register(
 
 STEPS_DEFAULTS = {
     "trajectories": "bfcl",
+    "path": "",
     "test_fraction": 0.1,
     "seed": 0,
     "mask_names": False,
@@ -260,11 +265,13 @@ STEPS_DEFAULTS = {
     "calls_only": False,
 }
 STEPS_FROM_SOURCES = ("bfcl", "world")
+STEPS_JSONL = "jsonl"  # data.steps.trajectories: read the files at data.steps.path
 
 
 @dataclasses.dataclass(frozen=True)
 class StepsOptions:
     trajectories: str = "bfcl"
+    path: str = ""  # comma-separated JSONL files (trajectories='jsonl')
     test_fraction: float = 0.1
     seed: int = 0
     mask_names: bool = False
@@ -283,7 +290,26 @@ def steps_options(data_config) -> StepsOptions:
         raise ConfigError(f"data.steps.{unknown[0]}", f"unknown field; known: {', '.join(STEPS_DEFAULTS)}")
     values = {**STEPS_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     if not isinstance(values["trajectories"], str) or not values["trajectories"]:
-        raise ConfigError("data.steps.trajectories", f"a source name {STEPS_FROM_SOURCES} or a JSONL path")
+        raise ConfigError(
+            "data.steps.trajectories",
+            f"a source name {STEPS_FROM_SOURCES}, {STEPS_JSONL!r} (data.steps.path) or a JSONL path",
+        )
+    if not isinstance(values["path"], str):
+        raise ConfigError("data.steps.path", f"must be a string (JSONL files, comma-separated), got {values['path']!r}")
+    if values["trajectories"] == STEPS_JSONL and not steps_paths(values["path"]):
+        from rcgrpo_jax.data.steps import SCHEMA_LINE
+
+        raise ConfigError(
+            "data.steps.path",
+            f"required for data.source=steps with data.steps.trajectories=jsonl (the AWPO presets): a JSONL file "
+            f"(several: comma-separated) of {SCHEMA_LINE}",
+        )
+    if values["path"] and values["trajectories"] != STEPS_JSONL:
+        raise ConfigError(
+            "data.steps.path",
+            f"is set but data.steps.trajectories={values['trajectories']!r} would not read it; "
+            "set --config.data.steps.trajectories=jsonl (or clear the path)",
+        )
     for f in ("mask_names", "partial_credit", "calls_only"):
         if not isinstance(values[f], bool):
             raise ConfigError(f"data.steps.{f}", f"must be true or false, got {values[f]!r}")
@@ -293,13 +319,28 @@ def steps_options(data_config) -> StepsOptions:
         raise ConfigError("data.steps", "test_fraction must be a number and seed an integer") from None
     if not 0.0 <= fraction < 1.0:
         raise ConfigError("data.steps.test_fraction", f"must be in [0, 1), got {fraction}")
+    flags = {f: values[f] for f in ("mask_names", "partial_credit", "calls_only")}
     return StepsOptions(
-        values["trajectories"], fraction, seed, values["mask_names"], values["partial_credit"], values["calls_only"]
+        trajectories=values["trajectories"], path=values["path"], test_fraction=fraction, seed=seed, **flags
     )
 
 
+def steps_paths(path: str) -> tuple[str, ...]:
+    """data.steps.path as its files: comma-separated, blanks dropped."""
+    return tuple(p.strip() for p in str(path or "").split(",") if p.strip())
+
+
+def _jsonl_paths(opts: StepsOptions) -> tuple[str, tuple[str, ...]] | None:
+    """(the field that names them, the JSONL files) the instances come from; None for a source's experts."""
+    if opts.trajectories == STEPS_JSONL:
+        return "data.steps.path", steps_paths(opts.path)
+    if opts.trajectories in STEPS_FROM_SOURCES:
+        return None
+    return "data.steps.trajectories", (opts.trajectories,)
+
+
 def _steps_key(data_config) -> tuple:
-    """Everything the instances depend on, hashable (the JSONL file by path, size and mtime)."""
+    """Everything the instances depend on, hashable (each JSONL file by path, size and mtime)."""
     import os
 
     opts = steps_options(data_config)
@@ -309,9 +350,11 @@ def _steps_key(data_config) -> tuple:
     elif opts.trajectories == "bfcl":
         origin = ("bfcl",)
     else:
-        path = os.path.abspath(opts.trajectories)
-        st = os.stat(path)
-        origin = ("jsonl", path, st.st_size, st.st_mtime_ns)
+        files = []
+        for p in _jsonl_paths(opts)[1]:
+            st = os.stat(os.path.abspath(p))
+            files.append((os.path.abspath(p), st.st_size, st.st_mtime_ns))
+        origin = ("jsonl", tuple(files))
     return opts, origin
 
 
@@ -320,7 +363,7 @@ def _steps_trajectories(origin: tuple, test_fraction: float, seed: int) -> dict[
     from rcgrpo_jax.data import steps as steps_lib
 
     if origin[0] == "jsonl":
-        rows = steps_lib.load_jsonl(origin[1])
+        rows = steps_lib.load_jsonl_files([f[0] for f in origin[1]])
         split = steps_lib.split_rows(rows, test_fraction, seed)
     elif origin[0] == "world":
         train, test = _world(*origin[1:])
@@ -375,19 +418,23 @@ def _steps_check(data_config) -> None:
             raise ConfigError(
                 "data.steps.trajectories",
                 f"source {opts.trajectories!r} has no expert trajectories to decompose; use one of "
-                f"{STEPS_FROM_SOURCES} or a JSONL path",
+                f"{STEPS_FROM_SOURCES}, {STEPS_JSONL!r} (with data.steps.path) or a JSONL path",
             )
-        if not os.path.isfile(opts.trajectories):
-            raise ConfigError(
-                "data.steps.trajectories",
-                f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file: {opts.trajectories!r}",
-            )
+        field, paths = _jsonl_paths(opts)
+        for p in paths:
+            if not os.path.isfile(p):
+                what = (
+                    "no such JSONL file"
+                    if field == "data.steps.path"
+                    else f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file"
+                )
+                raise ConfigError(field, f"{what}: {p!r}")
         from rcgrpo_jax.data.steps import StepDataError
 
-        try:  # read (and cache) the file now, so a malformed row stops the run at start-up
+        try:  # read (and cache) the files now, so a malformed row stops the run at start-up
             _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
         except StepDataError as err:
-            raise ConfigError("data.steps.trajectories", str(err)) from None
+            raise ConfigError(field, str(err)) from None
 
 
 def _steps_corpus(data_config) -> list[str] | None:

@@ -17,7 +17,8 @@ Sources
   BFCL training tasks give 5,655 instances (2,644 of them tool-calling steps holding 4,160 calls;
   the rest are each turn's closing answer), the 80 test tasks 605 (280).
 - Any JSONL of chats in the OpenAI messages format with tools (ToolACE, xLAM, Hammer data converted to
-  it; our own trajectory records are rows of it too). `load_jsonl(path)` reads it.
+  it; our own trajectory records are rows of it too). `load_jsonl(path)` reads it, `load_jsonl_files`
+  several (the `steps` source's `data.steps.path`, comma-separated: AWPO's own training data).
 
 JSONL schema (one JSON object per line; blank lines are skipped; a malformed row raises
 `StepDataError` naming the file and line):
@@ -77,6 +78,16 @@ ROLES = ("system", "user", "assistant", "tool")
 
 class StepDataError(ValueError):
     """A row of step data that does not follow the schema of this module's docstring."""
+
+
+# The schema above in one line, for start-up errors that ask for a file of it (`sources`, `data.steps.path`).
+SCHEMA_LINE = (
+    '{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "tool_calls"?: '
+    '[{"function": {"name": str, "arguments": object}}], "reasoning_content"?: str}, ...], '
+    '"tools": [{"type": "function", "function": {"name", "description", "parameters"}}, ...], '
+    '"id"?: str, "category"?: str, "reference_rationale"?: str | [str|null]} per line, '
+    "ending with the assistant step (full schema: rcgrpo_jax/data/steps.py)"
+)
 
 
 # --- data types ----------------------------------------------------------------------------------
@@ -359,6 +370,23 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise _fail(str(path), f"duplicate row ids {dup[:5]}")
+    return out
+
+
+def load_jsonl_files(paths: Sequence[str | Path]) -> list[Trajectory]:
+    """The trajectories of several JSONL files (e.g. ToolACE, xLAM and Hammer data), in order; a row id
+    used in two files raises `StepDataError` naming both files (ids default to "<file name>:<line>")."""
+    if not paths:
+        raise StepDataError("no JSONL file given")
+    out: list[Trajectory] = []
+    where: dict[str, str] = {}
+    for path in paths:
+        rows = load_jsonl(path)
+        for t in rows:
+            if t.id in where:
+                raise _fail(str(path), f"row id {t.id!r} is also a row of {where[t.id]}")
+            where[t.id] = str(path)
+        out += rows
     return out
 
 

@@ -8,8 +8,9 @@ world's train text. One SFT policy of it (the quickstart's stage 1 through the s
 directories, so it sits beside the RC-GRPO ablation's stage 1 in one workdir and reuses its data
 files), then RL rows with equal budgets from it:
 GRPO (outcome reward only), the naive mixed reward (GRPO on r + s: no gate, no difficulty weight, no clip
-change), AWPO, and AWPO without each of its three parts (gate always open; difficulty weight 1; a fixed
-clip radius). Every row is scored greedily by BFCL's official checker on the world's test split; the report
+change), AWPO, and AWPO without each of its three parts (no gate: the mixed reward's advantage in every
+group, saturated ones included, as Table 4's "w/o gate" describes; difficulty weight 1; a fixed clip
+radius). Every row is scored greedily by BFCL's official checker on the world's test split; the report
 (workdir/awpo_report.md, .json, plots/) gives the table, the per-step AWPO diagnostics and what they show.
 
 The judge here is `rule`, a deterministic rubric over the step's calls: a stand-in for the paper's
@@ -37,7 +38,9 @@ ROWS: dict[str, tuple[str, Mapping[str, Any]]] = {
         {"gate": "always", "saturation_gate": False, "difficulty": "none", "clip_tighten": 0.0},
     ),
     "AWPO": ("awpo", {}),
-    "AWPO w/o gate": ("awpo", {"gate": "always"}),
+    # Table 4: without the gate AWPO uses the mixed reward directly; the saturation factor is part of the
+    # gate, so it goes too (difficulty weight and dynamic clip stay).
+    "AWPO w/o gate": ("awpo", {"gate": "always", "saturation_gate": False}),
     "AWPO w/o difficulty weight": ("awpo", {"difficulty": "none"}),
     "AWPO w/o dynamic clip": ("awpo", {"clip_tighten": 0.0}),
 }
@@ -50,7 +53,7 @@ DIAGNOSTICS = (
     "estimator/gate_open_frac",
     "estimator/difficulty_mean",
     "estimator/clip_scale_mean",
-    "estimator/rho_mean",
+    "estimator/rho_g_mean",
     "estimator/saturated_frac",
     "judge/failures",
 )
@@ -214,10 +217,12 @@ def verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], diag: Mapping[str,
     if gate is not None:
         lines.append(
             f"AWPO's gate was open in {100 * gate:.0f}% of the groups on average (it is closed where the outcome "
-            "has no spread or is saturated, and where the judge inflates the spread past 1/eps_mix)"
+            "has no spread or is saturated, and where the judge inflates the spread past eps_mix times the "
+            "outcome's: rho_g > eps_mix)"
             + (
-                f"; mean rho = sigma_out/sigma_mix over the groups with a finite, non-zero rho (0 when none had one): {awpo['estimator/rho_mean']:.2f}"
-                if awpo.get("estimator/rho_mean") is not None
+                "; mean rho_g = sigma_mix/sigma_out over the groups with outcome spread (0 when none had any): "
+                f"{awpo['estimator/rho_g_mean']:.2f}"
+                if awpo.get("estimator/rho_g_mean") is not None
                 else ""
             )
             + "."

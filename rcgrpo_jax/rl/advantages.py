@@ -268,11 +268,15 @@ def sign(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
 # ---------------------------------------------------------------- AWPO (a reconstruction)
 #
 # The AWPO paper's equations (21-24) are not available to us: every term below follows the paper's
-# text (Sec. 3.1, 3.2, App. A.4) and is a documented, swappable choice; docs/advantages.md lists them.
+# text (Sec. 3.1, 3.2, App. A.4) and is a documented, swappable choice; docs/awpo.md lists them.
+# The gate is written in the paper's notation: rho_g = sigma_mix / sigma_out, open when rho_g <= eps_mix,
+# so an eps_mix taken from the paper means the same here (docs/awpo.md, "Gate notation").
 
 
 AWPO_MIX = ("additive", "convex")
-AWPO_GATES = ("ratio_above", "ratio_below", "always", "never")
+AWPO_GATES = ("dispersion", "outcome_insignificant", "always", "never")
+# The gate names before the paper's notation (eps_mix bounded sigma_out / sigma_mix, the inverse of rho_g).
+AWPO_FORMER_GATES = {"ratio_above": "dispersion", "ratio_below": "outcome_insignificant"}
 AWPO_DIFFICULTY = ("quadratic", "gaussian", "none")
 AWPO_DIFFICULTY_TARGETS = ("update", "judge")
 AWPO_RELIANCE = ("variance_share", "gate", "weight")
@@ -284,11 +288,12 @@ def awpo_config() -> ml_collections.ConfigDict:
             "eps": 1e-6,
             "mix": "additive",  # additive: m = r + lam s (the text: R_mix = R_out + R_reasoning) | convex
             "mix_weight": 1.0,  # lam
-            # ratio_above (the text: a lower bound on rho = sigma_out / sigma_mix) | ratio_below (an upper bound,
-            # this code's former default) | always | never
-            "gate": "ratio_above",
-            "eps_mix": 0.5,  # the bound on rho; 0.5: the judge may at most double the group's spread
-            "eps_mix_max": 0.0,  # ratio_above: > 0 also closes the gate when rho > eps_mix_max; 0 = no upper bound
+            # dispersion (Sec. 3.1/A.4: open iff rho_g = sigma_mix / sigma_out <= eps_mix) | outcome_insignificant
+            # (one reading of the introduction: open iff rho_g >= eps_mix, the outcome's spread is small next to
+            # the mixed one) | always | never
+            "gate": "dispersion",
+            "eps_mix": 2.0,  # the bound on rho_g (the paper's form); 2: the judge may at most double the spread
+            "eps_mix_min": 0.0,  # dispersion: > 0 also closes the gate when rho_g < eps_mix_min; 0 = no lower bound
             "saturation_gate": True,  # multiply the gate by 1[mean_g(r) < max_reward]
             "max_reward": 1.0,  # R_out_max
             "difficulty": "quadratic",  # quadratic | gaussian | none
@@ -304,6 +309,13 @@ def awpo_config() -> ml_collections.ConfigDict:
 
 def awpo_validate(cfg: ml_collections.ConfigDict) -> None:
     """Every option of a resolved awpo config; raises `OptionError` naming the field."""
+    if cfg.gate in AWPO_FORMER_GATES:
+        raise OptionError(
+            "gate",
+            f"{cfg.gate!r} is the former notation (eps_mix bounded sigma_out / sigma_mix); use "
+            f"gate={AWPO_FORMER_GATES[cfg.gate]!r} with eps_mix = 1 / the old value (the paper's form: "
+            "rho_g = sigma_mix / sigma_out, open iff rho_g <= eps_mix; old eps_mix 0.5 = new 2.0)",
+        )
     check_choice(cfg, "mix", AWPO_MIX)
     check_choice(cfg, "gate", AWPO_GATES)
     check_choice(cfg, "difficulty", AWPO_DIFFICULTY)
@@ -315,7 +327,7 @@ def awpo_validate(cfg: ml_collections.ConfigDict) -> None:
         "eps": (0.0, None, False),
         "mix_weight": (0.0, 1.0 if cfg.mix == "convex" else None, True),
         "eps_mix": (0.0, None, True),
-        "eps_mix_max": (0.0, None, True),
+        "eps_mix_min": (0.0, None, True),
         "max_reward": (0.0, None, False),
         "difficulty_floor": (0.0, 1.0, True),
         "difficulty_width": (0.0, None, False),
@@ -327,9 +339,9 @@ def awpo_validate(cfg: ml_collections.ConfigDict) -> None:
         if not (v >= lo if lo_ok else v > lo) or (hi is not None and v > hi):
             rng = f"{'[' if lo_ok else '('}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
             raise OptionError(field, f"{v} is not in {rng}")
-    if cfg.eps_mix_max and cfg.eps_mix_max < cfg.eps_mix:
+    if cfg.eps_mix_min > cfg.eps_mix:
         raise OptionError(
-            "eps_mix_max", f"{cfg.eps_mix_max} is below eps_mix={cfg.eps_mix} (the gate could never open)"
+            "eps_mix_min", f"{cfg.eps_mix_min} is above eps_mix={cfg.eps_mix} (the gate could never open)"
         )
 
 
@@ -345,38 +357,41 @@ def awpo_mixed_reward(r: Array, s: Array, cfg: ml_collections.ConfigDict) -> Arr
 
 
 def awpo_dispersion_ratio(r: Array, m: Array) -> Array:
-    """rho_g = sigma_out / sigma_mix [N, 1] (population stds of r and m over the group), the alignment
-    proxy; +inf where sigma_mix = 0 < sigma_out, 0 where both are 0.
+    """The dispersion ratio in the paper's form, rho_g = sigma_mix / sigma_out [N, 1] (population stds
+    of m and r over the group); +inf where sigma_out = 0 (no outcome spread: the gate is closed there).
 
-    When the judge's score is independent of the outcome, rho is exactly corr(r, m), so "correlation
-    falls as sigma_mix / sigma_out grows". It measures the judge's share of the mixed spread, not its
-    agreement: a judge equal to the outcome (m = 2r) has rho = 1/2, an anti-aligned one that cancels
-    the outcome (m constant) has rho = inf."""
+    1 / rho_g = sigma_out / sigma_mix is the alignment proxy: when the judge's score is independent of
+    the outcome it is exactly corr(r, m), so "correlation falls as sigma_mix / sigma_out grows". It
+    measures the judge's share of the mixed spread, not its agreement: a judge equal to the outcome
+    (m = 2r) has rho_g = 2, one that exactly cancels the outcome (m constant) has rho_g = 0."""
     so, sm = group_std(r), group_std(m)
-    safe = jnp.where(sm > 0, sm, 1.0)
-    return jnp.where(sm > 0, so / safe, jnp.where(so > 0, jnp.inf, 0.0))
+    return jnp.where(so > 0, sm / jnp.where(so > 0, so, 1.0), jnp.inf)
 
 
 def awpo_gate(r: Array, m: Array, cfg: ml_collections.ConfigDict) -> Array:
     """Variance-aware gate g [N, 1] in {0, 1} = passes_g * 1[mean_g(r) < max_reward] (the saturation
-    factor, unless `saturation_gate=False`).
+    factor, unless `saturation_gate=False`), with rho_g = sigma_mix / sigma_out (`awpo_dispersion_ratio`).
 
-    "ratio_above" (default, the text: "a uniform lower bound on the dispersion ratio"): passes when
-    sigma_out > 0 and rho = sigma_out / sigma_mix >= eps_mix, i.e. sigma_mix <= sigma_out / eps_mix
-    (computed without division). So the gate is closed when the outcome has no spread (sigma_out = 0),
-    closed on saturation, and closed when the judge inflates the spread past 1/eps_mix times the
-    outcome's. With eps_mix_max > 0 it also needs rho <= eps_mix_max (closes on a judge that cancels
-    the outcome's spread; off by default: the text states only the lower bound).
-    "ratio_below" (this code's former default, an upper bound): passes when sigma_out / (sigma_mix +
-    eps) <= eps_mix (opens on sigma_out = 0 and on judge noise). "always" / "never": passes is 1 / 0.
+    "dispersion" (default; Sec. 3.1/A.4 in the paper's notation, rho_g <= eps_mix): passes when
+    sigma_out > 0 and sigma_mix <= eps_mix * sigma_out (rho_g <= eps_mix computed without division),
+    the same as a uniform lower bound 1/eps_mix on sigma_out / sigma_mix. So the gate is closed when
+    the outcome has no spread (sigma_out = 0, which for rewards <= max_reward includes saturation) and
+    closed when the judge inflates the spread past eps_mix times the outcome's. With eps_mix_min > 0
+    it also needs rho_g >= eps_mix_min (closes on a judge that cancels the outcome's spread; off by
+    default: the text states only the one bound).
+    "outcome_insignificant" (the introduction read as "use the judge when the variance induced by the
+    outcome is insignificant"): passes when sigma_mix >= eps_mix * sigma_out (rho_g >= eps_mix; opens on
+    sigma_out = 0, all-failed groups included, and closes where the judge adds less than that spread,
+    e.g. on a judge that follows the outcome at a smaller scale; with eps_mix = 1 it is this code's
+    first reading). "always" / "never": passes is 1 / 0.
     """
     so, sm = group_std(r), group_std(m)
-    if cfg.gate == "ratio_above":
-        passes = (so > 0) & (so >= cfg.eps_mix * sm)
-        if cfg.eps_mix_max:
-            passes &= so <= cfg.eps_mix_max * sm
-    elif cfg.gate == "ratio_below":
-        passes = so / (sm + cfg.eps) <= cfg.eps_mix
+    if cfg.gate == "dispersion":
+        passes = (so > 0) & (sm <= cfg.eps_mix * so)
+        if cfg.eps_mix_min:
+            passes &= sm >= cfg.eps_mix_min * so
+    elif cfg.gate == "outcome_insignificant":
+        passes = sm >= cfg.eps_mix * so
     elif cfg.gate == "always":
         passes = jnp.ones_like(so, bool)
     elif cfg.gate == "never":
@@ -411,11 +426,13 @@ def awpo_difficulty(r: Array, cfg: ml_collections.ConfigDict) -> Array:
 def awpo_reliance(gate: Array, rho: Array, difficulty: Array, cfg: ml_collections.ConfigDict) -> Array:
     """Reliance u_g [N, 1] in [0, 1] on the auxiliary reward, which tightens the clip radius.
 
-    "variance_share" (default): u = g (1 - min(rho, 1)^2), the judge's share of the mixed variance
-    (exact when the judge is independent of the outcome); 0 when the gate is closed or the judge adds
-    no spread. "gate": u = g. "weight": u = g d (this code's former reading)."""
+    "variance_share" (default): u = g (1 - min(1 / rho_g, 1)^2) = g (1 - min(sigma_out / sigma_mix, 1)^2),
+    the judge's share of the mixed variance (exact when the judge is independent of the outcome); 0 when
+    the gate is closed or the judge adds no spread (rho_g <= 1), g where sigma_out = 0 (rho_g = inf).
+    "gate": u = g. "weight": u = g d (this code's former reading)."""
     if cfg.reliance == "variance_share":
-        return gate * (1.0 - jnp.minimum(rho, 1.0) ** 2)
+        inv = jnp.where(rho > 0, 1.0 / jnp.where(rho > 0, rho, 1.0), jnp.inf)  # sigma_out / sigma_mix
+        return gate * (1.0 - jnp.minimum(inv, 1.0) ** 2)
     if cfg.reliance == "gate":
         return gate
     if cfg.reliance == "weight":
@@ -484,7 +501,8 @@ def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
     so with the gate closed and d = 1 it is plain GRPO. Reliance u_g (`awpo_reliance`) sets the loss's
     per-rollout clip scale `awpo_clip_scale(u)` (`awpo_per_rollout`). Scalar metrics (means over the
     kept groups): gate_open_frac, difficulty_mean (d_g), clip_scale_mean (the factor on the clip
-    radius), reliance_mean, rho_mean (over groups with a finite, non-zero rho), saturated_frac.
+    radius), reliance_mean, rho_g_mean (rho_g = sigma_mix / sigma_out in the paper's form, over the
+    groups with outcome spread, where it is finite), saturated_frac.
     """
     t = _awpo_terms(rewards, aux, config)
     cfg, r, m, gate, rho, d, reliance = (t[k] for k in ("cfg", "r", "m", "gate", "rho", "d", "reliance"))
@@ -495,7 +513,7 @@ def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
         w = gate * d
         adv = (1.0 - w) * a_out + w * a_mix
     keep = _group_mask(aux, r.shape[0])
-    finite_rho = (jnp.isfinite(rho) & (rho > 0)).astype(jnp.float32) * keep
+    finite_rho = jnp.isfinite(rho).astype(jnp.float32) * keep
     return _finish(
         r,
         adv,
@@ -504,6 +522,6 @@ def awpo(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
         difficulty_mean=_masked_mean(d, keep),
         clip_scale_mean=_masked_mean(t["scale"], keep),
         reliance_mean=_masked_mean(reliance, keep),
-        rho_mean=jnp.sum(jnp.where(finite_rho > 0, rho, 0.0)) / jnp.maximum(jnp.sum(finite_rho), 1.0),
+        rho_g_mean=jnp.sum(jnp.where(finite_rho > 0, rho, 0.0)) / jnp.maximum(jnp.sum(finite_rho), 1.0),
         saturated_frac=_masked_mean((r.mean(axis=1, keepdims=True) >= cfg.max_reward).astype(jnp.float32), keep),
     )

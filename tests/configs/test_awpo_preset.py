@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
+from configs import awpo, common, grpo
 from rcgrpo_jax import main
+from rcgrpo_jax.config_checks import ConfigError
 from tests import test_main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,3 +63,85 @@ def test_awpo_tiny_preset_builds_a_qwen3_and_runs_from_the_cli(tmp_path, compile
         ref = model(torch.tensor(ids)).logits.numpy()
     ours = np.asarray(apply(config, params, jnp.asarray(ids)))
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
+# --- the GPU presets: AWPO's own data, BFCL v4 evaluation, what is borrowed ---------------------------
+
+GPU_PRESETS = [p for p in common.PRESETS if p != "tiny"]
+STEPS_FIXTURE = os.path.join(REPO, "tests", "data", "fixtures", "steps_chats.jsonl")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    (d / "config.json").write_text(json.dumps(common.hf_architecture("qwen3_8b")))
+    return str(d)
+
+
+@pytest.mark.parametrize("preset", GPU_PRESETS)
+def test_gpu_presets_train_on_the_users_step_data_and_never_on_bfcl_silently(preset, hf_dir):
+    from rcgrpo_jax.data import sources
+    from rcgrpo_jax.train import rl_config
+
+    c = awpo.get_config(preset)
+    c.model.path = hf_dir
+    assert (c.data.source, c.data.steps.trajectories, c.data.steps.path) == ("steps", "jsonl", "")
+    assert c.rl.max_steps_per_turn == 0  # one assistant step per episode
+    with pytest.raises(ConfigError) as err:  # no path: stops at start-up, naming the field and the schema
+        rl_config.check(rl_config.resolve_config(c), 8)
+    assert err.value.field == "data.steps.path" and '{"messages": [' in str(err.value)
+    c.data.steps.path = STEPS_FIXTURE
+    rl_config.check(rl_config.resolve_config(c), 8)
+    tasks = sources.tasks(c.data, "rl")
+    assert tasks and all(type(t).__name__ == "StepInstance" for t in tasks)  # single steps, not BFCL episodes
+
+
+def test_the_dry_run_without_a_path_stops_with_one_line(capsys):
+    """The issue's check: `python -m rcgrpo_jax.main --config=configs/awpo.py:qwen3_8b --dry_run` (8 devices;
+    tests/conftest.py sets 8 fake CPU ones) stops before compiling anything, with one line."""
+    assert main.cli(["main", f"--config={AWPO}:qwen3_8b", "--dry_run"]) == main.USAGE_EXIT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("error: config.data.steps.path: required for data.source=steps")
+    assert err[0].endswith("(full schema: rcgrpo_jax/data/steps.py)")
+
+
+def test_the_step_budget_fits_the_papers_reasoning_lengths():
+    # ~400 tokens (AWPO) and ~600 (naive mixture) on average: the builder's 512 is below the baseline's mean
+    builder = grpo.rl_config("x", "qwen3_8b", estimator="awpo")
+    assert builder.rl.max_step_tokens < 600
+    assert awpo.get_config("qwen3_8b").rl.max_step_tokens >= 2 * 600  # room for the tail past the mean
+    assert awpo.get_config("qwen3_8b,eval").eval.max_step_tokens == awpo.get_config("qwen3_8b").rl.max_step_tokens
+
+
+@pytest.mark.parametrize("preset", GPU_PRESETS)
+def test_borrowed_hyperparameters_are_the_rc_grpo_builders(preset):
+    """Every field marked as borrowed is a real field and still holds configs/grpo.py's builder value (so
+    the marking cannot rot); the AWPO-specific ones are not in the list."""
+    from rcgrpo_jax.config_checks import _get
+
+    c, builder = awpo.get_config(preset), grpo.rl_config("x", preset, estimator="awpo")
+    missing = object()
+    for field in awpo.BORROWED_FROM_RC_GRPO:
+        assert _get(c, field, missing) is not missing, field
+        assert _get(c, field) == _get(builder, field), field
+    assert not {"rl.max_step_tokens", "data.source", "rl.advantage.name"} & set(awpo.BORROWED_FROM_RC_GRPO)
+
+
+@pytest.mark.parametrize("preset", [p for p in GPU_PRESETS if p.startswith("qwen3")])
+def test_eval_mode_is_bfcl_v4_on_every_bfcl_task(preset, hf_dir):
+    from rcgrpo_jax.eval import run
+
+    e = awpo.get_config(f"{preset},eval")
+    assert e.trainer == "eval" and e.preset == preset
+    assert (e.eval.suite, e.eval.split, e.data.source) == ("bfcl_v4", "all", "bfcl")
+    e.model.path = hf_dir
+    run.check_eval_config(e)
+    with pytest.raises(ValueError, match="unknown mode 'evl'"):
+        awpo.get_config(f"{preset},evl")
+
+
+def test_the_tiny_preset_keeps_the_cpu_world():
+    c = awpo.get_config("tiny")
+    assert c.data.source == "world" and c.model.tiny_arch == "qwen3"
+    assert awpo.get_config("tiny,eval").data.source == "world"

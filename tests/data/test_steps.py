@@ -266,6 +266,88 @@ def test_duplicate_row_ids_are_refused(tmp_path):
         steps.load_jsonl(path)
 
 
+def test_several_files_load_in_order_and_share_no_row_id(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(FIXTURE.read_text())
+    b.write_text(json.dumps(GOOD) + "\n")
+    rows = steps.load_jsonl_files([a, b])
+    # ids default to "<file name>:<line>" (the fixture's first row has none; the others name themselves)
+    assert [t.id for t in rows] == ["a.jsonl:1", "xlam-7", "hammer-3", "b.jsonl:1"]
+    assert [t.messages for t in rows[:3]] == [t.messages for t in steps.load_jsonl(FIXTURE)]
+    b.write_text(json.dumps({**GOOD, "id": "xlam-7"}) + "\n")
+    with pytest.raises(StepDataError) as err:
+        steps.load_jsonl_files([a, b])
+    assert str(err.value).startswith(f"{b}: row id 'xlam-7' is also a row of {a}")
+    with pytest.raises(StepDataError, match="no JSONL file"):
+        steps.load_jsonl_files([])
+
+
+# --- the `steps` source over data.steps.path (the AWPO presets' data) ---------------------------------
+
+
+def _steps_data(**fields):
+    import ml_collections
+
+    return ml_collections.ConfigDict({"source": "steps", "max_examples": -1, "steps": fields})
+
+
+def test_source_reads_the_files_at_data_steps_path(tmp_path, chats):
+    from rcgrpo_jax.data import sources
+
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({**GOOD, "id": "extra", "category": "toolace"}) + "\n")
+    d = _steps_data(trajectories="jsonl", path=f"{FIXTURE}, {extra}", test_fraction=0.0)
+    sources.check(d)
+    tasks = sources.tasks(d, "train")
+    # every assistant step of the 3 fixture rows (8) and of the extra row (1), in file order
+    assert len(tasks) == 9 and tasks[-1].id == "extra:step0" and tasks[-1].category == "toolace"
+    assert [t.trajectory_id for t in tasks[:-1]] == [t.trajectory_id for t in steps.instances_of(chats)]
+    assert sources.tasks(d, "test") == []
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"trajectories": "jsonl"}, "required for data.source=steps"),
+        ({"trajectories": "jsonl", "path": " , "}, "required for data.source=steps"),
+        ({"trajectories": "jsonl", "path": "/no/such/steps.jsonl"}, "no such JSONL file: '/no/such/steps.jsonl'"),
+        ({"trajectories": "bfcl", "path": str(FIXTURE)}, "would not read it"),
+        ({"trajectories": "jsonl", "path": 3}, "must be a string"),
+    ],
+)
+def test_source_path_errors_name_the_field(fields, message):
+    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.data import sources
+
+    with pytest.raises(ConfigError) as err:
+        sources.check(_steps_data(**fields))
+    assert err.value.field == "data.steps.path" and message in str(err.value)
+    assert "\n" not in str(err.value)  # one line, as the launcher prints it
+
+
+def test_missing_path_error_gives_the_schema():
+    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.data import sources
+
+    with pytest.raises(ConfigError) as err:
+        sources.check(_steps_data(trajectories="jsonl"))
+    assert str(err.value).startswith("config.data.steps.path: required for data.source=steps")
+    assert steps.SCHEMA_LINE in str(err.value)
+    for field in ('"messages"', '"tools"', '"tool_calls"', '"reasoning_content"', "rcgrpo_jax/data/steps.py"):
+        assert field in steps.SCHEMA_LINE
+
+
+def test_source_reports_a_bad_row_of_a_path_file_on_that_field(tmp_path):
+    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.data import sources
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(GOOD) + "\n" + json.dumps({"messages": [], "tools": []}) + "\n")
+    with pytest.raises(ConfigError) as err:
+        sources.check(_steps_data(trajectories="jsonl", path=f"{FIXTURE},{bad}"))
+    assert err.value.field == "data.steps.path" and f"{bad}:2" in str(err.value)
+
+
 def test_split_rows_keeps_trajectories_whole_and_is_seeded(chats):
     rows = [steps.Trajectory(f"t{i}", "c", chats[0].messages, chats[0].tools) for i in range(20)]
     a = steps.split_rows(rows, 0.25, seed=3)

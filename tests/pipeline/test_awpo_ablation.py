@@ -14,8 +14,12 @@ def test_rows_are_the_papers_table_4_switches():
     chosen = {row: rl_config.choices(awpo_ablation.row_config(row, b, None, 0)) for row in awpo_ablation.ROWS}
     assert chosen["GRPO"].estimator == "grpo" and not chosen["GRPO"].uses_judge
     full = chosen["AWPO"].advantage_options
-    assert (full.gate, full.difficulty, full.clip_tighten) == ("ratio_above", "quadratic", 0.5)
-    assert chosen["AWPO w/o gate"].advantage_options.gate == "always"
+    assert (full.gate, full.difficulty, full.clip_tighten) == ("dispersion", "quadratic", 0.5)
+    assert full.saturation_gate is True
+    # Table 4's "w/o gate": the mixed reward directly, so no saturation factor either; the other two parts stay
+    no_gate = chosen["AWPO w/o gate"].advantage_options
+    assert (no_gate.gate, no_gate.saturation_gate) == ("always", False)
+    assert (no_gate.difficulty, no_gate.clip_tighten) == (full.difficulty, full.clip_tighten)
     assert chosen["AWPO w/o difficulty weight"].advantage_options.difficulty == "none"
     assert chosen["AWPO w/o dynamic clip"].advantage_options.clip_tighten == 0.0
     naive = chosen["mixed reward (GRPO on r + s)"].advantage_options
@@ -23,6 +27,26 @@ def test_rows_are_the_papers_table_4_switches():
     for row in awpo_ablation.ROWS:  # equal budgets: the rows differ only in their advantage options
         c = awpo_ablation.row_config(row, b, "/init", 0)
         assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (1, 8, 4) and c.model.path == "/init"
+
+
+def test_without_the_gate_a_saturated_group_learns_from_the_mixed_reward():
+    """By hand: every rollout solved (r = 1), the judge prefers the first: m = r + s = [2, 1, 1, 1], mean 5/4,
+    population std sqrt(3/16); difficulty weight at p = 1 is d_min = .25. AWPO (gate and saturation factor)
+    gives the group nothing; "w/o gate" gives d * A_mix, as the mixed reward directly would."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rcgrpo_jax.rl import advantages
+
+    r, s = jnp.ones((1, 4)), jnp.asarray([[1.0, 0.0, 0.0, 0.0]])
+    b = budgets.get("smoke")
+    adv = {}
+    for row in ("AWPO", "AWPO w/o gate"):
+        options = rl_config.choices(awpo_ablation.row_config(row, b, None, 0)).advantage_options
+        adv[row] = np.asarray(advantages.get("awpo")(r, aux={"reasoning": s}, config=options)[0])
+    np.testing.assert_array_equal(adv["AWPO"], 0.0)
+    expected = 0.25 * np.array([0.75, -0.25, -0.25, -0.25]) / np.sqrt(3 / 16)
+    np.testing.assert_allclose(adv["AWPO w/o gate"][0], expected, rtol=1e-5)
 
 
 def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
@@ -62,7 +86,7 @@ def test_verdict_wording_by_hand():
         "AWPO": {
             "frac_zero_var_groups": 0.9,
             "estimator/gate_open_frac": 0.05,
-            "estimator/rho_mean": 0.8,
+            "estimator/rho_g_mean": 1.25,
             "estimator/difficulty_mean": 0.31,
             "estimator/clip_scale_mean": 0.97,
             "judge/failures": 3.0,
@@ -71,7 +95,7 @@ def test_verdict_wording_by_hand():
     text = awpo_ablation.verdict(evals, diag)
     assert "One test episode is 1.56 points. The RL rows span 2.5 points; the best is AWPO (12.5%" in text
     assert "cannot rank them" in text and "90% of the groups had all-equal outcome rewards" in text
-    assert "gate was open in 5% of the groups" in text and "0.80" in text
+    assert "gate was open in 5% of the groups" in text and "mean rho_g = sigma_mix/sigma_out" in text and "1.25" in text
     assert "d_g 0.31" in text and "scale 0.97" in text and "Judge failures (scored as the default): 3." in text
     evals["AWPO"] = [_s(0.30)]
     assert "cannot rank them" not in awpo_ablation.verdict(evals, {})

@@ -103,18 +103,18 @@ def test_rc_grpo_anchor_is_rc_grpo_on_high_rollouts_only(r, t):
 
 # ---------------------------------------------------------------- AWPO
 
-# One group per gate case (G = 4), default config: m = r + s, gate open iff sigma_out > 0,
-# sigma_out >= sigma_mix / 2 and the group is not saturated.
+# One group per gate case (G = 4), default config: m = r + s, rho_g = sigma_mix / sigma_out (the paper's
+# form), gate open iff sigma_out > 0, rho_g <= eps_mix = 2 and the group is not saturated.
 R_AWPO = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0.5, 0, 0, 0], [1, 0, 0, 0]], np.float32)
 S_AWPO = np.array([[1, 0.5, 0, 0], [0, 1, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 1, 1, 1]], np.float32)
-# group 0, open:      m = [2, .5, 0, 0]; sigma_out^2 = 3/16, sigma_mix^2 = 43/64 -> rho^2 = 12/43, rho = .528 >= .5
-# group 1, saturated: mean r = 1 = max_reward -> closed (and A_out = 0)
-# group 2, sigma_out = 0 (all failed): closed, whatever the judge says
-# group 3, inflated:  m = [1.5, 1, 0, 0]; sigma_out^2 = 3/64, sigma_mix^2 = 27/64 -> rho = 1/3 < .5: closed
-# group 4, cancelled: m = [1, 1, 1, 1], sigma_mix = 0 < sigma_out -> rho = inf: the lower bound passes, A_mix = 0
+# group 0, open:      m = [2, .5, 0, 0]; sigma_out^2 = 3/16, sigma_mix^2 = 43/64 -> rho_g^2 = 43/12, rho_g = 1.893 <= 2
+# group 1, saturated: mean r = 1 = max_reward -> closed (and A_out = 0); sigma_out = 0 -> rho_g = inf
+# group 2, sigma_out = 0 (all failed): rho_g = inf, closed, whatever the judge says
+# group 3, inflated:  m = [1.5, 1, 0, 0]; sigma_out^2 = 3/64, sigma_mix^2 = 27/64 -> rho_g = 3 > 2: closed
+# group 4, cancelled: m = [1, 1, 1, 1], sigma_mix = 0 < sigma_out -> rho_g = 0 <= 2: open, A_mix = 0
 D_AWPO = [0.8125, 0.25, 0.25, 0.578125, 0.8125]  # .25 + .75 * 4p(1 - p), p = .25, 1, 0, .125, .25
 M0 = np.array([2.0, 0.5, 0.0, 0.0])
-U0 = 31 / 43  # variance share of group 0: 1 - rho^2
+U0 = 31 / 43  # variance share of group 0: 1 - 1 / rho_g^2
 C0 = 1 - 0.5 * U0  # clip scale of group 0: 1 - kappa u
 
 
@@ -155,12 +155,13 @@ class AwpoTest(chex.TestCase):
         np.testing.assert_allclose(m["difficulty_mean"], np.mean(D_AWPO), rtol=1e-6)
         np.testing.assert_allclose(m["clip_scale_mean"], (C0 + 4) / 5, rtol=1e-5)
         np.testing.assert_allclose(m["reliance_mean"], U0 / 5, rtol=1e-5)
-        np.testing.assert_allclose(m["rho_mean"], (np.sqrt(12 / 43) + 1 / 3) / 2, rtol=1e-5)
+        # over the groups with outcome spread (0, 3, 4): rho_g = sqrt(43/12), 3, 0
+        np.testing.assert_allclose(m["rho_g_mean"], (np.sqrt(43 / 12) + 3 + 0) / 3, rtol=1e-5)
         np.testing.assert_allclose(m["saturated_frac"], 1 / 5, rtol=1e-6)
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_upper_bound_closes_a_cancelling_judge(self):
-        fn = self.variant(_awpo({"eps_mix_max": 2.0}))
+    def test_lower_bound_closes_a_cancelling_judge(self):
+        fn = self.variant(_awpo({"eps_mix_min": 0.5}))  # group 4: rho_g = 0 < .5; group 0: 1.893 >= .5
         a, m = fn(jnp.asarray(R_AWPO), aux={"reasoning": jnp.asarray(S_AWPO)})
         np.testing.assert_allclose(a[4], D_AWPO[4] * _norm(R_AWPO[4]), rtol=1e-5)
         np.testing.assert_allclose(a[0], D_AWPO[0] * _norm(M0), rtol=1e-5)
@@ -179,10 +180,11 @@ class AwpoTest(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_former_reading_as_switches(self):
-        """The former default (upper-bound gate, lam = 1/2, d on the judge's share, u = g d) on its
-        original hand-computed groups."""
+        """The first reading (open when the outcome's spread is small next to the mixed one, lam = 1/2, d
+        on the judge's share, u = g d) on its original hand-computed groups; its old sigma_out / (sigma_mix
+        + eps) <= 1 is rho_g >= 1 in the paper's form."""
         old = {
-            "gate": "ratio_below",
+            "gate": "outcome_insignificant",
             "eps_mix": 1.0,
             "mix_weight": 0.5,
             "difficulty_target": "judge",
@@ -191,11 +193,11 @@ class AwpoTest(chex.TestCase):
         r = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], np.float32)
         s = np.array([[1, 0.5, 0, 0], [0, 1, 0, 1], [0, 1, 1, 1]], np.float32)
         a, m = self.variant(_awpo(old))(jnp.asarray(r), aux={"reasoning": jnp.asarray(s)})
-        # group 0: m = r + s/2 = [1.5, .25, 0, 0], rho = .696 <= 1: open, w = d = .8125
+        # group 0: m = r + s/2 = [1.5, .25, 0, 0], rho_g = 1 / .696 = 1.437 >= 1: open, w = d = .8125
         w = 0.8125
         np.testing.assert_allclose(a[0], (1 - w) * _norm(r[0]) + w * _norm([1.5, 0.25, 0, 0]), rtol=1e-5)
         np.testing.assert_allclose(a[1], 0.0)
-        # group 2: m = [1, .5, .5, .5], sigma_mix = sigma_out / 2 -> rho = 2 > 1: closed, plain GRPO
+        # group 2: m = [1, .5, .5, .5], sigma_mix = sigma_out / 2 -> rho_g = 1/2 < 1: closed, plain GRPO
         np.testing.assert_allclose(a[2], _norm(r[2]), rtol=1e-5)
         extras = adv_lib.per_rollout("awpo", jnp.asarray(r), aux={"reasoning": jnp.asarray(s)}, config=old)
         np.testing.assert_allclose(extras["clip_scale"][:, 0], [1 - 0.5 * w, 1.0, 1.0], rtol=1e-6)
@@ -203,27 +205,28 @@ class AwpoTest(chex.TestCase):
 
     def test_terms(self):
         cfg = adv_lib.awpo_config()
-        assert cfg.mix_weight == 1.0 and cfg.gate == "ratio_above" and cfg.difficulty_target == "update"
+        assert cfg.mix_weight == 1.0 and cfg.gate == "dispersion" and cfg.difficulty_target == "update"
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
         mixed = adv_lib.awpo_mixed_reward(r, s, cfg)
         np.testing.assert_allclose(mixed, R_AWPO + S_AWPO)
         gate = lambda **kw: np.asarray(adv_lib.awpo_gate(r, mixed, ml_collections.ConfigDict({**cfg, **kw})))[:, 0]
         np.testing.assert_array_equal(gate(), [1, 0, 0, 0, 1])
-        np.testing.assert_array_equal(gate(eps_mix=0.3), [1, 0, 0, 1, 1])  # 1/3 >= .3
-        np.testing.assert_array_equal(gate(eps_mix=0.55), [0, 0, 0, 0, 1])  # .528 < .55
-        # the former upper bound: opens on sigma_out = 0 (group 2) and on the inflating judge (group 3)
-        np.testing.assert_array_equal(gate(gate="ratio_below"), [0, 0, 1, 1, 0])
+        np.testing.assert_array_equal(gate(eps_mix=3.5), [1, 0, 0, 1, 1])  # group 3: rho_g = 3 <= 3.5
+        np.testing.assert_array_equal(gate(eps_mix=1.85), [0, 0, 0, 0, 1])  # group 0: 1.893 > 1.85
+        # the introduction's other reading: opens on sigma_out = 0 (group 2) and on the inflating judge (group 3)
+        np.testing.assert_array_equal(gate(gate="outcome_insignificant"), [0, 0, 1, 1, 0])
         np.testing.assert_array_equal(gate(gate="always"), [1, 0, 1, 1, 1])  # still never past saturation
         np.testing.assert_array_equal(gate(gate="always", saturation_gate=False), [1, 1, 1, 1, 1])
         np.testing.assert_array_equal(gate(gate="never"), [0, 0, 0, 0, 0])
         rho = np.asarray(adv_lib.awpo_dispersion_ratio(r, mixed))[:, 0]
-        np.testing.assert_allclose(rho[[0, 1, 2, 3]], [np.sqrt(12 / 43), 0, 0, 1 / 3], rtol=1e-5)
-        assert rho[4] == np.inf
-        # a judge equal to the outcome doubles the spread: rho = 1/2 exactly, on the (closed) boundary
+        np.testing.assert_allclose(rho[[0, 3, 4]], [np.sqrt(43 / 12), 3, 0], rtol=1e-5)
+        assert rho[1] == rho[2] == np.inf  # no outcome spread
+        # a judge equal to the outcome doubles the spread: rho_g = 2 exactly, on the (closed) boundary
         one = jnp.asarray([[1.0, 0.0, 0.0, 0.0]])
         m1 = adv_lib.awpo_mixed_reward(one, one, cfg)
+        assert float(adv_lib.awpo_dispersion_ratio(one, m1)[0, 0]) == 2.0
         assert float(adv_lib.awpo_gate(one, m1, cfg)[0, 0]) == 1.0
-        cfg.eps_mix = 0.51
+        cfg.eps_mix = 1.99
         assert float(adv_lib.awpo_gate(one, m1, cfg)[0, 0]) == 0.0
         p = jnp.array([[0.0], [0.5], [1.0]]) * jnp.ones((1, 4))
         np.testing.assert_allclose(adv_lib.awpo_difficulty(p, cfg)[:, 0], [0.25, 1.0, 0.25], rtol=1e-6)
@@ -236,13 +239,36 @@ class AwpoTest(chex.TestCase):
         cfg.difficulty = "none"
         np.testing.assert_allclose(adv_lib.awpo_difficulty(p, cfg)[:, 0], [1, 1, 1])
         g, d = jnp.array([[1.0], [1.0], [0.0]]), jnp.array([[0.5], [1.0], [1.0]])
-        rh = jnp.array([[0.5], [jnp.inf], [0.2]])
+        rh = jnp.array([[2.0], [0.0], [5.0]])  # rho_g: the judge holds 3/4 of the variance; cancels; (closed)
         np.testing.assert_allclose(adv_lib.awpo_reliance(g, rh, d, cfg)[:, 0], [0.75, 0.0, 0.0])
+        np.testing.assert_allclose(adv_lib.awpo_reliance(g, jnp.array([[jnp.inf]] * 3), d, cfg)[:, 0], [1, 1, 0])
         cfg.reliance = "weight"
         np.testing.assert_allclose(adv_lib.awpo_reliance(g, rh, d, cfg)[:, 0], [0.5, 1.0, 0.0])
         cfg.mix, cfg.mix_weight = "convex", 0.5
         np.testing.assert_allclose(adv_lib.awpo_mixed_reward(r, s, cfg)[0], [1, 0.25, 0, 0])
         np.testing.assert_allclose(adv_lib.awpo_clip_scale(jnp.array([0.0, 0.5, 1.0, 2.0]), cfg), [1.0, 0.75, 0.5, 0.5])
+
+    def test_gate_in_the_papers_notation(self):
+        """eps_mix is the paper's bound (rho_g <= eps_mix, rho_g = sigma_mix / sigma_out), so a value taken
+        from the paper means the same here; the default 2 is the former notation's 0.5 on sigma_out /
+        sigma_mix. By hand: r = [1, 0, 0, 0], s = [1, .5, 0, 0], m = [2, .5, 0, 0]; sigma_out^2 = (.75^2 +
+        3 * .25^2) / 4 = 3/16, sigma_mix^2 = (1.375^2 + .125^2 + 2 * .625^2) / 4 = 43/64, so rho_g^2 = 43/12
+        and rho_g = 1.8930."""
+        r, s = jnp.asarray([[1.0, 0.0, 0.0, 0.0]]), jnp.asarray([[1.0, 0.5, 0.0, 0.0]])
+        rho = float(adv_lib.awpo_dispersion_ratio(r, r + s)[0, 0])
+        np.testing.assert_allclose(rho, np.sqrt(43 / 12), rtol=1e-6)
+
+        def opened(eps_mix):
+            _, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config={"eps_mix": eps_mix})
+            np.testing.assert_allclose(m["rho_g_mean"], rho, rtol=1e-6)  # what is logged is the paper's rho_g
+            return float(m["gate_open_frac"])
+
+        assert opened(2.0) == 1.0 and opened(1.9) == 1.0  # 1.893 <= 1.9
+        assert opened(1.89) == 0.0  # 1.893 > 1.89
+        for former, now in adv_lib.AWPO_FORMER_GATES.items():  # the old names stop with the conversion
+            with pytest.raises(OptionError, match=f"use gate='{now}' with eps_mix = 1 / the old value") as e:
+                adv_lib.check("awpo", {"gate": former})
+            assert e.value.field == "gate"
 
     def test_gate_never_without_difficulty_is_grpo(self):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
@@ -268,7 +294,7 @@ class AwpoTest(chex.TestCase):
         r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
         a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=None)
         chex.assert_shape(a, r.shape)
-        for k in ("gate_open_frac", "difficulty_mean", "clip_scale_mean", "reliance_mean", "rho_mean"):
+        for k in ("gate_open_frac", "difficulty_mean", "clip_scale_mean", "reliance_mean", "rho_g_mean"):
             assert k in m, k
         assert all(jnp.ndim(v) == 0 for v in m.values())  # metrics are scalars; the clip scale is declared apart
         spec = adv_lib.spec("awpo")
@@ -297,7 +323,7 @@ class AwpoTest(chex.TestCase):
             "reliance": "trust",
             "mix_weight": -1.0,
             "eps_mix": -0.1,
-            "eps_mix_max": 0.2,  # below eps_mix = .5
+            "eps_mix_min": 3.0,  # above eps_mix = 2
             "max_reward": 0.0,
             "difficulty_floor": 1.5,
             "difficulty_width": 0.0,
@@ -311,7 +337,7 @@ class AwpoTest(chex.TestCase):
             assert e.value.field == field
         with pytest.raises(OptionError, match="mix_weight"):
             adv_lib.check("awpo", {"mix": "convex", "mix_weight": 1.5})
-        assert adv_lib.check("awpo", None).gate == "ratio_above"
+        assert adv_lib.check("awpo", None).gate == "dispersion"
 
 
 _LEVELS = st.sampled_from([0.0, 0.25, 0.5, 1.0])
@@ -320,7 +346,7 @@ _JUDGE = hnp.arrays(np.float32, (6, 4), elements=st.floats(0.0, 1.0, width=32))
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def _awpo_and_gate(r, s, eps_mix, target):
+def _awpo_and_gate(r, s, eps_mix, target):  # eps_mix in the paper's form (rho_g <= eps_mix)
     cfg = {"eps_mix": eps_mix, "difficulty_target": target}
     a, m = adv_lib.get("awpo")(r, aux={"reasoning": s}, config=cfg)
     resolved = adv_lib.check("awpo", cfg)
@@ -334,14 +360,14 @@ def _awpo_and_gate(r, s, eps_mix, target):
 @given(
     rows=st.lists(_ROW, min_size=6, max_size=6),
     s=_JUDGE,
-    eps_mix=st.sampled_from([0.25, 0.5]),
+    eps_mix=st.sampled_from([4.0, 2.0]),
     target=st.sampled_from(["update", "judge"]),
 )
 def test_awpo_gate_closed_without_outcome_spread_or_when_saturated(rows, s, eps_mix, target):
     """Whatever the judge says: a group whose outcomes are all equal (sigma_out = 0, which includes
     saturation for rewards in [0, 1]) or whose mean outcome reaches max_reward has a closed gate, its
-    advantage is exactly 0 and its clip radius untouched; an open gate implies sigma_out >=
-    eps_mix * sigma_mix."""
+    advantage is exactly 0 and its clip radius untouched; an open gate implies sigma_out > 0 and
+    sigma_mix <= eps_mix * sigma_out (rho_g <= eps_mix)."""
     r = np.asarray(rows, np.float32)
     a, clip, gate, so, sm = map(np.asarray, _awpo_and_gate(jnp.asarray(r), jnp.asarray(s), eps_mix, target))
     assert np.all(np.isfinite(a))
@@ -351,7 +377,7 @@ def test_awpo_gate_closed_without_outcome_spread_or_when_saturated(rows, s, eps_
             assert np.all(a[i] == 0.0)
             assert np.all(clip[i] == 1.0)
         if gate[i]:
-            assert so[i] >= eps_mix * sm[i]
+            assert so[i] > 0 and sm[i] <= eps_mix * so[i]
     assert np.all((clip >= 0.5) & (clip <= 1.0))
 
 

@@ -4,6 +4,7 @@ fails before anything loads, naming the field."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -21,7 +22,12 @@ def hf_dir(tmp_path_factory):
     return str(d)
 
 
+STEPS_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "fixtures", "steps_chats.jsonl")
+
+
 def _check(c, n=8):
+    if c.data.get("source") == "steps" and not c.data.steps.path:  # the AWPO GPU presets read the user's
+        c.data.steps.path = STEPS_FIXTURE  # JSONL (tests/configs/test_awpo_preset.py: the error without it)
     return rl.check(rl.resolve_config(c), n)
 
 
