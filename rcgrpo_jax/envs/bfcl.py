@@ -270,6 +270,61 @@ def _parsed_truth(task: Task) -> tuple[tuple[tuple[str, dict, dict], ...], ...]:
     return tuple(turns)
 
 
+class TruthOrder:
+    """Which ground-truth calls of one task commute, decided by the environment (the order-aware
+    action coverage of `rewards`). Calls i < j (indices into the flattened ground truth) commute
+    when, from the state just before call i (fresh instances after replaying calls 0..i-1), running
+    i then j and j then i give equal public state (attributes not starting with "_") of every
+    instance and the same result string and status for each of the two calls. Answers are cached;
+    nothing runs until a model reorders a pair. One per (task, limits) via `truth_order`."""
+
+    def __init__(self, task: Task, limits: Limits = Limits()):
+        self.task, self.limits = task, limits
+        self._specs = _all_specs(task)
+        self._calls = [(name, given, bound) for turn in _parsed_truth(task) for name, given, bound in turn]
+        self._known: dict[tuple[int, int], bool] = {}
+        self.evaluated = 0  # pairs actually run (for tests and cost reports)
+
+    def commutes(self, i: int, j: int) -> bool:
+        if not 0 <= i < j < len(self._calls):
+            raise ValueError(f"{self.task.id}: commutes({i}, {j}) needs 0 <= i < j < {len(self._calls)}")
+        if (i, j) not in self._known:
+            self._known[(i, j)] = self._run_both_orders(i, j)
+            self.evaluated += 1
+        return self._known[(i, j)]
+
+    def _run(self, instances: dict[str, Any], index: int) -> tuple[str, str]:
+        name, given, bound = self._calls[index]
+        record = CallRecord(name, given, dispatch.OK, "", bound)
+        dispatch.run_call(instances[self._specs[name].class_name], record, self.limits)
+        return record.status, record.result
+
+    def _run_both_orders(self, i: int, j: int) -> bool:
+        task = self.task
+        with package_lock:
+            before = {
+                c: new_instance(c, task.entry["initial_config"].get(c, {}), long_context=task.long_context)
+                for c in task.involved_classes
+            }
+            for index in range(i):
+                self._run(before, index)
+            first = copy.deepcopy(before)
+            forward = (self._run(first, i), self._run(first, j))
+            backward = tuple(reversed((self._run(before, j), self._run(before, i))))
+            return forward == backward and all(
+                _public_state(first[c]) == _public_state(before[c]) for c in task.involved_classes
+            )
+
+
+def _public_state(instance: Any) -> dict[str, Any]:
+    return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+@functools.lru_cache(maxsize=8192)  # keyed by Task identity, like _parsed_truth
+def truth_order(task: Task, limits: Limits = Limits()) -> TruthOrder:
+    return TruthOrder(task, limits)
+
+
 def ground_truth_calls(task: Task) -> list[list[dict]]:
     """Ground truth as parsed calls: turn -> [{"name", "arguments"}], positional arguments bound to
     their names (defaults not filled: the arguments the answer states)."""
@@ -439,6 +494,7 @@ class BFCLEnv:
             model_calls=tuple(self.executed_calls()),
             truth_calls=truth,
             terminated=self.done_reason in FORCE_TERMINATIONS,
+            commutes=truth_order(self.task, self.config.limits).commutes,
         )
 
     def _enter_turn(self, turn: int) -> tuple[list[Message], list[Tool]]:
@@ -519,6 +575,7 @@ __all__ = [
     "CATEGORIES",
     "EnvConfig",
     "Task",
+    "TruthOrder",
     "get_task",
     "ground_truth_calls",
     "release_message",
@@ -526,5 +583,6 @@ __all__ = [
     "load_tasks",
     "run_script",
     "tools_for",
+    "truth_order",
     "CLASS_MODULES",
 ]

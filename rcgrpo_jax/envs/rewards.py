@@ -3,10 +3,23 @@
 RC-GRPO's reward is binary: R = state consistency x action coverage.
 - state consistency: the final public state (attributes not starting with "_") of every involved
   instance equals the state after replaying the ground truth on fresh instances;
-- action coverage: every ground-truth call is matched by a distinct executed model call with the same
-  name and equal arguments after binding to the signature (defaults filled, positional -> keyword):
-  a multiset inclusion, order-free.
-Each reward is a function of an `EpisodeOutcome`; a force-terminated episode scores 0 everywhere.
+- action coverage (the paper's, "permits reordering of independent commutative actions"): every
+  ground-truth call is matched by a distinct executed model call with the same name and equal
+  arguments after binding to the signature (defaults filled, positional -> keyword), and the matched
+  calls come in the ground truth's order except that two ground-truth calls that commute may come in
+  either order. Formally the matched calls form a linear extension of the partial order "a before b
+  (a earlier in the ground truth) unless a and b commute"; extra model calls anywhere are allowed.
+  Which calls commute is the environment's knowledge: `EpisodeOutcome.commutes(i, j)`, which
+  `BFCLEnv` answers by running both orders from the same state (`bfcl.TruthOrder`). Without it no
+  two distinct calls commute and the ground truth must appear as a subsequence.
+The old order-free rule (a multiset inclusion) stays registered as `action_coverage_multiset` and
+`rc_grpo_multiset`, for comparison. Each reward is a function of an `EpisodeOutcome`; a
+force-terminated episode scores 0 everywhere.
+
+    python -m rcgrpo_jax.envs.rewards --agreement [--limit N]
+
+prints, as JSON, how the order-aware and the multiset rewards agree with BFCL's official checker on
+every task's ground truth with each turn's calls reversed, and the oracle check on the ground truth.
 """
 
 from __future__ import annotations
@@ -14,19 +27,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rcgrpo_jax.rl.registry import Registry
 
 Call = tuple[str, Mapping[str, Any]]  # (name, bound arguments)
+Commutes = Callable[[int, int], bool]  # (i, j) indices into truth_calls, i < j
 
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeOutcome:
     states_equal: bool
     model_calls: tuple[Call, ...]  # executed calls (ran, returned or raised), bound
-    truth_calls: tuple[Call, ...]  # all ground-truth calls, bound
+    truth_calls: tuple[Call, ...]  # all ground-truth calls, bound, in ground-truth order
     terminated: bool = False  # force-terminated (step/call cap, time limit) -> fails
+    # Whether ground-truth calls i < j commute (the environment decides); None: only identical calls do.
+    commutes: Commutes | None = dataclasses.field(default=None, compare=False)
 
 
 RewardFn = Callable[[EpisodeOutcome], float]
@@ -71,6 +87,65 @@ def covered_count(model_calls: Iterable[Call], truth_calls: Iterable[Call]) -> i
     return covered
 
 
+def ordered_cover(model_calls: Sequence[Call], truth_calls: Sequence[Call], commutes: Commutes | None = None) -> bool:
+    """Whether distinct model calls match every ground-truth call in an order that respects every
+    pair of ground-truth calls that do not commute (see the module docstring).
+
+    Search over (model position, set of matched ground-truth calls). At each model call, match it to
+    a ground-truth call with the same key all of whose non-commuting predecessors are matched (an
+    "available" one); if one exists, skipping the model call is never needed (moving that call's
+    match earlier keeps any completion valid), so the search branches only between several available
+    ground-truth calls with the same key, trying the earliest first, and memoizes dead ends.
+    `commutes(i, j)` is asked only for pairs the model reorders, so an episode in ground-truth order
+    asks nothing.
+    """
+    truth_keys = [call_key(n, a) for n, a in truth_calls]
+    n = len(truth_keys)
+    if n == 0:
+        return True
+    if covered_count(model_calls, truth_calls) < n:
+        return False
+    by_key: dict[tuple, list[int]] = collections.defaultdict(list)
+    for t, key in enumerate(truth_keys):
+        by_key[key].append(t)
+    model = [by_key[k] for k in (call_key(nm, a) for nm, a in model_calls) if k in by_key]
+    known: dict[tuple[int, int], bool] = {}
+
+    def free(i: int, j: int) -> bool:  # may ground-truth call j be matched before i (i < j)?
+        if truth_keys[i] == truth_keys[j]:
+            return True  # identical calls: both orders are the same sequence
+        if commutes is None:
+            return False
+        if (i, j) not in known:
+            known[(i, j)] = bool(commutes(i, j))
+        return known[(i, j)]
+
+    full = (1 << n) - 1
+    dead: set[tuple[int, int]] = set()
+
+    def available(t: int, mask: int) -> bool:
+        return not mask >> t & 1 and all(mask >> i & 1 or free(i, t) for i in range(t))
+
+    def search(k: int, mask: int) -> bool:  # can model calls k.. complete the matched set `mask`?
+        while mask != full and k < len(model) and not any(available(t, mask) for t in model[k]):
+            k += 1  # nothing available to match: this model call is an extra one
+        if mask == full:
+            return True
+        if k >= len(model) or (k, mask) in dead:
+            return False
+        # Earliest candidate first; later ones (and their questions) only on backtracking.
+        if any(available(t, mask) and search(k + 1, mask | 1 << t) for t in model[k]):
+            return True
+        dead.add((k, mask))
+        return False
+
+    return search(0, 0)
+
+
+def _covers(outcome: EpisodeOutcome) -> bool:
+    return ordered_cover(outcome.model_calls, outcome.truth_calls, outcome.commutes)
+
+
 @register("state_consistency")
 def state_consistency(outcome: EpisodeOutcome) -> float:
     return float(outcome.states_equal and not outcome.terminated)
@@ -80,20 +155,116 @@ def state_consistency(outcome: EpisodeOutcome) -> float:
 def action_coverage(outcome: EpisodeOutcome) -> float:
     if outcome.terminated:
         return 0.0
-    return float(covered_count(outcome.model_calls, outcome.truth_calls) == len(outcome.truth_calls))
+    return float(_covers(outcome))
 
 
 @register("rc_grpo")
 def rc_grpo(outcome: EpisodeOutcome) -> float:
-    """The paper's binary reward: state consistency x action coverage."""
+    """The paper's binary reward: state consistency x (order-aware) action coverage."""
     return state_consistency(outcome) * action_coverage(outcome)
+
+
+@register("action_coverage_multiset")
+def action_coverage_multiset(outcome: EpisodeOutcome) -> float:
+    """The earlier, more lenient rule: a multiset inclusion, any order covers."""
+    if outcome.terminated:
+        return 0.0
+    return float(covered_count(outcome.model_calls, outcome.truth_calls) == len(outcome.truth_calls))
+
+
+@register("rc_grpo_multiset")
+def rc_grpo_multiset(outcome: EpisodeOutcome) -> float:
+    """State consistency x the order-free multiset coverage (the reward before order mattered)."""
+    return state_consistency(outcome) * action_coverage_multiset(outcome)
 
 
 @register("coverage_fraction")
 def coverage_fraction(outcome: EpisodeOutcome) -> float:
-    """Partial credit for shaping experiments: the fraction of ground-truth calls covered."""
+    """Partial credit for shaping experiments: the share of ground-truth calls matched as a
+    multiset, and 1 only when order-aware action coverage holds (all calls present but out of
+    order counts as one miss)."""
     if outcome.terminated:
         return 0.0
-    if not outcome.truth_calls:
+    n = len(outcome.truth_calls)
+    if n == 0 or _covers(outcome):
         return 1.0
-    return covered_count(outcome.model_calls, outcome.truth_calls) / len(outcome.truth_calls)
+    return min(covered_count(outcome.model_calls, outcome.truth_calls), n - 1) / n
+
+
+# --- agreement with the official checker ----------------------------------------------------------
+
+VERDICT_KEYS = ("reward1_official_pass", "reward1_official_fail", "reward0_official_pass", "reward0_official_fail")
+
+
+def agreement(tasks: Sequence[Any], make_script: Callable[[Any], Any], reward_names: Sequence[str]) -> dict:
+    """Counts of (reward, official verdict) per reward name over episodes replayed from scripts
+    (`make_script(task)` -> turn -> steps -> calls, or None to skip the task), with the host time
+    per episode of the replay, of `env.outcome()` (ground-truth replay and state comparison, shared
+    by every reward) and of each reward on that outcome. The first reward of a task pays for the
+    commutation runs it asks for; `<last name>_cached` computes the last reward again, with those
+    answers cached (what later rollouts of the same task pay)."""
+    import time
+
+    from rcgrpo_jax.envs import bfcl
+
+    counts = {name: dict.fromkeys(VERDICT_KEYS, 0) for name in reward_names}
+    cached = f"{reward_names[-1]}_cached"
+    seconds = dict.fromkeys(("replay", "outcome", *reward_names, cached), 0.0)
+    episodes = 0
+    for task in tasks:
+        script = make_script(task)
+        if script is None:
+            continue
+        start = time.perf_counter()
+        env = bfcl.run_script(bfcl.BFCLEnv(task), script)
+        seconds["replay"] += time.perf_counter() - start
+        verdict = "pass" if env.official_verdict()["valid"] else "fail"
+        episodes += 1
+        start = time.perf_counter()
+        outcome = env.outcome()  # replays the ground truth and compares states (shared by all rewards)
+        seconds["outcome"] += time.perf_counter() - start
+        for label, name in (*((n, n) for n in reward_names), (cached, reward_names[-1])):
+            start = time.perf_counter()
+            reward = get(name)(outcome)
+            seconds[label] += time.perf_counter() - start
+            if label in counts:
+                counts[label][f"reward{int(reward == 1.0)}_official_{verdict}"] += 1
+    per_episode = {k: round(1000 * v / max(episodes, 1), 4) for k, v in seconds.items()}
+    return {"episodes": episodes, **counts, "host_ms_per_episode": per_episode}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import json
+    import time
+
+    from rcgrpo_jax.bench.env import reversed_script
+    from rcgrpo_jax.envs import bfcl
+
+    parser = argparse.ArgumentParser(prog="python -m rcgrpo_jax.envs.rewards")
+    parser.add_argument("--agreement", action="store_true", help="reward vs official verdict on reversed turns")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks (default: all 800)")
+    args = parser.parse_args(argv)
+    if not args.agreement:
+        parser.error("nothing to do: pass --agreement")
+    tasks = bfcl.load_tasks()[: args.limit]
+    names_ = ("rc_grpo_multiset", "rc_grpo")
+    oracle = agreement(tasks, bfcl.ground_truth_script, names_)
+    print(json.dumps({"bench": "ground_truth", **oracle}))
+    start = time.perf_counter()
+    reversed_counts = agreement(tasks, reversed_script, names_)
+    print(
+        json.dumps(
+            {
+                "bench": "reversed_turns",
+                "before": "rc_grpo_multiset",
+                "after": "rc_grpo",
+                **reversed_counts,
+                "seconds": round(time.perf_counter() - start, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

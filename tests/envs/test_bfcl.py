@@ -162,18 +162,21 @@ def test_perturbed_replays_match_the_package_checker(tasks, kind):
         outcome = env.outcome()
         if kind in ("drop", "skip_turn"):
             assert reward == 0.0, task.id
-        elif kind in ("reverse", "duplicate"):
+        elif kind == "duplicate":
             assert reward == float(outcome.states_equal), task.id
+        elif kind == "reverse":  # order-aware coverage: reward 1 only where the reorder commutes
+            assert reward <= float(outcome.states_equal) and (reward == 0.0 or ours["valid"]), task.id
         checked += 1
     assert checked > 100
 
 
 def test_documented_reward_verdict_differences():
     # docs/bfcl.md: tail before cd fails (wrong directory) but the final state and the multiset of
-    # calls are right -> reward 1, official fail (the tail result is missing).
+    # calls are right -> the old multiset reward 1, official fail (the tail result is missing); the
+    # order-aware reward sees that cd and tail do not commute -> 0.
     task = bfcl.get_task("multi_turn_base_13")
     env = replay(task, [[list(reversed(s)) for s in steps] for steps in bfcl.ground_truth_script(task)])
-    assert env.reward() == 1.0
+    assert env.reward("rc_grpo_multiset") == 1.0 and env.reward() == 0.0
     assert env.official_verdict()["error_type"] == "multi_turn:execution_response_mismatch"
     # ls(a=False) instead of ls(a=True) in a folder without hidden files: same results and state
     # -> official pass, but the argument differs -> reward 0.
