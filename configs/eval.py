@@ -45,9 +45,17 @@ def eval_section(preset: str):
     c = ml_collections.ConfigDict()
     c.suite = "multi_turn"  # multi_turn | single_turn | bfcl_v4 (both; overall = BFCL's offline weighting)
     # model (greedy decoding) | oracle (scripted ground truth: checks the scoring path) | replay (score
-    # raw assistant texts made elsewhere: single-turn only, JSONL {"id": ..., "output": ...} at replay_path)
+    # raw assistant texts made elsewhere, single- and multi-turn, never calling the model)
     c.policy = "model"
+    # replay: the folder `bfcl generate` writes (its BFCL_v4_*_result.json files, found recursively), one
+    # such file, or our JSONL {"id": ..., "output": ...}; steps are decoded by the model family's parser
     c.replay_path = ""
+    # Non-empty: also write this run's outputs as `bfcl generate` does, under DIR/<model>/<group>/, for
+    # `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree` (rcgrpo_jax.eval.bfcl_results)
+    c.bfcl_results_dir = ""
+    # The BFCL model name those files are written for; "" = the family's (hermes: Qwen/Qwen3-0.6B-FC,
+    # whose handler decodes <tool_call> blocks; llama3_json: meta-llama/Llama-3.1-8B-Instruct-FC)
+    c.bfcl_model = ""
     c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
     c.split = "test"  # test | train | all (multi-turn: train = tuning on the training split only)
     c.max_tasks = -1  # > 0: the first N multi-turn tasks of the split, the first N entries of each single-turn category

@@ -8,6 +8,19 @@ export JAX_PLATFORMS=cpu
 # One code style (ruff.toml): a formatting or lint slip fails here, before the tests.
 ruff format --check --quiet . || { echo "ruff format --check failed: run 'ruff format .'" >&2; exit 1; }
 ruff check --quiet .
+# tests/eval/test_agree.py checks our scorer against bfcl-eval's own `bfcl evaluate`, which runs in a side env
+# (.venv-bench-bfcl, ~1 min to build): built here when the package registry answers, else the test skips.
+if ! bash launch/bench_env.sh bfcl --check >/dev/null 2>&1; then
+  probe="$(mktemp -d)"
+  if timeout 60 python -m pip download -q --no-deps --disable-pip-version-check -d "$probe" bfcl-eval==2026.3.23 \
+      >/dev/null 2>&1; then
+    bash launch/bench_env.sh bfcl >/dev/null \
+      || echo "test.sh: building the bfcl side env failed; tests/eval/test_agree.py will skip" >&2
+  else
+    echo "test.sh: the package registry cannot be reached: no bfcl side env, tests/eval/test_agree.py will skip" >&2
+  fi
+  rm -rf "$probe"
+fi
 # The suite must stay under 20 minutes on 2 cores. Most tests compile and run tiny programs on one thread, so
 # one pytest-xdist worker per core (RCGRPO_TEST_WORKERS, default 2; 0 = in this process) about halves the wall
 # time. --dist loadfile keeps each file on one worker, so a module's shared fixtures (the ablation smoke run,

@@ -19,8 +19,12 @@ A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[R
 Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
 family's format and parsed back through the same path: 100% on every multi-turn category, and on every
 single-turn entry but the six whose shipped answers no output can satisfy, `single_turn.unanswerable`);
-replay (single-turn only: raw assistant texts made elsewhere, JSONL `{"id", "output"}` at
-`eval.replay_path`, parsed by the family's parser; a missing id fails and is listed).
+replay (raw assistant texts made elsewhere, at `eval.replay_path`: the folder `bfcl generate` writes,
+one of its result files, or our JSONL `{"id", "output"}`; see `bfcl_results`. Each step's text is parsed
+by the family's parser; multi-turn steps are executed in the environment in order and scored by the
+official checker; the model is never called. A missing id, a malformed line or an undecodable step is
+counted and listed, never a crash). `eval.bfcl_results_dir` also writes the run's outputs as `bfcl
+generate` does (`bfcl_results.write_results`), for `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree`.
 
 `evaluate(...)` is the in-process multi-turn core (the ablation pipeline calls it on parameters in
 memory); `run(config, workdir)` loads a checkpoint, runs the suite, writes workdir/eval.json (one record
@@ -223,7 +227,7 @@ def load_policy_model(config, path: str, mesh):
 
 
 SUITES = ("multi_turn", "single_turn", "bfcl_v4")
-RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere, single-turn only
+RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere (bfcl_results)
 
 
 def check_eval_config(config) -> None:
@@ -237,16 +241,14 @@ def check_eval_config(config) -> None:
     if policy not in RUN_POLICIES:
         raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(RUN_POLICIES)}")
     if policy == "replay":
-        if suite != "single_turn":
-            raise ConfigError(
-                "eval.policy",
-                "replay scores single-turn outputs only (a multi-turn episode needs the environment's answers "
-                "between steps): use --config.eval.suite=single_turn",
-            )
         if not e.get("replay_path"):
-            raise ConfigError("eval.replay_path", "eval.policy=replay needs the JSONL file of outputs")
-        if not os.path.isfile(e.replay_path):
-            raise ConfigError("eval.replay_path", f"no such file: {e.replay_path}")
+            raise ConfigError(
+                "eval.replay_path", "eval.policy=replay needs a BFCL result folder or file, or a JSONL of outputs"
+            )
+        if not os.path.exists(e.replay_path):
+            raise ConfigError("eval.replay_path", f"no such file or folder: {e.replay_path}")
+        if suite != "single_turn" and config.data.get("source", "bfcl") != "bfcl":
+            raise ConfigError("eval.policy", "multi-turn replay reads BFCL result files: data.source must be bfcl")
     if e.split not in ("train", "test", "all", "rl"):
         raise ConfigError("eval.split", f"{e.split!r} is not one of train, test, all, rl (the RL stage's tasks)")
     if suite != "multi_turn" and e.split == "train":
@@ -332,8 +334,10 @@ def suite_markdown(summary: Mapping[str, Any], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _single_turn_records(config, tokenizer, model_cfg, params, parser, mesh, policy: str, progress: bool):
-    """(records, extras) of the single-turn categories under `policy`."""
+def _single_turn_records(
+    config, tokenizer, model_cfg, params, parser, mesh, policy: str, progress: bool, replay_set=None
+):
+    """(records, extras) of the single-turn categories under `policy` (replay: from `replay_set`)."""
     from rcgrpo_jax.eval import single_turn
 
     entries = single_turn.load_entries()
@@ -343,12 +347,10 @@ def _single_turn_records(config, tokenizer, model_cfg, params, parser, mesh, pol
     token = reward_token_for(config.eval.reward_token, tokenizer)
     extras: dict[str, Any] = {}
     if policy == "replay":
-        outputs, failures = single_turn.read_replay(config.eval.replay_path), {}
-        ids = {e.id for e in entries}
+        outputs, failures = replay_set.single, {}
         missing = [e.id for e in entries if e.id not in outputs]
         extras["missing"] = len(missing)
         extras["missing_ids"] = missing
-        extras["unknown_ids"] = sorted(i for i in outputs if i not in ids)
     else:
         prompts, failures = single_turn.render_prompts(entries, tokenizer, token)
         if policy == "oracle":
@@ -394,21 +396,64 @@ def run(config, workdir: str) -> dict[str, Any]:
     records: list[dict] = []
     extras: dict[str, Any] = {}
     mt_table = ""
+    replay_set = None
+    if policy == "replay":
+        from rcgrpo_jax.eval import bfcl_results
+
+        replay_set = bfcl_results.read_replay(config.eval.replay_path)
     if suite in ("multi_turn", "bfcl_v4"):
         tasks = sources.tasks(config.data, config.eval.split)
         if int(config.eval.max_tasks) > 0:
             tasks = tasks[: int(config.eval.max_tasks)]
         source = config.data.get("source", "bfcl")
-        results, mt_summary = evaluate(
-            model_cfg, params, tokenizer, tasks, config.eval, policy=policy, mesh=mesh, progress=progress, source=source
-        )
+        if policy == "replay":
+            results, replay_problems = [], []
+            for task in tasks:
+                rec, probs = bfcl_results.replay_multi_turn(task, replay_set.multi.get(task.id), parser)
+                results.append(rec)
+                replay_problems += probs
+            replay_set.problems.extend(replay_problems)
+            mt_summary = summarize(results, tuple(config.eval.get("heldout_categories", ()) or ()))
+        else:
+            results, mt_summary = evaluate(
+                model_cfg,
+                params,
+                tokenizer,
+                tasks,
+                config.eval,
+                policy=policy,
+                mesh=mesh,
+                progress=progress,
+                source=source,
+            )
         records += [{**r, "category": bfcl_category(r["category"], source)} for r in results]
         mt_table = summary_table(
             {"oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path)): mt_summary}
         )
     if suite in ("single_turn", "bfcl_v4"):
-        st_records, extras = _single_turn_records(config, tokenizer, model_cfg, params, parser, mesh, policy, progress)
+        st_records, extras = _single_turn_records(
+            config, tokenizer, model_cfg, params, parser, mesh, policy, progress, replay_set
+        )
         records += st_records
+    if replay_set is not None:
+        from rcgrpo_jax.eval import bfcl_results
+
+        known = {r["id"] for r in records}
+        replay_set.problems.extend(
+            bfcl_results.Problem(bfcl_results.UNKNOWN_ID, i, i, "no entry or task of this run has this id")
+            for i in sorted(replay_set.ids() - known)
+        )
+        missing = [r["id"] for r in records if r.get("error_kind") in ("missing_output", "missing_id")]
+        extras["missing"], extras["missing_ids"] = len(missing), missing
+        extras["unknown_ids"] = sorted(replay_set.ids() - known)
+        extras["replay_problems"] = [p.to_json() for p in replay_set.problems]
+    if config.eval.get("bfcl_results_dir") and jax.process_index() == 0:
+        from rcgrpo_jax.eval import bfcl_results
+
+        bfcl_model, files = bfcl_results.write_results(
+            config.eval.bfcl_results_dir, records, parser, config.eval.get("bfcl_model") or None
+        )
+        extras["bfcl_results"] = {"dir": config.eval.bfcl_results_dir, "model": bfcl_model, "files": len(files)}
     seconds = time.perf_counter() - t0
     heldout = tuple(config.eval.get("heldout_categories", ()) or ())
     summary = {
@@ -420,7 +465,14 @@ def run(config, workdir: str) -> dict[str, Any]:
     if "missing_ids" in extras:
         summary["missing"] = extras["missing"]
         summary["missing_ids"] = extras["missing_ids"][:50]  # all of them in eval.json
-        summary["unknown_ids"] = len(extras["unknown_ids"])
+        summary["unknown_ids"] = len(extras.get("unknown_ids", ()))
+    if "replay_problems" in extras:  # every problem (kind, where, id, message) in eval.json
+        counts: dict[str, int] = {}
+        for p in extras["replay_problems"]:
+            counts[p["kind"]] = counts.get(p["kind"], 0) + 1
+        summary["replay_problems"] = counts
+    if "bfcl_results" in extras:
+        summary["bfcl_results"] = extras["bfcl_results"]
     if "unanswerable" in extras:
         # Entries no output can pass (data errors of the shipped answers, see single_turn.unanswerable).
         summary["oracle_unanswerable"] = sorted(extras["unanswerable"])
@@ -438,7 +490,11 @@ def run(config, workdir: str) -> dict[str, Any]:
                 "reward_token": reward_token_for(config.eval.reward_token, tokenizer),
                 "seconds": seconds,
                 "summary": summary,
-                **{k: v for k, v in extras.items() if k in ("missing_ids", "unknown_ids", "unanswerable")},
+                **{
+                    k: v
+                    for k, v in extras.items()
+                    if k in ("missing_ids", "unknown_ids", "unanswerable", "replay_problems")
+                },
                 "episodes": records,
             },
         )

@@ -280,7 +280,7 @@ def test_random_model_single_turn(tiny_world_model, tmp_path):
     "fields,field",
     [
         ({"suite": "everything"}, "eval.suite"),
-        ({"policy": "replay", "replay_path": "x.jsonl", "suite": "multi_turn"}, "eval.policy"),
+        ({"policy": "replay", "replay_path": "/nonexistent_dir", "suite": "multi_turn"}, "eval.replay_path"),
         ({"policy": "replay", "replay_path": ""}, "eval.replay_path"),
         ({"policy": "replay", "replay_path": "/nonexistent.jsonl"}, "eval.replay_path"),
         ({"policy": "oracle", "split": "train"}, "eval.split"),
