@@ -4,7 +4,12 @@ The rules a scheduling simulator must mirror (bench.rollout_plan):
   rows  `batch_bucket(n, m)`: n rounded up to a multiple of lcm(8, m) (m = the batch-sharding size);
   span  `span_bucket(need, capacity)`: the KV slots a prefill/decode call works on,
         min(capacity, length_bucket(max(need, MIN_SPAN))), where need = the most slots any row of the
-        call holds after it (its length plus what the call writes into it).
+        call holds after it (its length plus what the call writes into it);
+  sub-batch  `row_bucket(n, rows, minimum)`: the rows a prefill/append forward computes when n of a
+        session's `rows` rows have tokens (`DecodeSession.append` gathers those rows, runs the forward
+        over the sub-batch and scatters their K/V back): the smallest of minimum * 2^k >= n, capped at
+        rows. The session passes minimum = its batch-sharding size (1 off a mesh), so one row's prefill
+        computes about one row; the default minimum is ROW_MULTIPLE.
 """
 
 from __future__ import annotations
@@ -32,6 +37,24 @@ def batch_bucket(n: int, multiple: int = 1) -> int:
     160 episodes on a batch-sharding of 4 stay 160 rows (a power of two would make them 256)."""
     step = math.lcm(ROW_MULTIPLE, max(int(multiple), 1))
     return max(1, -(-int(n) // step)) * step
+
+
+def row_bucket(n: int, max_rows: int, minimum: int = ROW_MULTIPLE) -> int:
+    """Rows of a sub-batch holding n rows: the smallest of minimum, 2 * minimum, 4 * minimum, ... that is
+    >= n, capped at max_rows (with the default minimum: 8, 16, 32, 64, ..., so multiples of 8).
+
+    Doubling keeps the distinct sub-batch shapes (compilations) at about log2(max_rows / minimum) and the
+    padding rows under half of the sub-batch. `DecodeSession` passes its batch-sharding size as minimum
+    (1 off a mesh, data x fsdp on one), which keeps the sub-batch divisible over the row shards."""
+    n, max_rows, minimum = int(n), int(max_rows), int(minimum)
+    if n < 0 or max_rows < 1 or minimum < 1:
+        raise ValueError(f"row_bucket: needs n >= 0, max_rows >= 1, minimum >= 1 (got {n}, {max_rows}, {minimum})")
+    if n > max_rows:
+        raise ValueError(f"row_bucket: {n} rows do not fit max_rows {max_rows}")
+    b = minimum
+    while b < n:
+        b *= 2
+    return min(b, max_rows)
 
 
 def span_bucket(need: int, capacity: int, minimum: int = MIN_SPAN) -> int:
