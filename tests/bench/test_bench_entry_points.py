@@ -95,12 +95,13 @@ def test_train_on_a_two_device_mesh():
 
 @pytest.fixture(scope="module")
 def gpu_run():
-    return _run(gpu.main, ["--tiny"])
+    return _run(gpu.main, ["--tiny", "--decode-batches", "1,16,64"])  # the sweep (the default is 64 only)
 
 
 def test_gpu_tiny_rows(gpu_run):
     rows, printed = gpu_run
-    want = ["machine", "decode_setup", "decode", "decode", "decode", "prod_decode", "ragged_decode", "rl_step", "done"]
+    # most wanted first (bench/gpu.py): the ragged decode and the update before the plain decode sweep
+    want = ["machine", "ragged_decode", "rl_step", "prod_decode", "decode_setup", "decode", "decode", "decode", "done"]
     assert [r["bench"] for r in printed] == want
     assert all("error" not in r and "skipped" not in r for r in printed), printed
     assert printed[-1]["errors"] == 0
@@ -146,7 +147,7 @@ def test_cache_sized_ops_reads_compiled_hlo():
 
 def test_gpu_decode_bytes_and_fraction(gpu_run):
     _, printed = gpu_run
-    setup = printed[1]
+    (setup,) = [r for r in printed if r["bench"] == "decode_setup"]
     # tiny: V 512, D 64, F 128, L 2, H 4, Hkv 2, Dh 16, tied, q/k/v biases; bf16 = 2 bytes.
     per_layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
     assert setup["params"] == 512 * 64 + 64 + 2 * per_layer
@@ -176,19 +177,18 @@ def test_gpu_deadline_skips_rather_than_runs(capsys):
     printed = _json_lines(capsys.readouterr().out)
     assert [r["bench"] for r in printed] == [
         "machine",
+        "ragged_decode",
+        "prod_decode",
         "decode_setup",
         "decode",
-        "decode",
-        "decode",
-        "prod_decode",
-        "ragged_decode",
         "done",
     ]
-    assert all("skipped" in r for r in rows) and len(rows) == 7
+    assert all("skipped" in r for r in rows) and len(rows) == 5
 
 
 def test_gpu_check_script_preflight():
-    """The launcher itself: preflight line, then the module's machine and done lines (nothing measured)."""
+    """The launcher itself: its dated header, the image's packages and the environment's rows, then the
+    module's machine and done lines (nothing measured)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHON"] = sys.executable  # the interpreter running the tests, whatever python3 on PATH is
     out = subprocess.run(
@@ -206,7 +206,9 @@ def test_gpu_check_script_preflight():
         check=True,
     ).stdout
     printed = _json_lines(out)
-    assert printed[0]["bench"] == "preflight" and printed[0]["missing_modules"] == []
+    assert printed[0]["bench"] == "gpu_check" and printed[0]["args"].startswith("--tiny")
+    benches = [r["bench"] for r in printed]
+    assert benches.index("image_packages") < benches.index("setup_env") < benches.index("machine")
     assert [r["bench"] for r in printed if r["bench"] in ("machine", "done")] == ["machine", "done"]
     assert printed[-1]["errors"] == 0
 
