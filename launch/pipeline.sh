@@ -26,6 +26,10 @@ run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
   echo "+ ${cmd[*]}"
   if [ "$DRY" != "--dry-run" ]; then "${cmd[@]}"; fi
 }
+# JAX's allocator takes XLA_PYTHON_CLIENT_MEM_FRACTION of each GPU's HBM (0.75 when unset: 105.75 of an
+# H200's 141 GB). 0.9 (126.9 GB) is what `--dry_run`'s memory plan is checked against (limit_gb) and leaves
+# ~14 GB for the CUDA context, cuDNN/Triton workspaces and NCCL buffers outside the allocator.
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
 if [ "$DRY" != "--dry-run" ]; then
   # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
   RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"

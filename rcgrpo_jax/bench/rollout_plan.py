@@ -53,25 +53,50 @@ Figures, summed over every decode iteration of every call:
     generating rows' own blocks);
   row_utilisation = rows still generating / rows of the call;
   decode_steps = decode iterations per RL step (each reads every weight once);
-  est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs at the HBM bound `--hbm_tb_s`:
-    per decode iteration and per prefill call each device reads the decode weights over its tensor
-    shard (bf16; the input embedding table excluded, one row is gathered) plus its share of the KV slots
-    read (K and V, all layers, bf16; a prefill call reads rows x span once, today's whole capacity):
-    time = sum of (weight_bytes / tensor + slots_read * kv_bytes_per_slot / devices) / bw.
-    Prefill compute, the host (environments, chat), gathers/compactions and compilation are not counted:
-    a lower bound for a memory-bound decode.
+  prefill_flop_utilisation = real FLOPs / FLOPs computed over every prefill/append forward (`Piece`):
+    computed = each forward's rows x width token slots (2 x the layers' matmul parameters each), the output
+    head once per row, and its dense attention over the span (4 x layers x heads x head_dim per (query,
+    key) pair); real = the real tokens only, each attending its causal context (a token at position p: p + 1
+    keys), the head once per row with tokens. The new session (`sampling.session`) computes a forward over
+    the rows with tokens in that chunk, gathered into `buckets.row_bucket(n, rows, m)` rows (m = the batch
+    sharding, data x fsdp = 4 on 8 GPUs); `all_rows_prefill` is the same design computing every row (the
+    session before): about 1/rows for a one-group admission;
+  est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs, each forward at its roofline,
+    max(bytes / `--hbm_tb_s`, FLOPs / (devices x `--peak_tflops` x `--mfu`)): per decode iteration and per
+    prefill forward each device reads the decode weights over its tensor shard (bf16; the input embedding
+    table excluded, one row is gathered) plus its share of the KV slots read (K and V, all layers, bf16); a
+    decode call computes every row (rows x 2 x params + attention over the slots read), a prefill forward
+    its `Piece`. `--mfu` (default 0.4 of the H200's 989 TFLOP/s bf16 dense peak) is an assumption until
+    `bench.gpu` (launch/gpu_check.sh) measures the forward's MFU on a GPU; pass its figure. The host
+    (environments, chat), the row copies and compilation are not counted.
+
+The bound on prefill_flop_utilisation (the last line's `prefill_bound`, per kind of forward: a group's
+prefix into one row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs, with the experts'
+BFCL episodes: a refill admits one group at a time, so its 4-7k-token prefix runs in a sub-batch of
+row_bucket(1, rows, 4) = 4 rows, 1 of them real: those forwards are at most 1/4 real, and the prefixes are
+~40-50% of the FLOPs computed. A delta append batches the rows that just ended their step, whose tool
+outputs differ in length; the block is as wide as the longest, so even with no padding row at all
+(`utilisation_no_padding_rows`) the deltas are ~0.45-0.50 real and the whole ~0.57-0.60. Only a forward
+over the real tokens alone (`utilisation_packed`: a token-packed prefill, each token attending its own
+row's cache; attention still dense over the span) reaches ~0.86-0.89. So `prefill_flop_utilisation >= 0.8`
+cannot be met by any [rows, width] rectangular block design; the goal is met on time instead
+(est_rollout_s_per_step ~32-42 s against 180), and the packed prefill is the design that would meet it.
+
+AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
+BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
+preset's).
 
 One JSON line per design, then the summary as the last line: the new design's figures at the top level
 (per-row spans with the dense XLA decode attention: what a CPU runs), the shared-index design's under
 "baseline", the other variants under "variants", and the ragged design's figures again as `ragged_*` next
-to `goal` (kv_read_utilisation >= 0.7 and row_utilisation >= 0.8), which is checked on the ragged design:
-it is what a decode session runs on a GPU (`decode_attention="auto"`), where the rollouts run. (The
-`--dry_run` memory plan compiles the decode on fake CPU devices, hence the XLA path over a cache of the
-same bytes; the Pallas kernel is compiled on a GPU only.)
+to `goal`, which is checked on the ragged design (it is what a decode session runs on a GPU,
+`decode_attention="auto"`, where the rollouts run): `goals_met` per goal (prefill_flop_utilisation >= 0.8,
+est_rollout_s_per_step <= 180, kv_read_utilisation >= 0.7, row_utilisation >= 0.8) and `met` for all four.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -84,6 +109,12 @@ from typing import Callable, Sequence
 from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets
 
+GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
+    "prefill_flop_utilisation": 0.8,
+    "est_rollout_s_per_step": 180.0,
+    "kv_read_utilisation": 0.7,
+    "row_utilisation": 0.8,
+}
 MIN_SPAN = 256  # the smallest decode span (today's session and the decode-state branch alike)
 DEFAULT_SLICE = 8  # decode tokens per call of the new design unless rl.rollout_slice says otherwise
 ROW_MULTIPLE = 8
@@ -137,6 +168,45 @@ class Limits:
         return self.max_context + max(self.prefill_chunk, self.max_new)
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """One prefill/append forward: `rows` x `width` token slots computed, each query attending over `span`
+    KV slots (dense), of which `real_rows` rows hold `real_tokens` real tokens whose causal contexts add up
+    to `real_pairs` (query, key) pairs (a token at position p attends p + 1 keys)."""
+
+    rows: int
+    width: int
+    span: int
+    real_rows: int
+    real_tokens: int
+    real_pairs: int
+    kind: str = ""  # prefix (a group's shared prompt, one row) | suffix (each rollout's own) | delta (after a step)
+
+
+def append_pieces(
+    counts: dict[int, int],
+    bases: dict[int, int],
+    *,
+    chunk: int,
+    span: int,
+    sub_rows: Callable[[int], int],
+    kind: str = "",
+) -> list[Piece]:
+    """The forwards of one `DecodeSession.append`: counts[r] tokens appended to row r (holding bases[r]), in
+    pieces of at most `chunk` columns, each `min(chunk, length_bucket(longest in the piece))` wide, computed
+    over `sub_rows(rows with tokens in the piece)` rows (the new session's gathered sub-batch; a session that
+    computes every row passes a constant)."""
+    out, start, longest = [], 0, max(counts.values(), default=0)
+    while start < longest:
+        k = {r: min(max(n - start, 0), chunk) for r, n in counts.items()}
+        k = {r: n for r, n in k.items() if n}
+        width = min(chunk, buckets.length_bucket(max(k.values())))
+        pairs = sum(n * (bases[r] + start) + n * (n + 1) // 2 for r, n in k.items())
+        out.append(Piece(sub_rows(len(k)), width, span, len(k), sum(k.values()), pairs, kind))
+        start += chunk
+    return out
+
+
 @dataclasses.dataclass
 class Tally:
     """Sums over decode iterations (see the module docstring)."""
@@ -153,6 +223,9 @@ class Tally:
     max_rows: int = 0
     max_span: int = 0
     log: list = dataclasses.field(default_factory=list)  # (rows, span, iterations) of each decode call
+    decode_reads: list = dataclasses.field(default_factory=list)  # KV slots each decode call reads (as `log`)
+    # One `Piece` per prefill/append forward: what it computes and what of it is real.
+    prefill_log: list = dataclasses.field(default_factory=list)
 
     def add(self, other: "Tally") -> None:
         for f in dataclasses.fields(self):
@@ -168,6 +241,12 @@ class Tally:
         self.slots_read += read
         self.max_rows, self.max_span = max(self.max_rows, rows), max(self.max_span, span)
         self.log.append((rows, span, iters))
+        self.decode_reads.append(read)
+
+    def prefill_piece(self, piece: "Piece") -> None:
+        self.prefill_calls += 1
+        self.prefill_slots_read += piece.rows * piece.span
+        self.prefill_log.append(piece)
 
     @property
     def kv_read_utilisation(self) -> float:
@@ -289,8 +368,14 @@ def replay_streaming(
     shrink: bool = True,
     slice_tokens: int = 0,
     longest_first: bool = False,
+    prefill_rows: Callable[[int, int], int] | None = None,
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
+
+    prefill_rows(n, rows): the rows a prefill/append forward computes when n of the session's `rows` rows
+      have tokens; default `buckets.row_bucket(n, rows, 1)` (the session's gathered sub-batch off a mesh;
+      `plan` passes the batch-sharding size as the minimum); `lambda n, rows: rows` = every row (the
+      session before the sub-batch).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -310,15 +395,38 @@ def replay_streaming(
     left: dict[int, int] = {}  # running episode -> tokens of its current step still to sample
     done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
     cap = limits.capacity
+    sub = prefill_rows or (lambda n, r: buckets.row_bucket(n, r, 1))
+
+    def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
+        counts = {r: n for r, n in counts.items() if n > 0}
+        if not counts:
+            return
+        need = max([eps[i].length + done.get(i, 0) for i in sched.row_of] + [bases[r] + n for r, n in counts.items()])
+        for piece in append_pieces(
+            counts,
+            bases,
+            chunk=limits.prefill_chunk,
+            span=rule(need, cap),
+            sub_rows=lambda n: sub(n, sched.rows),
+            kind=kind,
+        ):
+            tally.prefill_piece(piece)
+
     while sched.waiting or sched.row_of:
         admitted = sched.admit()
         for a in admitted:
             for i in a.episodes:
                 eps[i] = _Episode(episodes[i])
-        if admitted:  # prefix block, then the suffixes (ModelPolicy._admit)
-            need = max(eps[i].length for i in sched.row_of)
-            tally.prefill_calls += 2
-            tally.prefill_slots_read += 2 * sched.rows * rule(need, cap)
+        if admitted:  # each group's prefix into its first row, copied to the others, then the suffixes
+            append(
+                {a.rows[0]: episodes[a.episodes[0]].prefix for a in admitted}, collections.defaultdict(int), "prefix"
+            )
+            rows_of = {r: i for a in admitted for i, r in zip(a.episodes, a.rows)}
+            append(
+                {r: episodes[i].prompt - episodes[i].prefix for r, i in rows_of.items()},
+                {r: episodes[i].prefix for r, i in rows_of.items()},
+                "suffix",
+            )
         for i in sched.row_of:
             if i not in left:
                 left[i], done[i] = eps[i].step(limits), 0
@@ -342,7 +450,7 @@ def replay_streaming(
             left[i] -= n
             done[i] += n
         finished = [i for i in call if left[i] == 0]
-        ended, appended = [], 0
+        ended, appended = [], {}
         for i in finished:
             d = eps[i].advance(done.pop(i), limits)
             del left[i]
@@ -350,14 +458,17 @@ def replay_streaming(
                 ended.append(i)
                 del eps[i]
             else:
-                appended = max(appended, d)
+                appended[i] = d
         sched.end(ended)
         if shrink and not sched.waiting and sched.row_of and row_bucket(len(sched.row_of)) < sched.rows:
             sched.shrink(row_bucket(len(sched.row_of)))
-        if appended:
-            tally.prefill_calls += 1
-            need = max(eps[i].length + done.get(i, 0) for i in sched.row_of)
-            tally.prefill_slots_read += sched.rows * rule(need, cap)
+        if appended:  # each stepped row's delta (tool output, next turn), after its step's tokens
+            rows_of = {sched.row_of[i]: i for i in appended}
+            append(
+                {r: appended[i] for r, i in rows_of.items()},
+                {r: eps[i].length - appended[i] for r, i in rows_of.items()},
+                "delta",
+            )
     return tally
 
 
@@ -404,10 +515,15 @@ def _shared_index_call(episodes, groups, limits: Limits, row_bucket, shrink: boo
         for a, b in pieces:
             room(b - a)
             state["index"] += b - a
+            real = {}
             for r, k in deltas.items():  # left-padded block: row r's tokens are its last k columns
-                held[r] = held.get(r, 0) + max(0, b - max(a, width - k))
-            tally.prefill_calls += 1
-            tally.prefill_slots_read += rows_now["n"] * cap  # today's prefill attends over the whole cache
+                real[r] = max(0, b - max(a, width - k))
+            pairs = sum(k * held.get(r, 0) + k * (k + 1) // 2 for r, k in real.items())
+            for r, k in real.items():
+                held[r] = held.get(r, 0) + k
+            # every row of the batch computes the block, attending over the whole cache
+            n_real = sum(1 for k in real.values() if k)
+            tally.prefill_piece(Piece(rows_now["n"], b - a, cap, n_real, sum(real.values()), pairs))
 
     order = list(dict.fromkeys(groups))
     first = {g: groups.index(g) for g in order}
@@ -502,9 +618,16 @@ def build_tokenizer(tasks, arch: str, vocab: int, workdir: str):
     return tok
 
 
+H200_BF16_DENSE_TFLOPS = 989.0  # H200 SXM bf16 dense peak per GPU (NVIDIA's datasheet, no sparsity)
+DEFAULT_MFU = 0.4  # the model FLOP utilisation a prefill forward is assumed to reach (gpu_check measures it)
+
+
 def decode_bytes(preset: str) -> dict[str, int]:
-    """Bytes a decode iteration reads at the preset's published architecture, bf16: the weights (all but
-    the input embedding table when it is not tied to the output) and one KV slot (K and V, all layers)."""
+    """The preset's published architecture (`configs.common.hf_architecture`, so its own family: Qwen2,
+    LLaMA or Qwen3 with q/k norm and head_dim 128), in bf16: the bytes a decode iteration reads (the weights,
+    all but the input embedding table, of which one row is gathered; one KV slot: K and V, all layers) and
+    the FLOPs a forward computes (`forward_flops`: 2 x the layers' matmul parameters per token, the output
+    head per row, and 4 x layers x heads x head_dim per (query, key) pair: q k^T and p v)."""
     import jax
 
     from configs import common
@@ -512,26 +635,115 @@ def decode_bytes(preset: str) -> dict[str, int]:
 
     cfg = models.ModelConfig.from_hf(common.hf_architecture(preset))
     params = models.abstract_params(cfg)
-    total = sum(int(x.size) for x in jax.tree.leaves(params))
+    count = lambda tree: sum(int(x.size) for x in jax.tree.leaves(tree))  # noqa: E731
+    total = count(params)
     embed = 0 if cfg.tie_word_embeddings else int(params["embed"]["embedding"].size)
     return {
+        "model_type": cfg.model_type,
         "params": total,
         "weight_bytes": 2 * (total - embed),
         "kv_bytes_per_slot": 2 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim,
+        "layer_params": count(params["layers"]),  # every matmul weight of the decoder layers (and their norms)
+        "head_params": cfg.vocab_size * cfg.hidden_size,  # the output projection (tied or not)
+        "attn_flops_per_pair": 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim,
     }
 
 
-# ------------------------------------------------------------------------------------------ main
+def forward_flops(sizes: dict, *, tokens: int, rows: int, pairs: int) -> int:
+    """FLOPs of a forward over `tokens` token slots of `rows` rows (each row's last position through the
+    output head, as the sampler's prefill) whose queries attend over `pairs` (query, key) pairs."""
+    return 2 * sizes["layer_params"] * tokens + 2 * sizes["head_params"] * rows + sizes["attn_flops_per_pair"] * pairs
 
 
-def figures(tally: Tally, *, steps: float, weight_bytes: int, kv_slot: int, devices: int, tensor: int, bw: float):
-    reads = tally.decode_steps + tally.prefill_calls
-    seconds = (reads * weight_bytes / tensor + (tally.slots_read + tally.prefill_slots_read) * kv_slot / devices) / bw
+def prefill_figures(tally: Tally, sizes: dict) -> dict[str, float]:
+    """FLOPs of every prefill/append forward: computed (rows x width slots, dense attention over the span) and
+    real (the real tokens over their causal contexts, the head once per row with tokens)."""
+    computed = real = tokens = real_tokens = 0
+    for p in tally.prefill_log:
+        computed += forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
+        real += forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs)
+        tokens += p.rows * p.width
+        real_tokens += p.real_tokens
+    return {"computed": computed, "real": real, "tokens": tokens, "real_tokens": real_tokens}
+
+
+def prefill_bound(tally: Tally, sizes: dict) -> dict:
+    """Where the prefill FLOPs go, per kind of forward (prefix / suffix / delta): its share of the FLOPs
+    computed, its utilisation, and the utilisation it would have with no padding row (each forward over
+    exactly its rows with tokens: the best any row bucketing reaches), and with no padding at all
+    (`utilisation_packed`: only the real tokens computed, as a token-packed forward would, their attention
+    still dense over the span): the arithmetic that bounds `prefill_flop_utilisation` for this design."""
+    kinds: dict[str, list[Piece]] = collections.defaultdict(list)
+    for p in tally.prefill_log:
+        kinds[p.kind or "other"].append(p)
+    kinds["all"] = list(tally.prefill_log)
+    total = sum(
+        forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
+        for p in tally.prefill_log
+    )
+    out = {}
+    for kind, ps in kinds.items():
+        real = sum(forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs) for p in ps)
+        dense = lambda rows: sum(  # noqa: E731 - FLOPs over `rows(p)` rows x width, attention over the span
+            forward_flops(sizes, tokens=rows(p) * p.width, rows=rows(p), pairs=rows(p) * p.width * p.span) for p in ps
+        )
+        computed, no_pad_rows = dense(lambda p: p.rows), dense(lambda p: p.real_rows)
+        no_pad = sum(
+            forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_tokens * p.span) for p in ps
+        )
+        out[kind] = {
+            "flop_share": computed / total if total else 0.0,
+            "utilisation": real / computed if computed else 0.0,
+            "mean_real_rows_per_row": sum(p.real_rows * p.width for p in ps)
+            / max(sum(p.rows * p.width for p in ps), 1),
+            "utilisation_no_padding_rows": real / no_pad_rows if no_pad_rows else 0.0,
+            "utilisation_packed": real / no_pad if no_pad else 0.0,
+            "forwards": len(ps),
+        }
+    return out
+
+
+def step_seconds(tally: Tally, sizes: dict, *, devices: int, tensor: int, bw: float, flops: float) -> dict:
+    """Seconds of the tally's forwards on `devices` GPUs, each call at its roofline: max(its bytes / bw, its
+    FLOPs / flops), bytes per device = the decode weights over the tensor shard (read once per decode
+    iteration and once per prefill forward) + its share of the KV slots read; FLOPs per device = the call's
+    FLOPs / devices. `flops` = peak x MFU per GPU (FLOP/s)."""
+    w, kv = sizes["weight_bytes"] / tensor, sizes["kv_bytes_per_slot"] / devices
+    decode = decode_compute = 0.0
+    for (rows, _, iters), read in zip(tally.log, tally.decode_reads):
+        mem = (iters * w + read * kv) / bw
+        f = forward_flops(sizes, tokens=iters * rows, rows=iters * rows, pairs=read)
+        decode += max(mem, f / devices / flops)
+        decode_compute += f / devices / flops
+    prefill = prefill_compute = 0.0
+    for p in tally.prefill_log:
+        mem = (w + p.rows * p.span * kv) / bw
+        f = forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
+        prefill += max(mem, f / devices / flops)
+        prefill_compute += f / devices / flops
+    return {
+        "decode_s": decode,
+        "prefill_s": prefill,
+        "decode_compute_s": decode_compute,
+        "prefill_compute_s": prefill_compute,
+    }
+
+
+def figures(tally: Tally, *, steps: float, sizes: dict, devices: int, tensor: int, bw: float, flops: float):
+    t = step_seconds(tally, sizes, devices=devices, tensor=tensor, bw=bw, flops=flops)
+    pf = prefill_figures(tally, sizes)
     return {
         "kv_read_utilisation": tally.kv_read_utilisation,
         "row_utilisation": tally.row_utilisation,
+        "prefill_flop_utilisation": pf["real"] / pf["computed"] if pf["computed"] else 0.0,
+        "est_rollout_s_per_step": (t["decode_s"] + t["prefill_s"]) / steps,
+        "est_decode_s_per_step": t["decode_s"] / steps,
+        "est_prefill_s_per_step": t["prefill_s"] / steps,
+        "prefill_pflop_per_step": pf["computed"] / 1e15 / steps,
+        "prefill_real_pflop_per_step": pf["real"] / 1e15 / steps,
+        "prefill_tokens_per_step": pf["tokens"] / steps,
+        "prefill_real_tokens_per_step": pf["real_tokens"] / steps,
         "decode_steps": tally.decode_steps / steps,
-        "est_rollout_s_per_step": seconds / steps,
         "decode_calls": tally.calls / steps,
         "prefill_calls": tally.prefill_calls / steps,
         "max_rows": tally.max_rows,
@@ -548,6 +760,7 @@ class Design:
     span: str = "length"
     slice_tokens: int = 0
     longest_first: bool = False
+    sub_batch: bool = True  # prefill/append forwards over the rows with tokens (bucketed), else every row
 
 
 def plan(
@@ -583,6 +796,9 @@ def plan(
                     row_bucket=lambda n: mult8_rows(n, batch_multiple),
                     slice_tokens=d.slice_tokens,
                     longest_first=d.longest_first,
+                    prefill_rows=(
+                        (lambda n, r: buckets.row_bucket(n, r, batch_multiple)) if d.sub_batch else (lambda n, r: r)
+                    ),
                 )
             )
     return out
@@ -609,6 +825,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     flags.DEFINE_integer("vocab", 8192, "BPE vocabulary of the planner's tokenizer", flag_values=fl)
     flags.DEFINE_integer("devices", 8, "GPUs of the host", flag_values=fl)
     flags.DEFINE_float("hbm_tb_s", 4.8, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl)
+    flags.DEFINE_float(
+        "peak_tflops", H200_BF16_DENSE_TFLOPS, "bf16 dense peak per GPU, TFLOP/s (H200: 989)", flag_values=fl
+    )
+    flags.DEFINE_float(
+        "mfu",
+        DEFAULT_MFU,
+        "model FLOP utilisation of a forward (the figure gpu_check measures; until then an assumption)",
+        flag_values=fl,
+    )
     fl(list(argv) if argv is not None else sys.argv)
     config = fl.config
     if config is None:
@@ -621,10 +846,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     tasks = sources.tasks(config.data, "train")
     tasks = tasks[: fl.tasks] if fl.tasks else tasks
-    arch = "llama" if config.preset.startswith("llama") else "qwen2"
+    if config.preset == "tiny":
+        raise ValueError("the planner sizes a production preset (qwen2_5_7b, llama3_1_8b, qwen3_8b, ...), not tiny")
+    sizes = decode_bytes(config.preset)
+    arch = sizes["model_type"]  # the preset's own family (qwen2 | llama | qwen3): tokenizer, template, parser
     with tempfile.TemporaryDirectory() as d:
         tok = build_tokenizer(tasks, arch, fl.vocab, os.path.join(d, "tok"))
-    parser = chat.get_parser("llama3_json" if arch == "llama" else "hermes")
+    parser = chat.get_parser(chat.family_for(arch))
     token = None if rl.reward_conditioning == "none" else datasets.HIGH_REWARD_TOKEN
     episodes, chars_per_token = expert_lengths(tasks, tok, parser, reward_token=token)
     t_data = time.perf_counter() - t0
@@ -643,6 +871,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         designs["new_whole_steps"] = Design(rows, fl.span, 0, fl.longest_first)
     if not fl.span.startswith("ragged:"):
         designs["new_ragged"] = Design(rows, "ragged:128", slice_tokens, fl.longest_first)
+    gpu = "new" if fl.span.startswith("ragged:") else "new_ragged"
+    designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False)  # the session before
     tallies = plan(
         episodes,
         designs,
@@ -652,35 +882,39 @@ def main(argv: Sequence[str] | None = None) -> dict:
         chunk=chunk,
         batch_multiple=batch_shards,
     )
-    sizes = decode_bytes(config.preset) if config.preset != "tiny" else None
-    if sizes is None:
-        raise ValueError("the planner sizes a production preset (qwen2_5_7b, llama3_1_8b, ...), not tiny")
     steps = len(episodes) / tasks_per_step
-    kw = dict(
-        steps=steps,
-        weight_bytes=sizes["weight_bytes"],
-        kv_slot=sizes["kv_bytes_per_slot"],
-        devices=fl.devices,
-        tensor=tensor,
-        bw=fl.hbm_tb_s * 1e12,
-    )
+    if not 0 < fl.mfu <= 1:
+        raise ValueError(f"--mfu must be in (0, 1], got {fl.mfu}")
+    flops = fl.peak_tflops * 1e12 * fl.mfu
+    kw = dict(steps=steps, sizes=sizes, devices=fl.devices, tensor=tensor, bw=fl.hbm_tb_s * 1e12, flops=flops)
     figs = {name: figures(t, **kw) for name, t in tallies.items()}
     for name, f in figs.items():  # one line per design, then the summary
         print(json.dumps({"design": name, **_rounded(f)}), flush=True)
     new, base = figs["new"], figs["baseline"]
-    ragged = figs["new" if fl.span.startswith("ragged:") else "new_ragged"]
+    ragged = figs[gpu]
+    goals = {  # checked on the ragged design: what a session on a GPU runs (decode_attention "auto")
+        "prefill_flop_utilisation": (">=", GOALS["prefill_flop_utilisation"]),
+        "est_rollout_s_per_step": ("<=", GOALS["est_rollout_s_per_step"]),
+        "kv_read_utilisation": (">=", GOALS["kv_read_utilisation"]),
+        "row_utilisation": (">=", GOALS["row_utilisation"]),
+    }
+    met = {k: (ragged[k] >= bound if op == ">=" else ragged[k] <= bound) for k, (op, bound) in goals.items()}
     row = {
         **new,
         # The ragged decode attention: what a session on a GPU runs ("auto"), so the goal is checked on it.
         "ragged_kv_read_utilisation": ragged["kv_read_utilisation"],
         "ragged_row_utilisation": ragged["row_utilisation"],
         "ragged_est_rollout_s_per_step": ragged["est_rollout_s_per_step"],
+        "ragged_prefill_flop_utilisation": ragged["prefill_flop_utilisation"],
         "goal": {
-            "checked_on": "new" if fl.span.startswith("ragged:") else "new_ragged",
-            "kv_read_utilisation_min": 0.7,
-            "row_utilisation_min": 0.8,
-            "met": ragged["kv_read_utilisation"] >= 0.7 and ragged["row_utilisation"] >= 0.8,
+            "checked_on": gpu,
+            **{f"{k}_{'min' if op == '>=' else 'max'}": bound for k, (op, bound) in goals.items()},
+            "goals_met": met,
+            "met": all(met.values()),
+            "mfu": fl.mfu,
+            "peak_tflops": fl.peak_tflops,
         },
+        "prefill_bound": prefill_bound(tallies[gpu], sizes),
         "baseline": base,
         "variants": {k: v for k, v in figs.items() if k not in ("new", "baseline")},
         "speedup": base["est_rollout_s_per_step"] / new["est_rollout_s_per_step"],

@@ -5,18 +5,49 @@ device, assembled into one memory plan (`model_prep.memory_plan`):
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
 
-RL: the update (micro-batch gradient step and optimizer apply at the largest bucket), and the rollout
-phase's prefill (a `rl.prefill_chunk`-wide block into a full-capacity cache) and decode (one
-`max_step_tokens` decode call over a full-capacity cache), at `rl.rollout_chunk` rows (rounded as the
-sampler rounds them). Resident: train state (params + AdamW moments), the frozen reference, the decode
-weights (`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity); the decode weights
-and the KV cache live only during the rollout phase. SFT: the update only (prefill and decode are 0).
-Each program is compiled once.
+The plan sizes the GPU's programs, not the CPU's. On a CPU backend the training attention compiles to
+XLA's dense attention (`layers.grouped_attention`), whose [B, G, T, R, S] float32 probabilities (15 GB
+per tensor at 16k tokens) the GPU's fused kernel (cuDNN or Pallas flash attention, `models.attention`)
+never allocates. So every no-cache attention call (the update, the reference and recompute log-probs, the
+SFT step) is compiled with `fused_attention_stand_in`: a function of the same inputs and output whose
+temporaries are O(B x T x H x Dh), as a flash kernel's (its output, and the small per-row sums it reads);
+XLA drops the mask but for the row lengths the fused kernel reads. The rollout's forwards over a cache
+(prefill, appends) keep `sampling.decode_step`'s own attention: the GPU runs that very XLA code
+(per 128-query block scores), and its one-token decode on a GPU is the Pallas ragged kernel, whose scores
+are [B, H] per step (the CPU's dense decode scores are [B, H, S] f32 per step: under 0.1 GB here). Their
+buffers are the CPU compiler's assignment of those programs: copies of cache layers it makes (inside the
+decode loop, in the scatters of the session's row programs) count here, whether or not the GPU compiler
+makes them; on a GPU, `memory_stats()` of a real step settles it.
+
+Phases (each what its program needs beyond the resident buffers it reads, with those resident):
+  update     the micro-batch gradient step (its activations, float32 gradient output and the gradient
+             accumulator) or the optimizer apply, at the largest bucket          [train state, reference]
+  reference  the reference log-prob pass at the largest bucket (the recompute of the behaviour
+             log-probs is the same program on the policy's parameters)          [train state, reference]
+  cast       the decode weights' cast (`decode_step.decode_weights`): the cast copy on the training
+             shards, before it moves onto the decode shards                     [train state, reference,
+             decode weights] (the KV cache of the step before is gone; this one is not made yet)
+  prefill    the session's appends (`sampling.session`): the whole-batch forward (`append_all`, a
+             `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
+             forward below it (`append_rows`), the larger of the two           [all four]
+  session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
+             groups, a full-capacity window) and a row-count change (`take_rows`: one layer's new K
+             and V at a time beside the old cache), the larger                  [all four]
+  decode     one `max_step_tokens` decode call over the full-capacity cache     [all four]
+Resident: train state (params + AdamW moments), the frozen reference, the decode weights
+(`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity).
+
+limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's
+default 0.75 when unset) x `memory.device_bytes` (141 GB, an H200). launch/pipeline.sh and
+launch/slurm.sbatch set the fraction explicitly. SFT: the update only (the other phases are 0). Each
+program is compiled once.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +55,52 @@ import jax.numpy as jnp
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
+
+JAX_DEFAULT_MEM_FRACTION = 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION when unset (JAX's GPU memory docs)
+
+
+def allocator_limit_bytes(config, env: dict | None = None) -> int:
+    """Bytes JAX's allocator may use on one device: the device's own `bytes_limit` where it reports one
+    (a GPU), else XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) x `memory.device_bytes`."""
+    env = os.environ if env is None else env
+    raw = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "") or str(JAX_DEFAULT_MEM_FRACTION)
+    try:
+        fraction = float(raw)
+    except ValueError:
+        raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION: {raw!r} is not a number") from None
+    if not 0 < fraction <= 1:
+        raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION: {fraction} must be in (0, 1]")
+    reported = model_prep.device_budget(config)
+    if reported != int(config.memory.device_bytes):  # the device reported its allocator's limit
+        return reported
+    return int(fraction * int(config.memory.device_bytes))
+
+
+def _stand_in_attention(q, k, v, mask, scale, *, implementation: str = "xla", causal: bool = False):
+    """A fused attention's memory without its arithmetic: q [B, T, N, Dh], k/v [B, S, G, Dh], mask
+    [B, 1, T, S] -> [B, T, N, Dh], every temporary O(B x (T x N + S x G) x Dh) (reductions over S, no
+    [T, S] tensor), differentiable in q, k and v (gradients of their shapes, as a flash backward's)."""
+    del implementation, causal
+    n, g = q.shape[2], k.shape[2]
+    rows = jnp.sum(mask[:, 0, -1, :], axis=-1).astype(jnp.float32)  # the row lengths a fused kernel reads
+    kv = jnp.mean(k.astype(jnp.float32), axis=1) * jnp.mean(v.astype(jnp.float32), axis=1)  # [B, G, Dh]
+    kv = jnp.repeat(kv, n // g, axis=1) * (scale * rows)[:, None, None]  # [B, N, Dh]
+    return (q.astype(jnp.float32) * kv[:, None]).astype(q.dtype)
+
+
+@contextlib.contextmanager
+def fused_attention_stand_in() -> Iterator[None]:
+    """While open, every no-cache model attention (`models.attention.attention`, through which the
+    training, reference and SFT forwards go) is `_stand_in_attention`: programs traced inside size like
+    the GPU's fused kernel, not like the CPU's dense probabilities. Trace (lower) inside, not just call."""
+    from rcgrpo_jax.models import attention as attention_lib
+
+    real = attention_lib.attention
+    attention_lib.attention = _stand_in_attention
+    try:
+        yield
+    finally:
+        attention_lib.attention = real
 
 
 def decode_dtype(config) -> str:
@@ -35,9 +112,43 @@ def _with_shardings(tree, shardings):
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
 
+def _inplace_stand_in(x: jax.Array, update: jax.Array) -> jax.Array:
+    """x updated in place by an elementwise op that reads all of `update` (a sum): the memory of a scatter
+    into a donated buffer (nothing beyond the operand and the update), sharding-neutral (x keeps its
+    sharding; the update reduces to a scalar)."""
+    return x + (jnp.sum(update.astype(jnp.float32)) * 0.0).astype(x.dtype)
+
+
+@contextlib.contextmanager
+def inplace_scatter_stand_in() -> Iterator[None]:
+    """While open, the KV writes of the decode/prefill forwards (`decode_step._write`) and of the session's
+    row programs (`session._put_slots`, `session._set_window`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
+    its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array: 0.27 GB of
+    temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
+    donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
+    jitted function, whose trace cache would keep the stand-in)."""
+    from rcgrpo_jax.sampling import decode_step, session
+
+    saved = (decode_step._write, session._put_slots, session._set_window)
+    decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
+    session._put_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
+    session._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
+    try:
+        yield
+    finally:
+        decode_step._write, session._put_slots, session._set_window = saved
+
+
+def _fresh_jit(impl, **kw):
+    """jax.jit of a new closure over `impl` (its own trace cache: see `inplace_scatter_stand_in`)."""
+    return jax.jit(lambda *args: impl(*args), **kw)
+
+
 def rollout_shapes(config, mesh) -> dict[str, int]:
-    """The rollout phase's largest shapes: rows of one engine call, the KV capacity per row (as
-    `rollout.policies.ModelPolicy` sizes it), the prefill block and the decode budget."""
+    """The rollout phase's largest shapes: the session's rows (`rl.rollout_rows`, else one engine call's
+    `rl.rollout_chunk`, rounded as the sampler rounds them), the KV capacity per row (as
+    `rollout.policies.ModelPolicy` sizes it), the prefill block, the decode budget, and the largest
+    append sub-batch below the whole batch (`buckets.row_bucket`)."""
     from rcgrpo_jax.sampling import buckets
     from rcgrpo_jax.sampling.sampler import batch_multiple
 
@@ -46,22 +157,31 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
     # Continuous batching streams every rollout through rl.rollout_rows rows; else one row per rollout of a chunk.
     chunk = int(rl.get("rollout_rows", 0) or 0) or int(rl.rollout_chunk) or episodes
     new_tokens = buckets.length_bucket(int(rl.max_step_tokens))
+    m = batch_multiple(mesh)
+    rows = buckets.batch_bucket(min(chunk, episodes), m)
+    sub = m  # the largest row_bucket below the whole batch: m x 2^k < rows
+    while 2 * sub < rows:
+        sub *= 2
     return {
-        "rows": buckets.batch_bucket(min(chunk, episodes), batch_multiple(mesh)),
+        "rows": rows,
         "capacity": int(rl.max_context) + max(int(rl.prefill_chunk), new_tokens),
         "prefill_width": int(rl.prefill_chunk),
         "max_new_tokens": new_tokens,
+        "sub_batch_rows": sub if sub < rows else 0,  # 0: no sub-batch below the whole batch
+        "copy_rows": buckets.row_bucket(rows - rows // max(int(rl.group_size), 1), rows, m),
     }
 
 
 def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]:
-    """Per-device GB of the rollout phase: prefill and decode (beyond the decode weights and KV cache they
-    read, which are reported apart), compiled at `rollout_shapes` with abstract decode weights."""
-    from rcgrpo_jax.sampling import SamplingParams, decode_step, sampler
+    """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
+    (reported apart): the decode weights' cast, the session's appends and row copies, the decode call;
+    compiled at `rollout_shapes` with abstract decode weights, as the session runs them on a GPU (scatter
+    KV writes, donated cache)."""
+    from rcgrpo_jax.sampling import SamplingParams, decode_step, sampler, session
     from rcgrpo_jax.sampling.sampler import Sampler, cache_sharding, mesh_context
 
     shapes = rollout_shapes(config, mesh)
-    rows, capacity = shapes["rows"], shapes["capacity"]
+    rows, capacity, width = shapes["rows"], shapes["capacity"], shapes["prefill_width"]
     rl = config.rl
     dtype = jnp.dtype(decode_dtype(config))
     stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
@@ -69,49 +189,98 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     per_layer = decode_step.split_shardings(stacked_sh)
     weights_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     weights = _with_shardings(weights, weights_sh)
-    cache = _with_shardings(
-        jax.eval_shape(lambda: decode_step.init_cache(model_cfg, rows, capacity)), cache_sharding(model_cfg, mesh)
-    )
+    cache_sh = cache_sharding(model_cfg, mesh)
+    cache = _with_shardings(jax.eval_shape(lambda: decode_step.init_cache(model_cfg, rows, capacity)), cache_sh)
 
     def batch(shape, dt):
         return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.batch_sharding(mesh, len(shape)))
 
+    def whole(shape, dt):  # a small index array on every device (`DecodeSession._replicated`)
+        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.replicated(mesh))
+
     top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
     # kv_write="scatter": the program a GPU runs (on a CPU backend "auto" would pick the CPU's select).
-    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, shapes["prefill_width"], kv_write="scatter")
+    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write="scatter")
+    # The session's programs (`session._programs`: donated cache and logits, outputs on their shardings) and
+    # the sampler's decode, as fresh closures, traced under the in-place scatter stand-in.
+    outs = {"out_shardings": (cache_sh, sharding_lib.batch_sharding(mesh, 2))}
+    programs = {
+        "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "copy_rows": _fresh_jit(session._copy_rows_impl, static_argnums=4, donate_argnums=(0, 1), **outs),
+        "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
+    }
+    logits = batch((rows, model_cfg.vocab_size), jnp.float32)
     rules = model_prep.rules(config.sharding.decode_rules)
-    with mesh_context(mesh, rules):
-        prefill = sampler._prefill.lower(
-            s,
-            weights,
-            batch((rows, shapes["prefill_width"]), jnp.int32),
-            batch((rows,), jnp.int32),
-            cache,
-        ).compile()
-        decode = sampler._decode.lower(
-            s,
-            weights,
-            batch((rows, model_cfg.vocab_size), jnp.float32),
-            cache,
-            batch((rows, 2), jnp.int32),
-            batch((rows,), jnp.int32),
-            jax.random.key(0),
-        ).compile()
     weights_b = model_prep.shard_bytes(weights, weights_sh)
-    cache_b = model_prep.shard_bytes(cache, cache_sharding(model_cfg, mesh))
+    cache_b = model_prep.shard_bytes(cache, cache_sh)
+    logits_b = model_prep.shard_bytes(logits, sharding_lib.batch_sharding(mesh, 2))
+    # beyond the decode weights, the cache and its logits (resident: counted apart)
+    beyond = lambda compiled: (model_prep.program_bytes(compiled) - weights_b - cache_b - logits_b) / 1e9  # noqa: E731
+    out: dict[str, Any] = {}
+    with mesh_context(mesh, rules), inplace_scatter_stand_in():
+        whole_batch = programs["append_all"].lower(
+            s, weights, cache, logits, batch((rows, width), jnp.int32), batch((rows,), jnp.int32)
+        )
+        out["append_all_gb"] = beyond(whole_batch.compile())
+        sub = shapes["sub_batch_rows"]
+        if sub:
+            rows_c = programs["append_rows"].lower(
+                s,
+                weights,
+                cache,
+                logits,
+                whole((sub,), jnp.int32),
+                batch((sub, width), jnp.int32),
+                batch((sub,), jnp.int32),
+            )
+            out["append_rows_gb"] = beyond(rows_c.compile())
+        n_copy = shapes["copy_rows"]
+        copy = programs["copy_rows"].lower(
+            cache, logits, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity
+        )
+        out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - cache_b - logits_b) / 1e9
+        # take_rows: one layer's K (then V) at the new row count, placed on the cache's sharding, beside the
+        # old cache; at the same row count (the largest new one a shrink makes).
+        layer = cache.k[0]
+        take = session._take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
+        out["take_rows_gb"] = (model_prep.program_bytes(take) - model_prep.shard_bytes(layer, cache_sh.k[0])) / 1e9
+        decode = (
+            programs["decode"]
+            .lower(
+                s,
+                weights,
+                logits,
+                cache,
+                batch((rows, 2), jnp.int32),
+                batch((rows,), jnp.int32),
+                jax.random.key(0),
+            )
+            .compile()
+        )
+        out["decode_gb"] = beyond(decode)
+    # The cast: from the training parameters (float32, training shards) to the decode dtype on the same
+    # shards; `decode_weights` then moves that copy onto the decode shards (donated), so at its peak the
+    # cast copy and the decode weights both exist.
+    train_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
+    train_params = _with_shardings(abstract_params, train_sh)
+    cast = decode_step._cast_and_split_jit.lower(train_params, dtype).compile()
+    out["cast_gb"] = (model_prep.program_bytes(cast) - model_prep.shard_bytes(train_params, train_sh)) / 1e9
     return {
         **shapes,
         "decode_dtype": dtype.name,
         "decode_weights_gb": weights_b / 1e9,
-        "kv_cache_gb": cache_b / 1e9,
-        "prefill_gb": (model_prep.program_bytes(prefill) - weights_b - cache_b) / 1e9,
-        "decode_gb": (model_prep.program_bytes(decode) - weights_b - cache_b) / 1e9,
+        "kv_cache_gb": (cache_b + logits_b) / 1e9,  # the cache and the session's next-token logits
+        "prefill_gb": max(out["append_all_gb"], out.get("append_rows_gb", 0.0)),
+        "session_gb": max(out["copy_rows_gb"], out["take_rows_gb"]),
+        "programs_gb": out,
     }
 
 
 def supervised(config) -> dict[str, Any]:
-    """Per-device memory of the SFT update step at the largest bucket, without allocating the model."""
+    """Per-device memory of the SFT update step at the largest bucket, without allocating the model, its
+    attention sized as the GPU's fused kernel (`fused_attention_stand_in`)."""
     from rcgrpo_jax import config_checks
     from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
@@ -124,14 +293,17 @@ def supervised(config) -> dict[str, Any]:
     micro = config.train.batch_size // config.train.grad_accum
     length = int(config.data.buckets[-1])
     logical = model_prep.rules(config.sharding.train_rules).logical
-    compiled = sft.compile_step(step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical)
+    with fused_attention_stand_in():
+        compiled = sft.compile_step(
+            step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical
+        )
     report = model_prep.memory_report(compiled, abstract, state_sh)
-    budget_gb = model_prep.device_budget(config) / 1e9
+    budget_gb = allocator_limit_bytes(config) / 1e9
     train_state = report["params_gb"] + report["opt_state_gb"]
     plan = model_prep.memory_plan(
-        phases={"update": report["peak_gb"] - train_state, "prefill": 0.0, "decode": 0.0},
+        phases={"update": report["peak_gb"] - train_state},
         resident={"train_state": train_state},
-        resident_during={"update": ["train_state"], "prefill": [], "decode": []},
+        resident_during={"update": ["train_state"]},
         limit_gb=budget_gb,
     )
     report.update(
@@ -142,14 +314,21 @@ def supervised(config) -> dict[str, Any]:
             "grad_accum": int(config.train.grad_accum),
             "budget_gb": budget_gb,
             "peak_gb": plan["per_device_gb"]["peak"],
+            "attention": ATTENTION_NOTE,
         }
     )
     return {**report, **plan}
 
 
+ATTENTION_NOTE = (
+    "no-cache attention compiled as a fused-kernel stand-in (O(B*T*H*Dh) temporaries: the GPU's cuDNN/Pallas "
+    "flash kernel never allocates the CPU attention's [B,G,T,R,S] f32 probabilities); the rollout's cached "
+    "forwards as the GPU runs them (decode_step's own blocked attention)"
+)
+
+
 def rl(config) -> dict[str, Any]:
-    """Per-device memory plan of one RL step: rollout prefill and decode, and one PPO mini-batch update at
-    the largest bucket, without weights."""
+    """Per-device memory plan of one RL step (the module docstring's phases), without weights."""
     from rcgrpo_jax import config_checks
     from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
@@ -168,9 +347,20 @@ def rl(config) -> dict[str, Any]:
     updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
     length = int(config.data.buckets[-1])
-    with jax.set_mesh(mesh), sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical):
+    with (
+        fused_attention_stand_in(),
+        jax.set_mesh(mesh),
+        sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical),
+    ):
         micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref)
         grads_c, apply_c = updater.lower(state_lib.with_shardings(abstract, state_sh), micro_shapes)
+        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
+        tok = sharding_lib.batch_sharding(mesh, 2)
+        ref_c = logprob.lower(
+            _with_shardings(abstract_params, p_sh),
+            jax.ShapeDtypeStruct((micro, length), jnp.int32, sharding=tok),
+            jax.ShapeDtypeStruct((micro, length), jnp.bool_, sharding=tok),
+        ).compile()
     # The update: the micro-batch gradient step (its activations, its float32 gradient output and the
     # gradient accumulator) or the optimizer apply, beyond the train state they read.
     report = model_prep.memory_report(grads_c, abstract, state_sh)
@@ -178,8 +368,9 @@ def rl(config) -> dict[str, Any]:
     params_gb, opt_gb = report["params_gb"], report["opt_state_gb"]
     accum_gb = params_gb * 4 / jnp.dtype(model_cfg.param_dtype).itemsize
     update_gb = max(report["peak_gb"] - params_gb + accum_gb, apply_peak - params_gb - opt_gb)
+    reference_gb = model_prep.program_bytes(ref_c) / 1e9 - params_gb  # beyond the parameters it reads
     rollout = rollout_programs(config, model_cfg, abstract_params, mesh)
-    budget_gb = model_prep.device_budget(config) / 1e9
+    budget_gb = allocator_limit_bytes(config) / 1e9
     resident = {
         "train_state": params_gb + opt_gb,
         "reference": params_gb if c.use_ref else 0.0,
@@ -187,12 +378,23 @@ def rl(config) -> dict[str, Any]:
         "kv_cache": rollout["kv_cache_gb"],
     }
     rollout_resident = list(resident)
+    training = ["train_state", "reference"]
     plan = model_prep.memory_plan(
-        phases={"update": update_gb, "prefill": rollout["prefill_gb"], "decode": rollout["decode_gb"]},
+        phases={
+            "update": update_gb,
+            "reference": reference_gb if (c.use_ref or config.rl.recompute_old_logprobs) else 0.0,
+            "cast": rollout["programs_gb"]["cast_gb"],
+            "prefill": rollout["prefill_gb"],
+            "session": rollout["session_gb"],
+            "decode": rollout["programs_gb"]["decode_gb"],
+        },
         resident=resident,
         resident_during={
-            "update": ["train_state", "reference"],
+            "update": training,
+            "reference": training,
+            "cast": [*training, "decode_weights"],
             "prefill": rollout_resident,
+            "session": rollout_resident,
             "decode": rollout_resident,
         },
         limit_gb=budget_gb,
@@ -205,6 +407,8 @@ def rl(config) -> dict[str, Any]:
             "budget_gb": budget_gb,
             "peak_gb": plan["per_device_gb"]["peak"],
             "rollout": {k: v for k, v in rollout.items() if not k.endswith("_gb")},
+            "programs_gb": rollout["programs_gb"],
+            "attention": ATTENTION_NOTE,
         }
     )
     return {**report, **plan}

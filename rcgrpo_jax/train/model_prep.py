@@ -191,7 +191,7 @@ def memory_report(compiled, abstract_state, state_sh) -> dict[str, float]:
     }
 
 
-PHASES = ("update", "prefill", "decode")
+PHASES = ("update", "reference", "cast", "prefill", "session", "decode")  # session: its row copies
 
 
 def memory_plan(

@@ -89,16 +89,65 @@ def test_rules_and_lengths():
     assert abs(sizes["params"] - 7.616e9) < 0.01e9 and sizes["kv_bytes_per_slot"] == 2 * 2 * 28 * 4 * 128
 
 
+def test_prefill_flops_hand_computed():
+    # Row 0 appends 20 tokens at 0, row 3 appends 5 at 10; chunks of 16. Piece 1: 16 + 5 tokens, width 16, two
+    # rows with tokens (sub-batch of 2); piece 2: row 0's last 4 tokens, width length_bucket(4) = 16, one row.
+    pieces = rp.append_pieces({0: 20, 3: 5}, {0: 0, 3: 10}, chunk=16, span=256, sub_rows=lambda n: n)
+    pairs1 = (16 * 17 // 2) + (5 * 10 + 5 * 6 // 2)  # causal contexts: positions 0..15 and 10..14
+    assert pieces == [
+        rp.Piece(rows=2, width=16, span=256, real_rows=2, real_tokens=21, real_pairs=pairs1),
+        rp.Piece(rows=1, width=16, span=256, real_rows=1, real_tokens=4, real_pairs=4 * 16 + 4 * 5 // 2),
+    ]
+    sizes = {"layer_params": 100, "head_params": 10, "attn_flops_per_pair": 3}
+    assert rp.forward_flops(sizes, tokens=32, rows=2, pairs=32 * 256) == 2 * 100 * 32 + 2 * 10 * 2 + 3 * 32 * 256
+    t = rp.Tally()
+    for p in pieces:
+        t.prefill_piece(p)
+    f = rp.prefill_figures(t, sizes)
+    computed = (2 * 100 * 32 + 2 * 10 * 2 + 3 * 32 * 256) + (2 * 100 * 16 + 2 * 10 + 3 * 16 * 256)
+    real = (2 * 100 * 21 + 2 * 10 * 2 + 3 * pairs1) + (2 * 100 * 4 + 2 * 10 + 3 * 74)
+    assert (f["computed"], f["real"], f["tokens"], f["real_tokens"]) == (computed, real, 48, 25)
+    # Qwen3-8B through its own family: 36 layers x 8 kv heads x head_dim 128, q/k norm, untied head.
+    q3 = rp.decode_bytes("qwen3_8b")
+    assert q3["model_type"] == "qwen3" and q3["kv_bytes_per_slot"] == 2 * 2 * 36 * 8 * 128
+    assert q3["attn_flops_per_pair"] == 4 * 36 * 32 * 128 and q3["head_params"] == 151936 * 4096
+    assert abs(q3["params"] - 8.19e9) < 0.01e9
+
+
+def test_a_session_that_prefills_every_row_scores_one_over_rows():
+    # One group (one 40-token prompt, one step) admitted into an 8-row session: the sub-batch computes its one
+    # row; a session that computes every row computes 8 rows for the same real tokens.
+    sizes = rp.decode_bytes("qwen2_5_7b")
+    e = [rp.EpisodeLengths(prompt=40, steps=(3,), deltas=())]
+    kw = dict(rows=8, limits=LIMITS, row_bucket=SAME)
+    sub = rp.replay_streaming(e, [0], prefill_rows=lambda n, r: rp.buckets.row_bucket(n, r, 1), **kw)
+    every = rp.replay_streaming(e, [0], prefill_rows=lambda n, r: r, **kw)
+    u_sub = rp.prefill_figures(sub, sizes)
+    u_all = rp.prefill_figures(every, sizes)
+    assert [p.rows for p in sub.prefill_log] == [1, 1, 1] and [p.rows for p in every.prefill_log] == [8, 8, 8]
+    assert u_all["real"] == u_sub["real"] and u_all["computed"] == 8 * u_sub["computed"]
+    assert u_all["real"] / u_all["computed"] == pytest.approx(u_sub["real"] / u_sub["computed"] / 8, rel=1e-12)
+    assert u_sub["real"] / u_sub["computed"] > 0.5  # 40 tokens in 16-wide pieces: little padding
+
+
 def test_command_on_a_few_real_tasks():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         row = rp.main(["rollout_plan", "--config=configs/rc_grpo.py:qwen2_5_7b", "--tasks=6", "--vocab=2048"])
     lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.startswith("{")]
     assert lines[-1]["kv_read_utilisation"] == pytest.approx(row["kv_read_utilisation"], abs=1e-4)
-    assert [x["design"] for x in lines[:-1]] == ["baseline", "new", "new_whole_steps", "new_ragged"]
+    assert [x["design"] for x in lines[:-1]] == ["baseline", "new", "new_whole_steps", "new_ragged", "all_rows_prefill"]
     for f in [row, row["baseline"], *row["variants"].values()]:
         assert 0 < f["kv_read_utilisation"] <= 1 and 0 < f["row_utilisation"] <= 1
         assert f["decode_steps"] > 0 and f["est_rollout_s_per_step"] > 0
+        assert 0 < f["prefill_flop_utilisation"] <= 1
+        total = f["est_decode_s_per_step"] + f["est_prefill_s_per_step"]
+        assert f["est_rollout_s_per_step"] == pytest.approx(total, rel=1e-9)
+        assert f["prefill_real_tokens_per_step"] <= f["prefill_tokens_per_step"]
+    # Computing only the rows with tokens beats computing all 160 by far, over the same real tokens.
+    every = row["variants"]["all_rows_prefill"]
+    assert every["prefill_real_pflop_per_step"] == pytest.approx(row["prefill_real_pflop_per_step"], rel=1e-9)
+    assert every["prefill_flop_utilisation"] < row["prefill_flop_utilisation"] / 4
     assert row["tasks"] == 6 and row["rollouts_per_step"] == 1280 and row["rows"] == 160
     assert row["baseline_rows_per_call"] == 256 and 2.5 < row["chars_per_token"] < 6
     # Per-row spans and slices read less than the batch-wide index over the same episodes.
@@ -111,8 +160,21 @@ def test_command_on_a_few_real_tasks():
     goal = row["goal"]
     assert goal["checked_on"] == "new_ragged"
     assert (goal["kv_read_utilisation_min"], goal["row_utilisation_min"]) == (0.7, 0.8)
-    assert goal["met"] == (ragged["kv_read_utilisation"] >= 0.7 and ragged["row_utilisation"] >= 0.8)
+    assert (goal["prefill_flop_utilisation_min"], goal["est_rollout_s_per_step_max"]) == (0.8, 180.0)
+    assert goal["goals_met"] == {
+        "prefill_flop_utilisation": ragged["prefill_flop_utilisation"] >= 0.8,
+        "est_rollout_s_per_step": ragged["est_rollout_s_per_step"] <= 180.0,
+        "kv_read_utilisation": ragged["kv_read_utilisation"] >= 0.7,
+        "row_utilisation": ragged["row_utilisation"] >= 0.8,
+    }
+    assert goal["met"] == all(goal["goals_met"].values())
     assert lines[-1]["goal"] == rp._rounded(goal)
+    bound = row["prefill_bound"]
+    assert {"prefix", "suffix", "delta", "all"} <= set(bound)
+    assert sum(bound[k]["flop_share"] for k in ("prefix", "suffix", "delta")) == pytest.approx(1.0, rel=1e-9)
+    assert bound["all"]["utilisation"] == pytest.approx(ragged["prefill_flop_utilisation"], rel=1e-9)
+    for b in bound.values():  # removing padding can only raise the utilisation
+        assert b["utilisation"] <= b["utilisation_no_padding_rows"] + 1e-12 <= b["utilisation_packed"] + 2e-12
 
 
 def test_expert_lengths_of_real_tasks():
@@ -204,6 +266,10 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     )
     t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows)
     assert t.log == real
+    # The prefill/append forwards: as many as the session ran, over as many token slots (sub-batch rows x width).
+    assert len(t.prefill_log) == policy.session.stats["prefill_calls"]
+    assert sum(p.rows * p.width for p in t.prefill_log) == policy.session.stats["prefill_rows_computed"]
+    assert sum(p.real_tokens for p in t.prefill_log) == policy.session.stats["prefill_tokens"]
     kw = dict(rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows, span="ragged:128")
     ragged = rp.replay_streaming(lengths, groups, **kw)
     assert ragged.slots_read == sum(r for _, r in ragged_reads) < t.slots_read

@@ -3,9 +3,12 @@ resident buffers and the peak, checked against hand-computed sizes on a tiny RL 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import train_helpers
@@ -36,29 +39,44 @@ def test_memory_plan_arithmetic():
         },
         limit_gb=65.0,
     )
-    assert plan["per_device_gb"] == {"update": 50.0, "prefill": 9.0, "decode": 4.0, "resident": 54.0, "peak": 66.0}
+    zero = {"reference": 0.0, "cast": 0.0, "session": 0.0}  # phases not given are 0
+    assert plan["per_device_gb"] == {
+        "update": 50.0,
+        "prefill": 9.0,
+        "decode": 4.0,
+        **zero,
+        "resident": 54.0,
+        "peak": 66.0,
+    }
     assert plan["peak_phase"] == "update" and plan["resident_during_gb"]["prefill"] == 54.0
     assert plan["fits"] is False  # 66 > 65
     with pytest.raises(ValueError, match="unknown resident"):
         model_prep.memory_plan({"update": 1.0}, {"a": 1.0}, {"update": ["b"]}, 10.0)
 
 
-def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys):
+def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)  # JAX's default allocator fraction
     argv = ["main", "--config=configs/rc_grpo.py:tiny", f"--config.model.path={tiny_ckpt}", *SMALL_RL, "--dry_run"]
     assert main.cli(argv) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     report = json.loads(last)
     gb = report["per_device_gb"]
-    assert set(gb) == {"update", "prefill", "decode", "resident", "peak"}
-    assert isinstance(report["fits"], bool) and report["limit_gb"] == pytest.approx(141.0)
+    assert set(gb) == {*model_prep.PHASES, "resident", "peak"}
+    assert isinstance(report["fits"], bool) and report["limit_gb"] == pytest.approx(0.75 * 141.0)
     resident = report["resident_gb"]
     assert set(resident) == {"train_state", "reference", "decode_weights", "kv_cache"}
     assert gb["resident"] == pytest.approx(sum(resident.values()), rel=1e-9)
     during = report["resident_during_gb"]
-    assert during["update"] == pytest.approx(resident["train_state"] + resident["reference"], rel=1e-9)
-    assert during["prefill"] == during["decode"] == pytest.approx(gb["resident"], rel=1e-9)
-    assert gb["peak"] == pytest.approx(max(gb[p] + during[p] for p in ("update", "prefill", "decode")), rel=1e-9)
+    training = resident["train_state"] + resident["reference"]
+    assert during["update"] == during["reference"] == pytest.approx(training, rel=1e-9)
+    assert during["cast"] == pytest.approx(training + resident["decode_weights"], rel=1e-9)
+    assert during["prefill"] == during["session"] == during["decode"] == pytest.approx(gb["resident"], rel=1e-9)
+    assert gb["peak"] == pytest.approx(max(gb[p] + during[p] for p in model_prep.PHASES), rel=1e-9)
     assert report["fits"] == (gb["peak"] <= report["limit_gb"]) and min(gb.values()) > 0
+    assert "stand-in" in report["attention"]
+    programs = report["programs_gb"]
+    assert gb["prefill"] == max(programs["append_all_gb"], programs["append_rows_gb"])
+    assert gb["session"] == max(programs["copy_rows_gb"], programs["take_rows_gb"])
 
     # Hand-computed sizes (the tiny preset's mesh is one device: every buffer is whole on it).
     config = models.ModelConfig.from_hf(tiny_ckpt)
@@ -70,20 +88,80 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys):
         "capacity": capacity,
         "prefill_width": 64,
         "max_new_tokens": 16,
+        "sub_batch_rows": 16,  # the largest row bucket (1, 2, 4, ...) below 24
+        "copy_rows": 24,  # the 18 siblings of 6 groups of 4 -> bucket 32, capped at the 24 rows
         "decode_dtype": "float32",  # the tiny preset decodes in its compute dtype
     }
     kv = 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim * capacity * 4 + 4 * rows
-    assert resident["kv_cache"] == pytest.approx(kv / 1e9, rel=1e-9)
+    logits = rows * (config.vocab_size + 2) * 4  # the session's next-token logits, resident with the cache
+    assert resident["kv_cache"] == pytest.approx((kv + logits) / 1e9, rel=1e-9)
     assert resident["decode_weights"] == pytest.approx(n_params * 4 / 1e9, rel=1e-9)
     assert resident["reference"] == pytest.approx(n_params * 4 / 1e9, rel=1e-9)
     assert resident["train_state"] == pytest.approx(3 * n_params * 4 / 1e9, rel=0.01)  # params + 2 moments
+    # The cast's transient is the decode-dtype copy on the training shards: here float32, one device, so the
+    # parameters' size again.
+    assert programs["cast_gb"] == pytest.approx(n_params * 4 / 1e9, rel=0.05)
+
+
+def test_allocator_limit_reads_the_memory_fraction(tiny_ckpt, data_path):
+    config = train_helpers.make_config(tiny_ckpt, data_path)
+    hbm = int(config.memory.device_bytes)
+    assert dry_run.allocator_limit_bytes(config, env={}) == int(0.75 * hbm)  # JAX's default
+    assert dry_run.allocator_limit_bytes(config, env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}) == int(0.9 * hbm)
+    for bad in ("x", "0", "1.5"):
+        with pytest.raises(ValueError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
+            dry_run.allocator_limit_bytes(config, env={"XLA_PYTHON_CLIENT_MEM_FRACTION": bad})
+
+
+def test_the_attention_stand_in_sizes_a_fused_kernel():
+    """The gradient of a model attention call compiled under the stand-in allocates no [B, G, T, R, S]
+    probabilities (the dense XLA attention's f32 tensor), and its temporaries grow linearly in T."""
+    from rcgrpo_jax.models import attention as attention_lib
+
+    b, g, r, dh = 1, 2, 2, 16
+
+    def temp(t: int, stand_in: bool) -> int:
+        q = jax.ShapeDtypeStruct((b, t, g * r, dh), jnp.float32)
+        kv = jax.ShapeDtypeStruct((b, t, g, dh), jnp.float32)
+        mask = jax.ShapeDtypeStruct((b, 1, t, t), jnp.bool_)
+
+        def loss(q, k, v, mask):
+            return jnp.sum(attention_lib.attention(q, k, v, mask, 0.25, causal=True) ** 2)
+
+        fn = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+        with dry_run.fused_attention_stand_in() if stand_in else contextlib.nullcontext():
+            compiled = fn.lower(q, kv, kv, mask).compile()
+        return int(compiled.memory_analysis().temp_size_in_bytes)
+
+    probs = b * g * 512 * r * 512 * 4
+    assert temp(512, False) >= probs  # the CPU attention holds its probabilities
+    assert temp(512, True) < probs / 8
+    assert temp(1024, True) <= 2.5 * max(temp(512, True), 1)  # O(T), not O(T^2)
+    assert attention_lib.attention is not dry_run._stand_in_attention  # restored on exit
 
 
 def test_sft_dry_run_has_the_same_shape(tiny_ckpt, data_path):
     report = dry_run.supervised(train_helpers.make_config(tiny_ckpt, data_path))
     gb = report["per_device_gb"]
-    assert set(gb) == {"update", "prefill", "decode", "resident", "peak"}
-    assert gb["prefill"] == gb["decode"] == 0.0  # SFT has no rollout phase
+    assert set(gb) == {*model_prep.PHASES, "resident", "peak"}
+    assert all(gb[p] == 0.0 for p in model_prep.PHASES if p != "update")  # SFT has no rollout phase
     assert gb["resident"] == pytest.approx(report["params_gb"] + report["opt_state_gb"], rel=1e-9)
     assert gb["peak"] == pytest.approx(gb["update"] + gb["resident"], rel=1e-9) == report["peak_gb"]
     assert report["fits"] and np.isfinite(gb["peak"])
+
+
+def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
+    """As SFT: the RL trainer checks the dry run's memory plan before any state is made."""
+    from configs import rc_grpo
+    from rcgrpo_jax.config_checks import MemoryFitError
+    from rcgrpo_jax.train import rl
+
+    c = rc_grpo.get_config("tiny")
+    c.model.path = tiny_ckpt
+    c.data.buckets = (128, 256)
+    c.rl.max_context, c.rl.max_step_tokens, c.rl.prefill_chunk = 192, 16, 64
+    c.train.batch_size, c.rl.rollout_chunk, c.train.grad_accum, c.rl.num_minibatches = 20, 20, 5, 1
+    c.memory.device_bytes = 10**6  # 1 MB at JAX's default fraction: nothing fits
+    with pytest.raises(MemoryFitError, match="GB over the"):
+        rl.run(c, str(tmp_path))
+    assert not os.path.exists(tmp_path / "checkpoints")
