@@ -1,7 +1,10 @@
 """DAPO: clip-higher (eps_low 0.2, eps_high 0.28), token-mean loss, no KL term, the dynamic-sampling
 group filter (groups whose rewards are all equal carry no group-relative signal and get no loss; DAPO
 resamples to refill the batch, we keep shapes fixed and mask them, counted in dapo_frac_dropped), and
-the soft overlong punishment (an episode within the last eighth of rl.max_context loses up to 1 reward).
+the soft overlong punishment on the response length: an episode whose sampled tokens (the model's own, not
+the prompt or tool output: rl.filters.response_lengths) reach the last eighth of L_max loses up to 1 reward.
+L_max = rl.overlong.max_len, in response tokens; 0 = rl.max_context (our choice: a multi-turn episode has no
+response budget of its own, and DAPO's 20480 / 4096 was set for single-turn maths answers).
 """
 
 import os
@@ -18,5 +21,5 @@ def get_config(arg: str | None = None):
     c.rl.loss.ppo_clip.agg_mode = "token-mean"
     c.rl.group_filter = "dapo"
     c.rl.overlong.enabled = True
-    c.rl.overlong.cache_len = int(c.rl.max_context) // 8
+    c.rl.overlong.cache_len = int(c.rl.overlong.max_len or c.rl.max_context) // 8
     return c

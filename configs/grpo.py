@@ -6,7 +6,10 @@ batch counts tasks (as verl's train_batch_size counts prompts), so `train.batch_
 tasks x 5. Run length: Table 10 prints "Epochs 400"; we read it as 400 passes over the 720 training
 tasks (verl's total_epochs), each pass visiting every task exactly once (`rl_data.task_indices`), so
 256 tasks per step give ceil(400 * 720 / 256) = 1125 steps (`train.max_steps` caps a run). Not stated
-by the paper, our choices: 4 PPO mini-batches per step, 1 PPO epoch, k3 KL, token-mean loss.
+by the paper, our choices: 4 PPO mini-batches per step, 1 PPO epoch, the k3 KL estimator (clamped), token-mean
+loss, the sampler (temperature 1.0, no top-k / top-p) and the optimizer's other settings (configs/common.py:
+warmup 3%, cosine to 0, AdamW betas and eps, no weight decay, clip norm 1.0). docs/paper_vs_code.md lists
+every difference from the paper.
 
 Swapping (one override each; every entry's options sit in its own subsection, defaulted from its
 registry, and are validated at start-up):
@@ -34,6 +37,23 @@ from ml_collections.config_dict import placeholder
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import common  # noqa: E402
 
+KV_BUDGET_GB = 32.0  # per device, of the 0.9 x 141 GB allocator limit (launch/pipeline.sh): the rest holds the
+# train state, the reference, the decode weights and the rollout programs' temporaries (--dry_run)
+MAX_ROLLOUT_ROWS = 160
+
+
+def rollout_rows_for(preset: str, capacity: int, devices: int = 8, budget_gb: float = KV_BUDGET_GB) -> int:
+    """Decode rows whose KV cache (rows x `capacity` slots, bf16 K and V of every layer, spread over
+    `devices`) fits `budget_gb` per device: a multiple of 8, at most MAX_ROLLOUT_ROWS (Qwen2.5-7B 160,
+    LLaMA-3.1-8B 112, Qwen3-8B/4B 96, Qwen3-1.7B 128 at 16896 slots on 8 GPUs)."""
+    if preset not in common.PRESETS or preset == "tiny":
+        return MAX_ROLLOUT_ROWS
+    arch = common.hf_architecture(preset)
+    head_dim = arch.get("head_dim") or arch["hidden_size"] // arch["num_attention_heads"]
+    per_token = 2 * 2 * arch["num_hidden_layers"] * arch["num_key_value_heads"] * head_dim
+    rows = int(budget_gb * 1e9 * devices // (per_token * capacity))
+    return max(8, min(MAX_ROLLOUT_ROWS, rows // 8 * 8))
+
 
 def rl_config(
     stage: str,
@@ -56,7 +76,7 @@ def rl_config(
     rl.loss = selection(losses.REGISTRY, policy_loss)  # .name + one option subsection per policy loss
     for name in rl.loss.keys():
         if name != "name" and "kl_beta" in rl.loss[name]:
-            rl.loss[name].kl_beta = 0.1  # paper: KL beta 0.1 (k3 estimator, clamped)
+            rl.loss[name].kl_beta = 0.1  # paper: KL beta 0.1 (the k3 estimator, clamped, is ours: not stated)
     rl.loss.ppo_clip.eps_low, rl.loss.ppo_clip.eps_high = 0.2, 0.2  # paper: clip 0.2
     rl.log_kl = True  # compute the reference pass (and log KL) even when kl_beta = 0
     rl.group_size = 5
@@ -68,14 +88,17 @@ def rl_config(
     rl.reward_token_mode = "iid"  # iid (paper) | stratified (both tokens in every group)
     rl.group_filter = "none"  # none | dapo (groups whose rewards are all equal get no loss)
     rl.filter_atol = 0.0
-    # DAPO's soft overlong punishment on an episode's length (rl.filters.overlong_penalty): 0 up to
-    # max_context - cache, a linear ramp to -penalty at max_context. Off unless enabled (configs/dapo.py).
-    rl.overlong = ml_collections.ConfigDict({"enabled": False, "cache_len": 0, "penalty": 1.0})
+    # DAPO's soft overlong punishment on an episode's response length, the tokens the policy sampled (its
+    # loss-mask tokens; prompt, tool results and user turns do not count: rl.filters.response_lengths): 0 up
+    # to max_len - cache_len, a linear ramp to -penalty at max_len (DAPO's L_max, in response tokens; 0 =
+    # rl.max_context, our choice: BFCL's multi-turn episodes have no response budget of their own). Off
+    # unless enabled (configs/dapo.py).
+    rl.overlong = ml_collections.ConfigDict({"enabled": False, "max_len": 0, "cache_len": 0, "penalty": 1.0})
     rl.ppo_epochs = 1
     rl.num_minibatches = 4  # optimizer updates per epoch; must divide train.grad_accum
     # Sampling. The log-probs of the update, the reference and the recompute are taken at the sampling
     # temperature, so they are the sampler's distribution at any temperature (top-k / top-p need the recompute).
-    rl.temperature = 1.0
+    rl.temperature = 1.0  # ours (the paper states no sampling temperature)
     rl.top_k = 0  # 0 = off
     rl.top_p = 1.0  # 1.0 = off
     rl.recompute_old_logprobs = False  # recompute behaviour log-probs with a forward pass (gap logged)
@@ -89,9 +112,9 @@ def rl_config(
     rl.slot_mode = "shrink"  # finished episodes leave the decode batch (shrink) or stay (keep)
     # Continuous batching: the step's rollouts stream through this many decode rows, a freed row refilled
     # with the next waiting group (rollout.scheduler.RowScheduler); 0 = chunks of rollout_chunk, no refill.
-    # LLaMA-3.1-8B has 8 KV heads (Qwen2.5-7B 4): its KV cache at 160 rows x 16k slots does not fit beside
-    # the train state (--dry_run: peak 180.8 GB per device at 160, 109.4 GB at 80).
-    rl.rollout_rows = 80 if preset == "llama3_1_8b" else 160
+    # Sized per model from a KV budget (`rollout_rows_for`): Qwen2.5-7B holds 57 KB of KV per token (4 KV
+    # heads), LLaMA-3.1-8B 131 KB, Qwen3-8B/4B 147 KB (36 layers x 8 KV heads x 128), Qwen3-1.7B 115 KB.
+    rl.rollout_rows = rollout_rows_for(preset, int(rl.max_context) + max(int(rl.prefill_chunk), 512))
     rl.rollout_slice = (
         8  # decode tokens per call with rollout_rows (a row that ends its step frees early); 0 = whole steps
     )

@@ -83,8 +83,10 @@ def test_dapo_shapes_overlong_episodes_in_its_run(world_ckpt, compile_cache, tmp
 
     dapo = os.path.join(REPO, "configs", "dapo.py")
     argv = ["main", f"--config={dapo}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={compile_cache}"]
-    # a ramp from 32 tokens to the 512-token context: every episode of the tiny world (past 32 tokens) is on it
-    argv += ["--config.rl.max_context=512", "--config.rl.overlong.cache_len=480", "--config.data.buckets=(256,384,512)"]
+    # Shaping counts response tokens (the sampled ones, not the prompt or tool output): a ramp from 1 sampled token
+    # to L_max = 16, so every episode that samples more than one token is on it.
+    argv += ["--config.rl.max_context=512", "--config.rl.overlong.max_len=16", "--config.rl.overlong.cache_len=15"]
+    argv += ["--config.data.buckets=(256,384,512)"]
     assert main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]) == 0
     (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
     assert -1.0 <= row["overlong_penalty_mean"] < 0.0 and "dapo_frac_dropped" in row

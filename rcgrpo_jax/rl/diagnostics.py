@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rcgrpo_jax.rl.losses import masked_mean
 from rcgrpo_jax.rl.reward_tokens import HIGH
@@ -115,8 +116,6 @@ def step_diagnostics(
 def rollout_metrics(episodes) -> dict[str, float]:
     """Episode shape (host side): lengths, steps, tool calls, parse errors, truncations, official validity,
     end reasons."""
-    import numpy as np
-
     n = max(len(episodes), 1)
     out = {
         "rollout/tokens_mean": float(np.mean([len(e.tokens) for e in episodes])),  # the final context
@@ -133,3 +132,43 @@ def rollout_metrics(episodes) -> dict[str, float]:
     for reason in ("completed", "max_context", "step_limit", "env_done", "render_error"):
         out[f"rollout/end_{reason}"] = sum(e.done_reason == reason for e in episodes) / n
     return out
+
+
+ACROSS_STEPS_KEY = "entropy_reward_pearson_across_steps"
+
+
+def running_pearson(x, y):
+    """[K] float64: element k is the Pearson correlation of x[: k + 1] and y[: k + 1] (host side, numpy).
+
+    The paper's entropy-reward correlation (RC-GRPO: rho = -0.15, GRPO: +0.49) is this quantity over a
+    run: x = per-step mean policy entropy, y = per-step mean reward, one point per training step. It is
+    not `entropy_reward_pearson` (that one correlates rollouts within one step). As elsewhere in this
+    module, a prefix where either side has zero variance (the first step, always) gives 0.
+    """
+    x, y = np.asarray(x, np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"running_pearson: x has {x.size} points, y {y.size}")
+    return np.asarray([_pearson64(x[: k + 1], y[: k + 1]) for k in range(x.size)], np.float64)
+
+
+def _pearson64(x, y) -> float:
+    """Pearson correlation of two float64 vectors (centred first); 0 when either side has zero variance."""
+    xs, ys = x - x.mean(), y - y.mean()
+    den = float(np.sqrt(np.sum(xs * xs) * np.sum(ys * ys)))
+    return float(np.sum(xs * ys)) / den if den > 0 else 0.0
+
+
+class AcrossSteps:
+    """The running entropy-reward correlation over a run's steps (`running_pearson` of the per-step
+    `entropy_mean` and `reward_mean`), kept by the RL trainer. A resumed run rebuilds its history from the
+    metrics rows written before the checkpoint (`rows`), so its values repeat the uninterrupted run's
+    (exactly when every step is logged, `log.every_steps=1`, the default)."""
+
+    def __init__(self, rows=()):
+        self.entropy = [float(r["entropy_mean"]) for r in rows if "entropy_mean" in r and "reward_mean" in r]
+        self.reward = [float(r["reward_mean"]) for r in rows if "entropy_mean" in r and "reward_mean" in r]
+
+    def update(self, entropy_mean: float, reward_mean: float) -> dict[str, float]:
+        self.entropy.append(float(entropy_mean))
+        self.reward.append(float(reward_mean))
+        return {ACROSS_STEPS_KEY: _pearson64(np.asarray(self.entropy, np.float64), np.asarray(self.reward, np.float64))}

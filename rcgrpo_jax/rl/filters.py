@@ -37,8 +37,23 @@ def select_groups(keep: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a)[idx] for a in arrays)
 
 
+def response_lengths(episodes) -> np.ndarray:
+    """[B] int: the tokens each episode's policy sampled (its loss-mask tokens, over every training sample
+    of a re-rendered episode), the length DAPO's overlong shaping measures. The prompt, tool results and
+    the next user turns in the context are not the model's response and do not count."""
+    return np.asarray([sum(int(np.sum(s.loss_mask)) for s in e.samples()) for e in episodes], np.int64)
+
+
+def overlong_max_len(rl_config) -> int:
+    """DAPO's L_max in response tokens: `rl.overlong.max_len`, or `rl.max_context` when that is 0 (an
+    episode cannot sample more than its context holds)."""
+    max_len = int(rl_config.overlong.get("max_len", 0) or 0)
+    return max_len if max_len > 0 else int(rl_config.max_context)
+
+
 def overlong_penalty(lengths: Array, *, max_len: int, cache_len: int, penalty: float = 1.0) -> Array:
-    """DAPO's soft overlong punishment, added to the task reward (values in [-penalty, 0]).
+    """DAPO's soft overlong punishment, added to the task reward (values in [-penalty, 0]). `lengths` are
+    response lengths (`response_lengths`: sampled tokens, not the whole multi-turn context).
 
     0                                  if L <= max_len - cache_len
     penalty * (max_len - cache_len - L) / cache_len   if max_len - cache_len < L <= max_len

@@ -77,6 +77,7 @@ class RLTrainer:
 
         config = config_checks.resolved(config, jax.device_count())  # an automatic grad_accum for these devices
         self.config, self.stage = config, config.stage
+        self.workdir = workdir
         self.mesh = sharding_lib.make_mesh(rl_config.check(config, jax.device_count()))
         self.choices = rl_config.choices(config)
         rl = config.rl
@@ -132,6 +133,11 @@ class RLTrainer:
             self.mesh,
             with_messages=self.judge is not None,
         )
+        if config.memory.check_fit:  # as SFT: refuse to start what cannot fit (the dry run's memory plan)
+            from rcgrpo_jax.train import dry_run
+
+            fit = dry_run.rl(config)
+            config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
 
     def _load_models(self, config, workdir: str) -> None:
         """Policy and reference (the frozen stage-1 policy), both on the FSDP train shardings; the reward
@@ -195,12 +201,31 @@ class RLTrainer:
         state, updates, row_stats, t_update = self.ppo_update(state, batch, plan)
         metrics = self.step_metrics(state, ro, adv, batch, owner, plan, updates, row_stats)
         metrics.update(timing)
+        metrics.update(self.across_steps(step, metrics))
         metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
         c1, c1_s = runtime.compile_totals()  # new shapes (rows, cache length, buckets) compile inside the step
         metrics.update({"time/compiles": c1 - c0, "time/compile_s": c1_s - c0_s})
         return state, metrics
 
     # -- phases ---------------------------------------------------------------------------------------------
+
+    _trend = None  # rl.diagnostics.AcrossSteps, built at the run's first step (after a resume, from its log)
+
+    def across_steps(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
+        """The paper's entropy-reward correlation: per-step mean entropy against per-step mean reward over the
+        steps so far (`rl.diagnostics.AcrossSteps`), beside the within-step `entropy_reward_pearson`."""
+        import os
+
+        from rcgrpo_jax.rl import diagnostics
+        from rcgrpo_jax.train import logging as log_lib
+
+        if self._trend is None:
+            path = os.path.join(self.workdir, log_lib.METRICS_FILE)
+            resumed = step > 0 and os.path.exists(path)
+            self._trend = diagnostics.AcrossSteps(
+                [r for r in log_lib.read_metrics(path) if r["step"] <= step] if resumed else ()
+            )
+        return self._trend.update(metrics["entropy_mean"], metrics["reward_mean"])
 
     def step_tasks(self, step: int) -> list:
         idx = rl_config.task_indices(len(self.tasks), self.tasks_per_step, int(self.config.seed), step)
@@ -230,10 +255,10 @@ class RLTrainer:
         for line in bad:
             absl_logging.warning("non-finite reward, rollout kept out of the loss: %s", line)
         if rl.overlong.enabled:
-            lengths = np.asarray([len(e.tokens) for e in ro.episodes]).reshape(n, g)
+            lengths = filters.response_lengths(ro.episodes).reshape(n, g)  # the model's own tokens only
             shaped = filters.overlong_penalty(
                 lengths,
-                max_len=int(rl.max_context),
+                max_len=filters.overlong_max_len(rl),
                 cache_len=int(rl.overlong.cache_len),
                 penalty=float(rl.overlong.penalty),
             )

@@ -102,8 +102,16 @@ def check(config, num_devices: int) -> dict[str, int]:
     _choice(rl.reward, rewards.names(), "rl.reward")
     _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
     _choice(rl.render_mode, ("auto", "append", "rerender"), "rl.render_mode")
-    if rl.overlong.enabled and not 0 < int(rl.overlong.cache_len) <= int(rl.max_context):
-        raise ConfigError("rl.overlong.cache_len", f"must be in (0, rl.max_context], got {rl.overlong.cache_len}")
+    if rl.overlong.enabled:  # lengths in response tokens (rl.filters.response_lengths)
+        from rcgrpo_jax.rl import filters
+
+        if int(rl.overlong.get("max_len", 0) or 0) < 0:
+            raise ConfigError("rl.overlong.max_len", f"must be >= 0 (0 = rl.max_context), got {rl.overlong.max_len}")
+        if not 0 < int(rl.overlong.cache_len) <= filters.overlong_max_len(rl):
+            raise ConfigError(
+                "rl.overlong.cache_len",
+                f"must be in (0, rl.overlong.max_len or rl.max_context], got {rl.overlong.cache_len}",
+            )
     m = int(rl.num_minibatches)
     if m <= 0 or accum % m:
         raise ConfigError(

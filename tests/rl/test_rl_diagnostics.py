@@ -3,6 +3,7 @@
 import chex
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rcgrpo_jax.rl import diagnostics
 
@@ -106,3 +107,21 @@ def test_step_diagnostics_keys():
     }
     assert all(np.ndim(v) == 0 for v in out.values())
     np.testing.assert_allclose(out["grad_norm"], 2.0)
+
+
+def test_entropy_reward_correlation_across_steps_by_hand():
+    # Per-step means: entropy 1, 2, 3; reward 1, 3, 2. Prefix of 2: a perfect line (r = 1). Prefix of 3: centred
+    # entropy (-1, 0, 1), reward (-1, 1, 0): sum xy = 1, sum xx = sum yy = 2, r = 1 / 2.
+    ent, rew = [1.0, 2.0, 3.0], [1.0, 3.0, 2.0]
+    np.testing.assert_allclose(diagnostics.running_pearson(ent, rew), [0.0, 1.0, 0.5], rtol=1e-12)
+    np.testing.assert_allclose(diagnostics.running_pearson(ent, [-r for r in rew]), [0.0, -1.0, -0.5], rtol=1e-12)
+    np.testing.assert_array_equal(diagnostics.running_pearson(ent, [0.5, 0.5, 0.5]), [0.0, 0.0, 0.0])
+    # The trainer's accumulator logs the last value step by step; a resume rebuilds it from the logged rows.
+    trend = diagnostics.AcrossSteps()
+    logged = [trend.update(e, r)[diagnostics.ACROSS_STEPS_KEY] for e, r in zip(ent, rew)]
+    np.testing.assert_allclose(logged, [0.0, 1.0, 0.5], rtol=1e-12)
+    rows = [{"step": 1, "entropy_mean": 1.0, "reward_mean": 1.0}, {"step": 2, "entropy_mean": 2.0, "reward_mean": 3.0}]
+    resumed = diagnostics.AcrossSteps(rows).update(3.0, 2.0)
+    assert resumed == {diagnostics.ACROSS_STEPS_KEY: logged[-1]}
+    with pytest.raises(ValueError, match="x has 3 points, y 2"):
+        diagnostics.running_pearson(ent, rew[:2])

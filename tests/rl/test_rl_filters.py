@@ -44,3 +44,47 @@ def test_filter_composes_with_any_estimator():
 def test_overlong_bad_lengths():
     with pytest.raises(ValueError, match="cache_len"):
         filters.overlong_penalty(jnp.array([1]), max_len=4, cache_len=5)
+
+
+def _episode(parts, render_mode="append"):
+    """An episode built from ("context" | "sampled" | "rerender", n tokens) parts."""
+    from rcgrpo_jax.rollout.episode import Episode
+
+    e = Episode(task_id="t", group=0, rollout_index=0, reward_token=None, render_mode=render_mode)
+    for kind, n in parts:
+        if kind == "context":
+            e.add_context([7] * n)
+        elif kind == "sampled":
+            e.add_sampled([8] * n, [-0.5] * n)
+        else:
+            e.begin_sample([7] * n)
+    return e
+
+
+def test_overlong_shaping_counts_the_models_own_tokens_only():
+    # A 40-token prompt, 6 sampled, a 30-token tool result, 4 sampled, a 25-token user turn, 5 sampled:
+    # 110 tokens of context, 15 of them the model's response.
+    long_tools = _episode(
+        [("context", 40), ("sampled", 6), ("context", 30), ("sampled", 4), ("context", 25), ("sampled", 5)]
+    )
+    # Re-rendered: each step a sample of its own (re-rendered context 50, then 60), 9 + 3 sampled tokens.
+    rerendered = _episode([("context", 50), ("sampled", 9), ("rerender", 60), ("sampled", 3)], render_mode="rerender")
+    short = _episode([("context", 100), ("sampled", 2)])
+    lengths = filters.response_lengths([long_tools, rerendered, short])
+    np.testing.assert_array_equal(lengths, [15, 12, 2])
+    assert len(long_tools.tokens) == 110  # what the shaping used to measure
+    # L_max 16, cache 8: no penalty up to 8 response tokens, then (8 - L) / 8 down to -1 at 16.
+    shaped = filters.overlong_penalty(lengths, max_len=16, cache_len=8, penalty=1.0)
+    np.testing.assert_allclose(shaped, [-7 / 8, -4 / 8, 0.0], rtol=1e-6)
+    # On the whole context every one of them would have been past L_max: -1 each.
+    whole = filters.overlong_penalty(np.array([len(e.tokens) for e in (long_tools, short)]), max_len=16, cache_len=8)
+    np.testing.assert_allclose(whole, [-1.0, -1.0])
+
+
+def test_overlong_max_len_defaults_to_the_context():
+    import ml_collections
+
+    rl = ml_collections.ConfigDict({"max_context": 512, "overlong": {"max_len": 0, "cache_len": 64}})
+    assert filters.overlong_max_len(rl) == 512
+    rl.overlong.max_len = 128
+    assert filters.overlong_max_len(rl) == 128
