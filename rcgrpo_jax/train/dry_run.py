@@ -327,17 +327,21 @@ ATTENTION_NOTE = (
 )
 
 
-def rl(config) -> dict[str, Any]:
-    """Per-device memory plan of one RL step (the module docstring's phases), without weights."""
+def rl(config, model_cfg=None) -> dict[str, Any]:
+    """Per-device memory plan of one RL step (the module docstring's phases), without weights.
+
+    `model_cfg` is the model the run loaded (the trainer's start-up check); without it, `model.path`'s
+    or the preset's published architecture, with the reward tokens when the run samples them."""
     from rcgrpo_jax import config_checks
     from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
     config = config_checks.resolved(rl_config.resolve_config(config), jax.device_count())
     mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), jax.device_count()))
     c = rl_config.choices(config)
-    model_cfg = model_prep.abstract_model_config(
-        config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
-    )
+    if model_cfg is None:
+        model_cfg = model_prep.abstract_model_config(
+            config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
+        )
     abstract_params = abstract_params_of(model_cfg)
     p_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
     tx = optim.make_optimizer(config.optim, 1000)

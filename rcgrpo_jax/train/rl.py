@@ -136,7 +136,7 @@ class RLTrainer:
         if config.memory.check_fit:  # as SFT: refuse to start what cannot fit (the dry run's memory plan)
             from rcgrpo_jax.train import dry_run
 
-            fit = dry_run.rl(config)
+            fit = dry_run.rl(config, self.model_cfg)
             config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
 
     def _load_models(self, config, workdir: str) -> None:
