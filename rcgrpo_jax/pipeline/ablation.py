@@ -38,6 +38,11 @@ RL_RUNS = {  # row -> (stage-1 init, RL config file)
     "RCTP-FT+GRPO": ("rctp_ft", "grpo"),
     "RCTP-FT+RC-GRPO": ("rctp_ft", "rc_grpo"),
 }
+# The control pair (budget.control): RCTP-FT's two RL rows again, at the paper presets' RL settings, seed 0.
+CONTROL_ROWS = {
+    "RCTP-FT+GRPO (paper RL settings)": ("rctp_ft", "grpo"),
+    "RCTP-FT+RC-GRPO (paper RL settings)": ("rctp_ft", "rc_grpo"),
+}
 DONE = "DONE"
 
 
@@ -71,6 +76,51 @@ def stage_config(stage_file: str, budget: budgets_lib.Budget, overrides: Mapping
     set_dotted(config, overrides)
     set_dotted(config, fields)
     return config
+
+
+def paper_config(stage_file: str):
+    """configs/<stage_file>.py at the paper's preset (summary.PAPER_PRESET): the settings a run is compared with."""
+    import importlib
+
+    sys.path.insert(0, _repo_root())
+    return importlib.import_module(f"configs.{stage_file}").get_config(summary_lib.PAPER_PRESET)
+
+
+def rl_pool_of(config) -> tuple[str, int]:
+    """(a description, the task count) of the tasks an RL config trains on (data split "rl")."""
+    from rcgrpo_jax.data import sources, splits
+
+    data = config.data
+    if data.source == "bfcl":  # the manifest's train ids: no need to load BFCL's files to count them
+        return "BFCL v4 multi-turn train split", len(splits.split("train"))
+    n = len(sources.tasks(data, "rl"))
+    if data.source == "world" and int(data.world.rl_per_type or 0) > 0:
+        w = data.world
+        types = (w.rl_types or "all types").replace(",", ", ")
+        return f"world RL pool: {w.rl_per_type} fresh tasks per type ({types}), {w.rl_vocab} vocabulary", n
+    return f"{data.source} train split", n
+
+
+def rl_settings_report(budget: budgets_lib.Budget) -> dict[str, dict]:
+    """Each group of RL rows against the paper preset of its config file (`summary.compare_settings`): the
+    budget's rows, and the control pair when the budget has one."""
+    groups = [
+        ("SFT+GRPO, RCTP-FT+GRPO", "grpo", dict(budget.rl)),
+        ("SFT+RC-GRPO, RCTP-FT+RC-GRPO", "rc_grpo", dict(budget.rl)),
+    ]
+    if budget.control:
+        control = {**budget.rl, **budget.control}
+        groups += [(row, rl_file, control) for row, (_, rl_file) in CONTROL_ROWS.items()]
+    out, papers = {}, {}
+    for label, rl_file, overrides in groups:
+        run_cfg = stage_config(rl_file, budget, overrides)
+        if rl_file not in papers:
+            paper_cfg = paper_config(rl_file)
+            papers[rl_file] = summary_lib.rl_settings(paper_cfg, *rl_pool_of(paper_cfg))
+        out[label] = summary_lib.compare_settings(
+            f"configs/{rl_file}.py", papers[rl_file], summary_lib.rl_settings(run_cfg, *rl_pool_of(run_cfg))
+        )
+    return out
 
 
 def _repo_root() -> str:
@@ -331,6 +381,8 @@ def run(
     rl = _rl_module()  # fail before any training when the RL stage cannot run
     for rl_file in sorted({f for _, f in RL_RUNS.values()}):
         stage_config(rl_file, budget, budget.rl)  # every override names an existing field
+        if budget.control:
+            stage_config(rl_file, budget, {**budget.rl, **budget.control})
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
@@ -347,6 +399,7 @@ def run(
             ("stage-1 train-split probe", p.get("probe", p["eval"])),
         ]
         + [(f"{row} seed {s}", p["rl"] + p["eval"]) for s in range(seeds) for row in RL_RUNS]
+        + ([(f"{row} seed 0", p["rl"] + p["eval"]) for row in CONTROL_ROWS] if budget.control else [])
         + [("report", 5)]
     )
     console = Console(plan, enabled=not quiet)
@@ -418,6 +471,23 @@ def run(
                 rl_task_evals.setdefault(row, []).append(evaluate_row(os.path.join(run_dir, "hf"), rl_ev, budget, "rl"))
             timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
 
+    control_evals: dict[str, list[dict]] = {}
+    control_paths: dict[str, list[str]] = {}
+    for row, (init, rl_file) in CONTROL_ROWS.items() if budget.control else ():
+        name = f"{row} seed 0"
+        t = console.start(name)
+        run_dir = os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0")
+        overrides = {**budget.rl, **budget.control}
+        config = stage_config(rl_file, budget, overrides, **{"model.path": stage1[init], "seed": 0})
+        if "reference" in config and "path" in config.reference:
+            config.reference.path = stage1[init]
+        train_stage(rl.run, config, run_dir)
+        rl_metrics[f"{row} s0"] = os.path.join(run_dir, "metrics.jsonl")
+        ev_path = os.path.join(ev_dir, f"{init}_{rl_file}_control_s0.json")
+        control_evals[row] = [evaluate_row(os.path.join(run_dir, "hf"), ev_path, budget, eval_split)]
+        control_paths[row] = [ev_path]
+        timings[f"rl/{init}_{rl_file}_control_s0"] = console.end(name, t, summary_lib.one_line(control_evals[row][0]))
+
     t = console.start("report")
     process_s = time.perf_counter() - console.t0
     stages = stage_seconds(workdir, timings)
@@ -434,6 +504,8 @@ def run(
         eval_paths=eval_paths,
         probe=probe,
         rl_task_evals=rl_task_evals,
+        rl_settings=rl_settings_report(budget),
+        control_evals=control_evals,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:

@@ -1,8 +1,9 @@
 """Named budgets of the ablation: world size, model size, steps and learning rates of every stage.
 
-`quickstart` is the one-command CPU reproduction (about 30 minutes on 2 cores); `smoke` runs every
-stage for a few steps on a tiny world (the pipeline test). RL budgets are equal for every RL row:
-one `rl` section is applied to GRPO and RC-GRPO alike. Tune these on the TRAIN split only
+`quickstart` is the one-command CPU reproduction (about 15 minutes on 2 cores); `reproduce` is the same run
+with the control pair (`control` below; launch/reproduce.sh); `smoke` runs every stage for a few steps on a
+tiny world (the pipeline test). RL budgets are equal for every RL row: one `rl` section is applied to GRPO
+and RC-GRPO alike. Tune these on the TRAIN split only
 (`--eval_split=train`), never on the test split.
 """
 
@@ -40,6 +41,11 @@ class Budget:
     # device count before JAX starts). XLA's CPU runtime runs one program's ops mostly one after another, so
     # a second device's program is what puts a second core to work (README, performance section).
     devices: int = 1
+    # The control pair (pipeline.ablation.CONTROL_ROWS: RCTP-FT+GRPO and RCTP-FT+RC-GRPO, seed 0): overrides on
+    # top of `rl` that put the RL settings the budget tunes back at the paper presets' own (temperature, KL
+    # beta, i.i.d. reward tokens, G; configs/grpo.py), so the report shows the zero-variance gap at both the
+    # budget's settings and the presets'. Empty = no control pair.
+    control: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.rctp_init not in ("base", "sft"):
@@ -267,10 +273,36 @@ SMOKE = Budget(
     explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
     probe_per_type=2,
     rctp_init="sft",
+    # The control pair's plumbing at the smoke scale: the presets' RL settings, 2 tasks x G 5 per step.
+    control={
+        "rl.temperature": 1.0,
+        "rl.loss.ppo_clip.kl_beta": 0.1,
+        "rl.reward_token_mode": "iid",
+        "rl.group_size": 5,
+        "train.batch_size": 10,
+        "train.grad_accum": 1,
+    },
     devices=2,  # the pipeline test runs every stage on a data mesh (the path of a budget with devices > 1)
 )
 
-BUDGETS = {b.name: b for b in (QUICKSTART, SMOKE)}
+# The quickstart with its control pair (launch/reproduce.sh): RCTP-FT+GRPO and RCTP-FT+RC-GRPO at the paper
+# presets' RL settings (configs/grpo.py: temperature 1.0, KL beta 0.1, i.i.d. reward tokens with p(high) 0.5,
+# G 5) and the quickstart's steps, lr and pool; 8 tasks x 5 rollouts a step, so each pool task is seen as often
+# as in the quickstart's rows (8 tasks x 8). Stage 1 and the RL rows are the quickstart's own (a reproduce run
+# resumes a quickstart workdir); the pair adds two RL rows at seed 0.
+REPRODUCE = dataclasses.replace(
+    QUICKSTART,
+    name="reproduce",
+    control={
+        "rl.temperature": 1.0,
+        "rl.loss.ppo_clip.kl_beta": 0.1,
+        "rl.reward_token_mode": "iid",
+        "rl.group_size": 5,
+        "train.batch_size": 40,
+    },
+)
+
+BUDGETS = {b.name: b for b in (QUICKSTART, REPRODUCE, SMOKE)}
 
 
 def get(name: str) -> Budget:

@@ -23,6 +23,207 @@ HELDOUT = ("compose_heldout",)  # the generalisation column, not in Overall
 GOALS = {"sft_train": 0.5, "rctp_high_train": 0.6, "rctp_low_train": 0.1, "rl_gain": 0.10, "zero_var_drop": 0.30}
 # RL diagnostics summarised per run (names as rcgrpo_jax.rl.diagnostics logs them; absent ones are skipped).
 DIAGNOSTICS = ("reward_mean", "frac_zero_var_groups", "adv_std", "entropy_mean", "kl")
+# The preset whose RL settings stand for the paper's (Qwen2.5-7B, the paper's main model): each RL config file
+# at this preset holds the paper's stated values and, where the paper states none, this project's choices
+# (docs/paper_vs_code.md tells them apart).
+PAPER_PRESET = "qwen2_5_7b"
+# Rows whose figure does not stand for the paper's row of the same name, and why (report.md beside the table,
+# report.json rows.<name>.note).
+ROW_NOTES = {
+    "SFT+RC-GRPO": (
+        "does not stand for the paper's row. As in the paper, SFT trains on expert trajectories only, without "
+        "reward tokens, so this SFT model has never read the `[Reward Goal: ...]` suffix that RC-GRPO appends to "
+        "the first user message (in its rollouts and at evaluation, `<|high_reward|>`); the two reward tokens are "
+        "added at the start of RL with mean-initialised embeddings. The paper's 7B instruct model reads the "
+        "unfamiliar suffix as plain text, and its SFT+RC-GRPO (46.25%) is within 2.5 points of SFT+GRPO "
+        "(48.75%); a tiny model trained on the world's episodes alone is thrown off its expert path by text it "
+        "never saw, and a few RL steps do not teach it the suffix."
+    ),
+}
+
+
+def rl_settings(config, pool: str, pool_tasks: int) -> dict[str, Any]:
+    """The RL settings of one RL stage config that the report compares with the paper presets, as plain
+    values (None where a setting does not apply: the reward-token mode without sampled tokens). `pool`, a
+    description of the tasks RL trains on; `pool_tasks`, their count (steps and passes follow from it)."""
+    from rcgrpo_jax.train import rl_config
+
+    rl = config.rl
+    loss = rl.loss[rl.loss.name]
+    g = int(rl.group_size)
+    tasks = int(config.train.batch_size) // g
+    steps = rl_config.total_steps(config, pool_tasks, tasks)
+    sampled = rl.reward_conditioning == "sampled"
+    return {
+        "estimator": str(rl.advantage.name),
+        "policy loss": str(rl.loss.name),
+        "temperature": float(rl.temperature),
+        "top-k": int(rl.top_k),
+        "top-p": float(rl.top_p),
+        "KL beta": float(loss.get("kl_beta", 0.0)),
+        "KL estimator": loss.get("kl_estimator"),
+        "clip (low, high)": [float(loss.eps_low), float(loss.eps_high)] if "eps_low" in loss else None,
+        "loss aggregation": loss.get("agg_mode"),
+        "reward conditioning": str(rl.reward_conditioning),
+        "reward-token mode": str(rl.reward_token_mode) if sampled else None,
+        "p(high)": float(rl.p_high) if sampled else None,
+        "group size G": g,
+        "tasks per step": tasks,
+        "lr": float(config.optim.lr),
+        "warmup ratio": float(config.optim.warmup_ratio),
+        "PPO epochs": int(rl.ppo_epochs),
+        "mini-batches per step": int(rl.num_minibatches),
+        "steps": int(steps),
+        "passes over the pool": round(steps * tasks / max(pool_tasks, 1), 2),
+        "pool": pool,
+        "pool tasks": int(pool_tasks),
+        "reward": str(rl.reward),
+        "group filter": str(rl.group_filter),
+        "max context": int(rl.max_context),
+        "max step tokens": int(rl.max_step_tokens),
+        "max steps per turn": "the environment's cap" if rl.max_steps_per_turn is None else int(rl.max_steps_per_turn),
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
+    return a == b
+
+
+def compare_settings(config_file: str, paper: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """{config, paper, run, differences: [{setting, paper, run}]}: every setting whose value differs."""
+    keys = list(paper) + [k for k in run if k not in paper]
+    diffs = [
+        {"setting": k, "paper": paper.get(k), "run": run.get(k)} for k in keys if not _same(paper.get(k), run.get(k))
+    ]
+    return {"config": config_file, "paper": dict(paper), "run": dict(run), "differences": diffs}
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(_value(x) for x in v) + ")"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _settings_md(settings: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    if not settings:
+        return []
+    md = [
+        "## RL settings that differ from the paper presets",
+        "",
+        f"Each group of RL rows against its config file at the `{PAPER_PRESET}` preset (the paper's values, and "
+        "this project's choices where the paper states none: docs/paper_vs_code.md). Paper preset -> this run.",
+        "",
+    ]
+    for label, c in settings.items():
+        diffs = "; ".join(f"{d['setting']} {_value(d['paper'])} -> {_value(d['run'])}" for d in c["differences"])
+        md.append(f"- **{label}** (`{c['config']}`): " + (diffs or "none") + ".")
+    return md + [""]
+
+
+def control_payload(
+    control_evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    control_metrics: Mapping[str, Sequence[str]],
+    rows: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The control pair: each row's test overall and zero-variance share, and the pair's zero-variance gap
+    (GRPO minus RC-GRPO) beside the gap of the budget's own RCTP-FT rows."""
+    out: dict[str, Any] = {"rows": {}}
+    for name, runs in control_evals.items():
+        zv = [metric_mean(p, "frac_zero_var_groups") for p in control_metrics.get(name, ())]
+        per_seed = [float(r["overall"]) for r in runs]
+        out["rows"][name] = {
+            "test_overall": _mean(per_seed),
+            "test_overall_per_seed": per_seed,
+            "zero_var_mean": _mean(zv),
+        }
+
+    def gap(grpo: Mapping[str, Any] | None, rc: Mapping[str, Any] | None) -> float | None:
+        a, b = (grpo or {}).get("zero_var_mean"), (rc or {}).get("zero_var_mean")
+        return None if a is None or b is None else a - b
+
+    names = list(control_evals)
+    grpo = next((n for n in names if "+GRPO" in n), None)
+    rc = next((n for n in names if "+RC-GRPO" in n), None)
+    out["zero_var_gap"] = gap(out["rows"].get(grpo), out["rows"].get(rc))
+    out["budget_zero_var_gap"] = gap(rows.get("RCTP-FT+GRPO"), rows.get("RCTP-FT+RC-GRPO"))
+    return out
+
+
+def _control_md(control: Mapping[str, Any]) -> list[str]:
+    if not control.get("rows"):
+        return []
+    md = [
+        "## Control pair: RCTP-FT at the paper presets' RL settings",
+        "",
+        "The same stage-1 model, pool, steps and lr as the RCTP-FT rows above, with temperature, KL beta, "
+        "reward-token mode and G set back to the presets' (the differences are listed above): the mechanism "
+        "(RC-GRPO's reward tokens give groups a spread) at both settings. Seed 0.",
+        "",
+        "| row | test overall | zero-variance groups |",
+        "|---|---:|---:|",
+    ]
+    for name, v in control["rows"].items():
+        md.append(f"| {name} | {_pct(v['test_overall'])} | {_pct(v['zero_var_mean'])} |")
+
+    def pts(x: float | None) -> str:
+        return "-" if x is None else f"{x * 100:+.1f} points"
+
+    md += [
+        "",
+        f"Zero-variance gap (GRPO minus RC-GRPO): {pts(control['zero_var_gap'])} at the presets' settings, "
+        f"{pts(control['budget_zero_var_gap'])} at the budget's (RCTP-FT+GRPO against RCTP-FT+RC-GRPO).",
+        "",
+    ]
+    return md
+
+
+def _row_notes_md(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """A line under the table for each row of ROW_NOTES in `rows` (name -> its runs), with its measured figure
+    beside the row the paper compares it with (for SFT+RC-GRPO: SFT+GRPO)."""
+    notes = []
+    for name, note in ROW_NOTES.items():
+        if name not in rows:
+            continue
+        here = f"Here {_overall(rows[name])[0] * 100:.2f}%"
+        other = name.replace("RC-GRPO", "GRPO")
+        if other != name and other in rows:
+            here += f" against {other}'s {_overall(rows[other])[0] * 100:.2f}%"
+        notes.append(f"- **{name}** {note} {here}.")
+    return notes + [""] if notes else []
+
+
+def _entropy_reward_md(rl_metrics: Mapping[str, str]) -> list[str]:
+    """The paper's entropy-reward correlation across training (final value of the running correlation of
+    per-step entropy and reward), beside the within-step one (mean over steps)."""
+    lines = []
+    for label, path in rl_metrics.items():
+        data = plots.read_jsonl(path) if os.path.exists(path) else []
+        s = plots.entropy_reward_series(data)
+        across, within = s["across"][1], s["within"][1]
+        if across or within:
+            a = f"{across[-1]:+.3f} over {len(across)} steps" if across else "-"
+            w = f"{sum(within) / len(within):+.3f}" if within else "-"
+            lines.append(f"| {label} | {a} | {w} |")
+    if not lines:
+        return []
+    return [
+        "## Entropy-reward correlation",
+        "",
+        "Across training (the paper's quantity: Pearson correlation of per-step mean entropy and per-step mean "
+        "reward over the run's steps; paper: RC-GRPO -0.15, GRPO +0.49) and within a step (rollouts' mean "
+        "entropy against their reward, mean over steps). Plot: plots/" + plots.ENTROPY_REWARD_FILE + ".",
+        "",
+        "| RL run | across steps | within step (mean) |",
+        "|---|---:|---:|",
+        *lines,
+        "",
+    ]
 
 
 def one_line(summary: Mapping[str, Any]) -> str:
@@ -420,11 +621,15 @@ def write(
     eval_paths: Mapping[str, Sequence[str]] | None = None,
     probe: Mapping[str, Mapping[str, Any]] | None = None,
     rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    rl_settings: Mapping[str, Mapping[str, Any]] | None = None,
+    control_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
     train-split probe (`ablation.stage1_probe`); rl_task_evals: RL row -> its evals on its own RL tasks
-    (the world's RL pool), one per seed. total_s: the run's wall time over every process that worked on it
+    (the world's RL pool), one per seed. rl_settings: group of RL rows -> `compare_settings` against the paper
+    preset (`ablation.rl_settings_report`); control_evals: the control pair's rows (`ablation.CONTROL_ROWS`),
+    whose metrics are in rl_metrics under "<row> s0". total_s: the run's wall time over every process that worked on it
     (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run)."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
@@ -432,11 +637,22 @@ def write(
     stage1_table = eval_run.summary_table(stage1_rows) if stage1_rows else ""
     text_verdict = verdict(evals)
     written = plots.plot_runs(rl_metrics, os.path.join(workdir, "plots"), metrics=DIAGNOSTICS) if rl_metrics else {}
+    correlation = plots.plot_entropy_reward(rl_metrics, os.path.join(workdir, "plots")) if rl_metrics else None
+    if correlation:
+        written["entropy_reward_correlation"] = correlation
     diag = _diagnostics(rl_metrics)
     errors = {name: report.aggregate(runs)["error_kinds"] for name, runs in {**paper_rows, **stage1_rows}.items()}
     per_row = {r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in RL_ROWS}
     profiles = episode_profiles(eval_paths or {})
     results = results_payload({**stage1_rows, **paper_rows}, eval_paths or {}, per_row, probe or {}, profiles)
+    for name, note in ROW_NOTES.items():
+        if name in results["rows"]:
+            results["rows"][name]["note"] = note
+    control_metrics = {
+        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in control_evals or {}
+    }
+    results["control"] = control_payload(control_evals or {}, control_metrics, results["rows"])
+    results["rl_settings"] = dict(rl_settings or {})
 
     md = [
         f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
@@ -451,6 +667,7 @@ def write(
         "## The paper's five rows",
         "",
         table,
+        *_row_notes_md(paper_rows),
         "## Verdict",
         "",
         text_verdict,
@@ -458,6 +675,8 @@ def write(
     ]
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
+    md += _settings_md(results["rl_settings"])
+    md += _control_md(results["control"])
     md += _results_md(results)
     results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
     md += _rl_tasks_md(results["rl_tasks"])
@@ -471,6 +690,7 @@ def write(
             "",
             diag,
         ]
+    md += _entropy_reward_md(rl_metrics)
     if written:
         md += ["## Plots", ""] + [f"![{m}](plots/{os.path.basename(p)})" for m, p in written.items()] + [""]
     md += ["## Error kinds (test episodes, summed over seeds)", ""]
@@ -491,6 +711,7 @@ def write(
         f"- SFT {dict(budget.sft)}",
         f"- RCTP-FT {dict(budget.rctp)}",
         f"- RL (every row) {dict(budget.rl)}",
+        *([f"- Control pair: the RL rows' settings with {dict(budget.control)}"] if control_evals else []),
         "",
     ]
     with open(os.path.join(workdir, "report.md"), "w") as f:

@@ -68,3 +68,24 @@ def test_missing_metric_gets_no_file_and_all_keys_mode(runs, tmp_path):
     )
     assert list(written) == ["loss/total"]
     assert written["loss/total"].endswith("loss_total.png")
+
+
+def test_entropy_reward_correlation_plot(tmp_path):
+    from rcgrpo_jax.eval import plots
+
+    # Entropy 1, 2, 3 and reward 1, 3, 2 over three steps: the running correlation is 0, 1, 1/2 (by hand:
+    # centred (-1, 0, 1) and (-1, 1, 0) give 1 / sqrt(2 * 2)). The logged key wins when a run has it.
+    old = [
+        {"step": s, "entropy_mean": e, "reward_mean": r} for s, e, r in ((1, 1.0, 1.0), (2, 2.0, 3.0), (3, 3.0, 2.0))
+    ]
+    s = plots.entropy_reward_series(old)
+    assert s["across"][0] == [1.0, 2.0, 3.0] and s["across"][1] == pytest.approx([0.0, 1.0, 0.5], rel=1e-12)
+    assert s["within"] == ([], [])
+    logged = [{**r, plots.ACROSS_STEPS: -0.25, plots.WITHIN_STEP: 0.1} for r in old]
+    s = plots.entropy_reward_series(logged)
+    assert s["across"][1] == [-0.25] * 3 and s["within"][1] == [0.1] * 3
+    path = plots.plot_entropy_reward({"GRPO": old, "RC-GRPO": logged}, str(tmp_path))
+    assert path.endswith(plots.ENTROPY_REWARD_FILE)
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    assert plots.plot_entropy_reward({"x": [{"step": 1, "kl": 0.1}]}, str(tmp_path / "none")) is None

@@ -44,6 +44,16 @@ def test_end_to_end_smoke(smoke_run):
         "## On the RL tasks themselves" in md and "## What the test episodes did" in md and "| base | 10 |" in md
     )  # every row's profile
     assert payload["plots"], "the RL runs logged none of the diagnostics"
+    assert payload["plots"]["entropy_reward_correlation"].endswith("entropy_reward_correlation.png")
+    assert "| RCTP-FT+RC-GRPO s0 |" in md.split("## Entropy-reward correlation", 1)[1]
+    assert "## RL settings that differ from the paper presets" in md and "lr 1e-06 -> " in md
+    assert "## Control pair: RCTP-FT at the paper presets' RL settings" in md and "Zero-variance gap" in md
+    assert "- **SFT+RC-GRPO** does not stand for the paper's row" in md
+    for row, (init, rl_file) in ablation.CONTROL_ROWS.items():
+        assert os.path.exists(os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0", ablation.DONE)), row
+        with open(os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0", "metrics.jsonl")) as f:
+            logged = [json.loads(line) for line in f]
+        assert all(-1.0 <= r["entropy_reward_pearson_across_steps"] <= 1.0 for r in logged), row
     for path in payload["plots"].values():
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -84,6 +94,21 @@ def _check_report_json(written: dict, payload: dict) -> None:
         v = written["rl_tasks"][row]
         assert v["tasks"] == 4 * 2 and 0.0 <= v["after"] <= 1.0 and v["after_per_seed"] == [v["after"]]
         assert 0.0 <= v["before"] <= 1.0
+    # The RL settings against the paper presets, for the budget's rows and the control pair.
+    settings = written["rl_settings"]
+    assert set(settings) == {"SFT+GRPO, RCTP-FT+GRPO", "SFT+RC-GRPO, RCTP-FT+RC-GRPO", *ablation.CONTROL_ROWS}
+    for label, c in settings.items():
+        differs = {d["setting"]: (d["paper"], d["run"]) for d in c["differences"]}
+        assert differs["lr"][0] == 1e-6 and differs["pool"][0] == "BFCL v4 multi-turn train split"
+        assert differs["steps"][1] == budgets.SMOKE.rl["train.max_steps"] and differs["pool tasks"] == (720, 4 * 2)
+        # the smoke rows keep the tiny preset's temperature and KL beta and move G; the control pair moves neither
+        assert ("group size G" in differs) == (label not in ablation.CONTROL_ROWS)
+        assert label not in ablation.CONTROL_ROWS or not {"temperature", "KL beta", "reward-token mode"} & set(differs)
+    assert written["rows"]["SFT+RC-GRPO"]["note"] == summary.ROW_NOTES["SFT+RC-GRPO"]
+    control = written["control"]
+    assert set(control["rows"]) == set(ablation.CONTROL_ROWS)
+    zv = [control["rows"][r]["zero_var_mean"] for r in ablation.CONTROL_ROWS]
+    assert all(0.0 <= v <= 1.0 for v in zv) and control["zero_var_gap"] == pytest.approx(zv[0] - zv[1])
     g = written["goals"]
     assert g["a_sft_train_success"]["value"] == s1["sft"]["train_success"]
     rows = written["rows"]
@@ -123,6 +148,64 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     with pytest.raises(cache.StaleCacheError, match=r"stage in .*rl/sft_grpo_s0.*optim\.lr: .* -> 0\.123"):
         ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
     assert stamps == {f: os.path.getmtime(f) for f in stamps}
+
+
+def test_the_control_pair_runs_at_the_paper_presets_rl_settings():
+    """Every budget's control pair puts temperature, KL beta, reward-token mode, p(high) and G back at the
+    paper preset's values (read from configs/*.py, not restated here); the budget's own rows move them."""
+    with_control = [b for b in budgets.BUDGETS.values() if b.control]
+    assert {b.name for b in with_control} == {"reproduce", "smoke"} and not budgets.QUICKSTART.control
+    assert budgets.REPRODUCE.rl == budgets.QUICKSTART.rl and budgets.REPRODUCE.world == budgets.QUICKSTART.world
+    for b in with_control:
+        for rl_file in ("grpo", "rc_grpo"):
+            paper = ablation.paper_config(rl_file).rl
+            control = ablation.stage_config(rl_file, b, {**b.rl, **b.control}).rl
+            keys = lambda r: (r.temperature, r.loss.ppo_clip.kl_beta, r.reward_token_mode, r.p_high, r.group_size)  # noqa: E731
+            assert keys(control) == keys(paper), (b.name, rl_file)
+    quick = ablation.stage_config("rc_grpo", budgets.QUICKSTART, budgets.QUICKSTART.rl).rl
+    assert (quick.temperature, quick.reward_token_mode, quick.group_size) == (0.3, "stratified", 8)
+    report = ablation.rl_settings_report(budgets.REPRODUCE)
+    rc = {d["setting"]: (d["paper"], d["run"]) for d in report["SFT+RC-GRPO, RCTP-FT+RC-GRPO"]["differences"]}
+    assert rc["temperature"] == (1.0, 0.3) and rc["KL beta"] == (0.1, 0.5) and rc["group size G"] == (5, 8)
+    assert rc["reward-token mode"] == ("iid", "stratified") and rc["tasks per step"] == (256, 8)
+    assert rc["steps"] == (1125, 12) and rc["pool tasks"] == (720, 24) and rc["passes over the pool"] == (400, 4)
+    ctl = {d["setting"] for d in report["RCTP-FT+RC-GRPO (paper RL settings)"]["differences"]}
+    assert not ctl & {"temperature", "KL beta", "reward-token mode", "p(high)", "group size G"}
+    assert {"lr", "steps", "pool"} <= ctl  # the pair keeps the budget's lr, steps and pool
+
+
+def test_compare_settings_and_control_by_hand(tmp_path):
+    paper = {"temperature": 1.0, "KL beta": 0.1, "clip (low, high)": [0.2, 0.2], "reward-token mode": None}
+    run = {"temperature": 0.3, "KL beta": 0.1 + 1e-12, "clip (low, high)": [0.2, 0.28], "reward-token mode": None}
+    c = summary.compare_settings("configs/x.py", paper, run)
+    assert c["differences"] == [
+        {"setting": "temperature", "paper": 1.0, "run": 0.3},
+        {"setting": "clip (low, high)", "paper": [0.2, 0.2], "run": [0.2, 0.28]},
+    ]
+    md = "\n".join(summary._settings_md({"rows": c}))
+    assert "- **rows** (`configs/x.py`): temperature 1 -> 0.3; clip (low, high) (0.2, 0.2) -> (0.2, 0.28)." in md
+    paths = {}
+    for name, zv in (("A+GRPO (paper RL settings)", [1.0, 0.5]), ("A+RC-GRPO (paper RL settings)", [0.25, 0.25])):
+        paths[name] = str(tmp_path / f"{len(paths)}.jsonl")
+        with open(paths[name], "w") as f:
+            f.writelines(json.dumps({"step": i + 1, "frac_zero_var_groups": v}) + "\n" for i, v in enumerate(zv))
+    evals = {name: [_s(0.5)] for name in paths}
+    rows = {"RCTP-FT+GRPO": {"zero_var_mean": 0.9}, "RCTP-FT+RC-GRPO": {"zero_var_mean": 0.5}}
+    out = summary.control_payload(evals, {k: [v] for k, v in paths.items()}, rows)
+    assert out["rows"]["A+GRPO (paper RL settings)"]["zero_var_mean"] == 0.75
+    assert out["zero_var_gap"] == 0.5 and out["budget_zero_var_gap"] == pytest.approx(0.4)
+    text = "\n".join(summary._control_md(out))
+    assert "| A+GRPO (paper RL settings) | 50.0% | 75.0% |" in text
+    assert "+50.0 points at the presets' settings, +40.0 points at the budget's" in text
+
+
+def test_the_sft_rc_grpo_row_says_it_is_not_the_papers():
+    md = "\n".join(
+        summary._row_notes_md({"SFT+GRPO": [_s(0.25), _s(0.5)], "SFT+RC-GRPO": [_s(0.0)], "base": [_s(0.1)]})
+    )
+    assert md.startswith("- **SFT+RC-GRPO** does not stand for the paper's row.")
+    assert "never read the `[Reward Goal: ...]` suffix" in md and md.endswith("Here 0.00% against SFT+GRPO's 37.50%.\n")
+    assert summary._row_notes_md({"SFT+GRPO": [_s(0.5)]}) == []  # only rows that have a note
 
 
 def test_stage_seconds_keep_the_run_that_did_the_stage(tmp_path):
