@@ -31,8 +31,9 @@ Phases (each what its program needs beyond the resident buffers it reads, with t
              `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
              forward below it (`append_rows`), the larger of the two           [all four]
   session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
-             groups, a full-capacity window) and a row-count change (`take_rows`: one layer's new K
-             and V at a time beside the old cache), the larger                  [all four]
+             groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
+             row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the
+             larger                                                             [all four]
   decode     one `max_step_tokens` decode call over the full-capacity cache     [all four]
 Resident: train state (params + AdamW moments), the frozen reference, the decode weights
 (`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity).
@@ -122,21 +123,21 @@ def _inplace_stand_in(x: jax.Array, update: jax.Array) -> jax.Array:
 @contextlib.contextmanager
 def inplace_scatter_stand_in() -> Iterator[None]:
     """While open, the KV writes of the decode/prefill forwards (`decode_step._write`) and of the session's
-    row programs (`session._put_slots`, `session._set_window`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
+    row programs (`session._put_slots`, `row_shards._set_window`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
     its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array: 0.27 GB of
     temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
     donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
     jitted function, whose trace cache would keep the stand-in)."""
-    from rcgrpo_jax.sampling import decode_step, session
+    from rcgrpo_jax.sampling import decode_step, row_shards, session
 
-    saved = (decode_step._write, session._put_slots, session._set_window)
+    saved = (decode_step._write, session._put_slots, row_shards._set_window)
     decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
     session._put_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
-    session._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
+    row_shards._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
     try:
         yield
     finally:
-        decode_step._write, session._put_slots, session._set_window = saved
+        decode_step._write, session._put_slots, row_shards._set_window = saved
 
 
 def _fresh_jit(impl, **kw):
@@ -177,7 +178,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     (reported apart): the decode weights' cast, the session's appends and row copies, the decode call;
     compiled at `rollout_shapes` with abstract decode weights, as the session runs them on a GPU (scatter
     KV writes, donated cache)."""
-    from rcgrpo_jax.sampling import SamplingParams, decode_step, sampler, session
+    from rcgrpo_jax.sampling import SamplingParams, decode_step, row_shards, sampler, session
     from rcgrpo_jax.sampling.sampler import Sampler, cache_sharding, mesh_context
 
     shapes = rollout_shapes(config, mesh)
@@ -208,7 +209,6 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     programs = {
         "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "copy_rows": _fresh_jit(session._copy_rows_impl, static_argnums=4, donate_argnums=(0, 1), **outs),
         "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
     }
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
@@ -231,19 +231,23 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
                 weights,
                 cache,
                 logits,
-                whole((sub,), jnp.int32),
+                batch((sub,), jnp.int32),  # shard-local row indices (`row_shards.shard_local_rows`)
                 batch((sub, width), jnp.int32),
                 batch((sub,), jnp.int32),
             )
             out["append_rows_gb"] = beyond(rows_c.compile())
+        # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):
+        # its transient is the sources' windows of one array, beside the cache.
         n_copy = shapes["copy_rows"]
-        copy = programs["copy_rows"].lower(
-            cache, logits, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity
-        )
-        out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - cache_b - logits_b) / 1e9
+        layer = cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
+        at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
+        copy = _fresh_jit(
+            row_shards.copy_rows, static_argnums=(3, 4, 5), donate_argnums=0, out_shardings=cache_sh.v[0]
+        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at)
+        layer_b = model_prep.shard_bytes(layer, cache_sh.v[0])
+        out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - layer_b) / 1e9
         # take_rows: one layer's K (then V) at the new row count, placed on the cache's sharding, beside the
         # old cache; at the same row count (the largest new one a shrink makes).
-        layer = cache.k[0]
         take = session._take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
         out["take_rows_gb"] = (model_prep.program_bytes(take) - model_prep.shard_bytes(layer, cache_sh.k[0])) / 1e9
         decode = (

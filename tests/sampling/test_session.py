@@ -208,18 +208,23 @@ def _aliased_params(compiled) -> set[int]:
 
 
 def test_append_and_copy_programs_update_the_cache_in_place(admission):
-    """The admission's append and the sibling copy alias the cache (and logits) to their outputs, and
-    their temporaries hold no second cache (XLA's memory analysis)."""
+    """The admission's append aliases the cache and logits to its outputs, the sibling copy's programs (one
+    layer's K, one layer's V, the logits) each their array, and their temporaries hold no second cache
+    (XLA's memory analysis)."""
     sess = admission["big"]
     cache_bytes = decode_step.cache_bytes(CONFIG, 160, sess.span)
     logits_bytes = 160 * CONFIG.vocab_size * 4
-    copy = sess.lower_copy_rows([37] * 7, list(range(38, 45))).compile()
-    for compiled in (admission["big_programs"][0], copy):
+    append = admission["big_programs"][0]
+    mem = append.memory_analysis()
+    assert mem.alias_size_in_bytes >= cache_bytes + logits_bytes
+    assert mem.temp_size_in_bytes < 0.25 * cache_bytes
+    assert len(_aliased_params(append)) == 2 * CONFIG.num_layers + 2  # K, V per layer, lengths, logits
+    copies = [p.compile() for p in sess.lower_copy_rows([37] * 7, list(range(38, 45)))]
+    layer_bytes = 160 * CONFIG.num_kv_heads * sess.span * CONFIG.head_dim * 4  # one K or V, float32
+    for compiled, size in zip(copies, (layer_bytes, layer_bytes, logits_bytes)):
         mem = compiled.memory_analysis()
-        assert mem.alias_size_in_bytes >= cache_bytes + logits_bytes
+        assert mem.alias_size_in_bytes >= size and _aliased_params(compiled) == {0}
         assert mem.temp_size_in_bytes < 0.25 * cache_bytes
-        leaves = 2 * CONFIG.num_layers + 2  # K, V per layer, lengths, logits
-        assert len(_aliased_params(compiled)) == leaves
 
 
 def test_a_row_count_change_frees_each_old_layer_as_it_copies(params, monkeypatch):
