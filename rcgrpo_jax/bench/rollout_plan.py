@@ -58,9 +58,10 @@ Figures, summed over every decode iteration of every call:
     head once per row, and its dense attention over the span (4 x layers x heads x head_dim per (query,
     key) pair); real = the real tokens only, each attending its causal context (a token at position p: p + 1
     keys), the head once per row with tokens. The new session (`sampling.session`) computes a forward over
-    the rows with tokens in that chunk, gathered into `buckets.row_bucket(n, rows, m)` rows (m = the batch
-    sharding, data x fsdp = 4 on 8 GPUs); `all_rows_prefill` is the same design computing every row (the
-    session before): about 1/rows for a one-group admission;
+    the rows with tokens in that chunk, taken by each of the m row shards (m = the batch sharding, data x
+    fsdp = 4 on 8 GPUs) from its own rows into K = row_bucket(its most live rows, rows / m, 1) rows, so
+    m x K rows in all (`row_shards.shard_local_rows`); `all_rows_prefill` is the same design computing
+    every row (the session before): about 1/rows for a one-group admission;
   est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs, each forward at its roofline,
     max(bytes / `--hbm_tb_s`, FLOPs / (devices x `--peak_tflops` x `--mfu`)): per decode iteration and per
     prefill forward each device reads the decode weights over its tensor shard (bf16; the input embedding
@@ -73,14 +74,16 @@ Figures, summed over every decode iteration of every call:
 The bound on prefill_flop_utilisation (the last line's `prefill_bound`, per kind of forward: a group's
 prefix into one row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs, with the experts'
 BFCL episodes: a refill admits one group at a time, so its 4-7k-token prefix runs in a sub-batch of
-row_bucket(1, rows, 4) = 4 rows, 1 of them real: those forwards are at most 1/4 real, and the prefixes are
-~40-50% of the FLOPs computed. A delta append batches the rows that just ended their step, whose tool
+4 rows (one per row shard), 1 of them real: those forwards are at most 1/4 real, and the prefixes are
+~40-50% of the FLOPs computed. Each shard computes as many rows as the shard with the most live rows
+(rows are striped over the shards, `RowScheduler(shards=m)`, so they spread), which puts the whole at
+~0.28 (prefixes ~0.27-0.31, deltas ~0.27-0.29). A delta append batches the rows that just ended their step, whose tool
 outputs differ in length; the block is as wide as the longest, so even with no padding row at all
 (`utilisation_no_padding_rows`) the deltas are ~0.45-0.50 real and the whole ~0.57-0.60. Only a forward
 over the real tokens alone (`utilisation_packed`: a token-packed prefill, each token attending its own
 row's cache; attention still dense over the span) reaches ~0.86-0.89. So `prefill_flop_utilisation >= 0.8`
 cannot be met by any [rows, width] rectangular block design; the goal is met on time instead
-(est_rollout_s_per_step ~32-42 s against 180), and the packed prefill is the design that would meet it.
+(est_rollout_s_per_step ~37-46 s against 180), and the packed prefill is the design that would meet it.
 
 AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
 BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
@@ -107,7 +110,7 @@ import time
 from typing import Callable, Sequence
 
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling import buckets, row_shards
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -189,12 +192,12 @@ def append_pieces(
     *,
     chunk: int,
     span: int,
-    sub_rows: Callable[[int], int],
+    sub_rows: Callable[[list[int]], int],
     kind: str = "",
 ) -> list[Piece]:
     """The forwards of one `DecodeSession.append`: counts[r] tokens appended to row r (holding bases[r]), in
     pieces of at most `chunk` columns, each `min(chunk, length_bucket(longest in the piece))` wide, computed
-    over `sub_rows(rows with tokens in the piece)` rows (the new session's gathered sub-batch; a session that
+    over `sub_rows(the rows with tokens in the piece)` rows (the new session's sub-batch; a session that
     computes every row passes a constant)."""
     out, start, longest = [], 0, max(counts.values(), default=0)
     while start < longest:
@@ -202,7 +205,7 @@ def append_pieces(
         k = {r: n for r, n in k.items() if n}
         width = min(chunk, buckets.length_bucket(max(k.values())))
         pairs = sum(n * (bases[r] + start) + n * (n + 1) // 2 for r, n in k.items())
-        out.append(Piece(sub_rows(len(k)), width, span, len(k), sum(k.values()), pairs, kind))
+        out.append(Piece(sub_rows(sorted(k)), width, span, len(k), sum(k.values()), pairs, kind))
         start += chunk
     return out
 
@@ -368,14 +371,17 @@ def replay_streaming(
     shrink: bool = True,
     slice_tokens: int = 0,
     longest_first: bool = False,
-    prefill_rows: Callable[[int, int], int] | None = None,
+    prefill_rows: Callable[[list[int], int], int] | None = None,
+    shards: int = 1,
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
 
-    prefill_rows(n, rows): the rows a prefill/append forward computes when n of the session's `rows` rows
-      have tokens; default `buckets.row_bucket(n, rows, 1)` (the session's gathered sub-batch off a mesh;
-      `plan` passes the batch-sharding size as the minimum); `lambda n, rows: rows` = every row (the
-      session before the sub-batch).
+    prefill_rows(live, rows): the rows a prefill/append forward computes when the rows `live` of the
+      session's `rows` rows have tokens; default `row_shards.sub_batch_rows(live, rows, 1)` (the session's
+      sub-batch off a mesh: row_bucket(len(live), rows, 1)); `plan` passes the batch-sharding size m (each
+      of the m row shards computes as many rows as the one with the most live rows);
+      `lambda live, rows: rows` = every row (the session before the sub-batch).
+    shards: the row shards `RowScheduler` stripes free rows over (ModelPolicy passes the session's m).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -390,12 +396,12 @@ def replay_streaming(
         raise ValueError(f"span rule must be 'ragged:K' with K > 0, got {span!r}")
     rule = span_rule("length") if page else span_rule(span)
     priority = [-e.prompt for e in episodes] if longest_first else None
-    sched = RowScheduler(rows, groups, priority)
+    sched = RowScheduler(rows, groups, priority, shards=shards)
     eps: dict[int, _Episode] = {}
     left: dict[int, int] = {}  # running episode -> tokens of its current step still to sample
     done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
     cap = limits.capacity
-    sub = prefill_rows or (lambda n, r: buckets.row_bucket(n, r, 1))
+    sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
 
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}
@@ -407,7 +413,7 @@ def replay_streaming(
             bases,
             chunk=limits.prefill_chunk,
             span=rule(need, cap),
-            sub_rows=lambda n: sub(n, sched.rows),
+            sub_rows=lambda live: sub(live, sched.rows),
             kind=kind,
         ):
             tally.prefill_piece(piece)
@@ -797,8 +803,11 @@ def plan(
                     slice_tokens=d.slice_tokens,
                     longest_first=d.longest_first,
                     prefill_rows=(
-                        (lambda n, r: buckets.row_bucket(n, r, batch_multiple)) if d.sub_batch else (lambda n, r: r)
+                        (lambda live, r: row_shards.sub_batch_rows(live, r, batch_multiple))
+                        if d.sub_batch
+                        else (lambda live, r: r)
                     ),
+                    shards=batch_multiple,
                 )
             )
     return out

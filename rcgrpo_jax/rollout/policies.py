@@ -174,8 +174,9 @@ class ModelPolicy:
         self.keys = list(groups) if self.share_prefix else list(range(n))
         rows = min(self.max_rows, self._rows(n))
         priority = [-len(p) for p in self.prompts] if self.longest_first else None
-        self.sched = RowScheduler(rows, self.keys, priority)
         self.session = self._new_session(rows)
+        m = self.session.row_multiple  # free rows striped over the row shards (`RowScheduler`)
+        self.sched = RowScheduler(rows, self.keys, priority, shards=m if rows % m == 0 else 1)
         self.row_of, self.context = self.sched.row_of, {}
         self._used: set[int] = set()
 

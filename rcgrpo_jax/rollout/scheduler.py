@@ -11,6 +11,11 @@ row is refilled at the next `admit`.
 Nothing here touches a device: `ModelPolicy` drives a `DecodeSession` from these decisions, and
 `bench.rollout_plan` replays real BFCL episode lengths through the same object with no model.
 
+On a mesh whose m row shards each hold a block of rows/m rows (`sampling.row_shards`), `shards=m` hands
+free rows out striped over the shards (row 0 of each shard, then row 1 of each, ...), so a group's rows,
+and the rows that step together, spread over the devices: each device's part of an append's sub-batch is
+about 1/m of it, not a whole group on one device.
+
 `shrink` is the tail of a step (nothing left waiting): the running episodes are renumbered onto the first
 rows, in episode order, so the batch can be gathered into fewer rows.
 """
@@ -37,11 +42,15 @@ class RowScheduler:
     episode; `running + waiting` are exactly the episodes neither ended nor dropped.
     """
 
-    def __init__(self, rows: int, groups: Sequence[Hashable], priority: Sequence[float] | None = None):
+    def __init__(self, rows: int, groups: Sequence[Hashable], priority: Sequence[float] | None = None, shards: int = 1):
         """priority: per episode; groups are admitted in ascending order of their first member's priority
-        (ties: order of first appearance). None = order of first appearance."""
+        (ties: order of first appearance). None = order of first appearance. shards: the row shards the
+        free rows are striped over (module docstring; 1 = lowest free rows first)."""
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
+        if shards < 1 or rows % shards:
+            raise ValueError(f"rows ({rows}) must split over shards ({shards})")
+        self.shards = int(shards)
         if priority is not None and len(priority) != len(groups):
             raise ValueError(f"{len(priority)} priorities for {len(groups)} episodes")
         self.rows = int(rows)
@@ -57,7 +66,12 @@ class RowScheduler:
             g, size = next(iter(big.items()))
             raise ValueError(f"group {g!r} has {size} episodes but the batch has only {self.rows} rows")
         self.row_of: dict[int, int] = {}  # running episode -> row
-        self._free = list(range(self.rows))  # ascending
+        self._free = sorted(range(self.rows), key=self._stripe)  # the order rows are handed out
+
+    def _stripe(self, row: int) -> tuple[int, int]:
+        """A free row's place in the hand-out order: its index within its shard's block, then its shard."""
+        block = self.rows // self.shards
+        return (row % block, row // block) if self.rows % self.shards == 0 else (row, 0)
 
     @property
     def waiting(self) -> int:
@@ -68,7 +82,8 @@ class RowScheduler:
         return tuple(self._free)
 
     def admit(self) -> list[Admission]:
-        """Fill free rows with the next waiting groups (FIFO, whole groups, lowest free rows first)."""
+        """Fill free rows with the next waiting groups (FIFO, whole groups, free rows in stripe order: the
+        lowest first with one shard)."""
         out = []
         while self._waiting:
             group, members = next(iter(self._waiting.items()))
@@ -87,7 +102,7 @@ class RowScheduler:
             row = self.row_of.pop(i, None)
             if row is not None:
                 self._free.append(row)
-        self._free.sort()
+        self._free.sort(key=self._stripe)
         for g in list(self._waiting):
             self._waiting[g] = [i for i in self._waiting[g] if i not in gone]
             if not self._waiting[g]:
@@ -106,5 +121,5 @@ class RowScheduler:
         src += [src[0] if src else 0] * (rows - len(src))
         self.rows = int(rows)
         self.row_of = {i: r for r, i in enumerate(live)}
-        self._free = list(range(len(live), self.rows))
+        self._free = list(range(len(live), self.rows))  # nothing waits: the order is never used
         return src

@@ -92,7 +92,7 @@ def test_rules_and_lengths():
 def test_prefill_flops_hand_computed():
     # Row 0 appends 20 tokens at 0, row 3 appends 5 at 10; chunks of 16. Piece 1: 16 + 5 tokens, width 16, two
     # rows with tokens (sub-batch of 2); piece 2: row 0's last 4 tokens, width length_bucket(4) = 16, one row.
-    pieces = rp.append_pieces({0: 20, 3: 5}, {0: 0, 3: 10}, chunk=16, span=256, sub_rows=lambda n: n)
+    pieces = rp.append_pieces({0: 20, 3: 5}, {0: 0, 3: 10}, chunk=16, span=256, sub_rows=len)
     pairs1 = (16 * 17 // 2) + (5 * 10 + 5 * 6 // 2)  # causal contexts: positions 0..15 and 10..14
     assert pieces == [
         rp.Piece(rows=2, width=16, span=256, real_rows=2, real_tokens=21, real_pairs=pairs1),
@@ -120,8 +120,8 @@ def test_a_session_that_prefills_every_row_scores_one_over_rows():
     sizes = rp.decode_bytes("qwen2_5_7b")
     e = [rp.EpisodeLengths(prompt=40, steps=(3,), deltas=())]
     kw = dict(rows=8, limits=LIMITS, row_bucket=SAME)
-    sub = rp.replay_streaming(e, [0], prefill_rows=lambda n, r: rp.buckets.row_bucket(n, r, 1), **kw)
-    every = rp.replay_streaming(e, [0], prefill_rows=lambda n, r: r, **kw)
+    sub = rp.replay_streaming(e, [0], prefill_rows=lambda live, r: rp.buckets.row_bucket(len(live), r, 1), **kw)
+    every = rp.replay_streaming(e, [0], prefill_rows=lambda live, r: r, **kw)
     u_sub = rp.prefill_figures(sub, sizes)
     u_all = rp.prefill_figures(every, sizes)
     assert [p.rows for p in sub.prefill_log] == [1, 1, 1] and [p.rows for p in every.prefill_log] == [8, 8, 8]

@@ -22,6 +22,22 @@ def test_fifo_whole_groups_hand_computed():
     assert s.waiting == 0 and s.row_of == {5: 0, 2: 1, 3: 2, 4: 3}
 
 
+def test_free_rows_are_striped_over_the_row_shards():
+    # 8 rows on 4 shards (blocks 0-1, 2-3, 4-5, 6-7): the hand-out order is 0, 2, 4, 6, 1, 3, 5, 7, so a
+    # group of 4 takes one row on each shard; freed rows go back into that order.
+    s = RowScheduler(8, [0, 0, 0, 0, 1, 1, 2, 2], shards=4)
+    assert s.free_rows == (0, 2, 4, 6, 1, 3, 5, 7)
+    assert s.admit() == [
+        Admission(0, (0, 1, 2, 3), (0, 2, 4, 6)),
+        Admission(1, (4, 5), (1, 3)),
+        Admission(2, (6, 7), (5, 7)),
+    ]
+    s.end([1, 4])  # rows 2 and 1 free: 1 is the second row of shard 0, 2 the first of shard 1
+    assert s.free_rows == (2, 1)
+    with pytest.raises(ValueError, match="must split over shards"):
+        RowScheduler(6, [0], shards=4)
+
+
 def test_ended_before_admission_and_group_too_big():
     s = RowScheduler(2, [0, 0, 1, 1])
     s.end([2])  # never started (e.g. its prompt alone is too long): it never takes a row
