@@ -10,6 +10,10 @@ shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract pa
 
   RL stage:  prefill      the sampler's prefill (`sampler._prefill_impl`): an `rl.prefill_chunk` block into a
                           full-capacity cache of the ragged layout (its attention is `decode_step`'s XLA one)
+             append_rows  the session's append to some rows (`session._append_rows_impl`): the largest
+                          sub-batch below the whole batch, each device taking its own rows (`shard_map`)
+             copy_rows    the session's sibling copy of one layer's K or V (`row_shards.copy_rows`, a psum
+                          of the sources' full-capacity windows over the row shards)
              decode       the sampler's decode loop (`sampler._decode_impl`) on that cache with
                           decode_attention=ragged: each step's attention is the Pallas GPU decode kernel
              ref_logprobs the reference log-probs (`rl_step.make_logprob_fn`) of one micro-batch at the
@@ -45,7 +49,7 @@ from typing import Any, Callable, Sequence
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
 PLATFORM = "cuda"
-RL_PROGRAMS = ("prefill", "decode", "ref_logprobs", "rl_update", "rl_apply")
+RL_PROGRAMS = ("prefill", "append_rows", "copy_rows", "decode", "ref_logprobs", "rl_update", "rl_apply")
 SFT_PROGRAMS = ("sft_update",)
 TRITON_PROGRAMS = ("decode", "ref_logprobs", "rl_update", "sft_update")  # where a Pallas kernel runs
 _CALL_RE = re.compile(r'custom_call\s*@"?([^"(\s]+)"?|call_target_name\s*=\s*"([^"]+)"')
@@ -140,7 +144,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl="pallas")
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
-        rows = sampler.batch_multiple(mesh)
+        rows = 2 * sampler.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
         shapes = Shapes(micro=shards, length=128, grad_accum=1, rows=rows, capacity=256, prefill_width=64)
         shapes = dataclasses.replace(shapes, max_new_tokens=16)
     else:
@@ -177,6 +181,39 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
         args = (weights, _sds((shapes.rows, shapes.prefill_width), jnp.int32, b2), _sds((shapes.rows,), jnp.int32, b1))
         with sampler.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, b2, b1, cache_sh), (b2, cache_sh), (*args, cache), donate=(3,))
+
+    m = sampler.batch_multiple(mesh)
+    sub = dry_run.rollout_shapes(config, mesh)["sub_batch_rows"] if not tiny else m
+    n_copy = dry_run.rollout_shapes(config, mesh)["copy_rows"] if not tiny else m
+
+    def append_rows():
+        from rcgrpo_jax.sampling import session
+
+        def fn(w, kv, logits, idx, tokens, counts):
+            return session._append_rows_impl(s, w, kv, logits, idx, tokens, counts)
+
+        args = (
+            weights,
+            cache,
+            _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
+            _sds((sub,), jnp.int32, b1),
+            _sds((sub, shapes.prefill_width), jnp.int32, b2),
+            _sds((sub,), jnp.int32, b1),
+        )
+        with sampler.mesh_context(mesh, decode_rules):
+            return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
+
+    def copy_rows():
+        from rcgrpo_jax.sampling import row_shards
+
+        at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
+
+        def fn(x, src, dst):
+            return row_shards.copy_rows(x, src, dst, shapes.capacity, 2, at)
+
+        args = (cache.v[0], _sds((n_copy,), jnp.int32, rep), _sds((n_copy,), jnp.int32, rep))
+        with sampler.mesh_context(mesh, decode_rules):
+            return _export(fn, (cache_sh.v[0], rep, rep), cache_sh.v[0], args, donate=(0,))
 
     def decode():
         def fn(w, logits, kv, stop_ids, budgets, rng):
@@ -232,9 +269,11 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
 
     rollout_at = {"rows": shapes.rows, "capacity": shapes.capacity}
     train_at = {"micro": shapes.micro, "length": shapes.length}
-    builds = (prefill, decode, ref_logprobs, rl_update, rl_apply)
+    builds = (prefill, append_rows, copy_rows, decode, ref_logprobs, rl_update, rl_apply)
     ats = (
         {**rollout_at, "width": shapes.prefill_width},
+        {**rollout_at, "width": shapes.prefill_width, "sub_batch_rows": sub},
+        {**rollout_at, "copy_rows": n_copy},
         {**rollout_at, "max_new_tokens": shapes.max_new_tokens},
         train_at,
         train_at,
