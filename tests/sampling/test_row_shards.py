@@ -5,7 +5,6 @@ SPMD partitioner all-gathers an array indexed by a replicated row list: a 7B cac
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
