@@ -10,46 +10,19 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+
+from rcgrpo_jax import stages
+from rcgrpo_jax.config_fields import ConfigError, MemoryFitError, get, require
+from rcgrpo_jax.data import sources, trajectories
+from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls
 
 MESH_AXES = ("data", "fsdp", "tensor")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class ConfigError(ValueError):
-    """A bad config value; `field` is its dotted path inside the config."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"config.{field}: {message}")
-
-
-class MemoryFitError(ConfigError):
-    """The compiled step needs more memory per device than the budget."""
-
-
-def _get(config, dotted: str, default: Any = None) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if not hasattr(node, "keys") or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
-def _require(config, dotted: str) -> Any:
-    value = _get(config, dotted, _MISSING)
-    if value is _MISSING:
-        raise ConfigError(dotted, "missing")
-    return value
-
-
-_MISSING = object()
-
-
 def mesh_shape(mesh_cfg, num_devices: int) -> dict[str, int]:
     """Resolves -1 (at most one axis: all remaining devices) and checks the product against the devices."""
-    sizes = {a: int(_require({"mesh": mesh_cfg}, f"mesh.{a}")) for a in MESH_AXES}
+    sizes = {a: int(require({"mesh": mesh_cfg}, f"mesh.{a}")) for a in MESH_AXES}
     free = [a for a, s in sizes.items() if s == -1]
     for a, s in sizes.items():
         if s == 0 or s < -1:
@@ -67,7 +40,7 @@ def mesh_shape(mesh_cfg, num_devices: int) -> dict[str, int]:
 
 
 def _check_path(config, dotted: str, *, required: bool, must_have: str | None = None) -> None:
-    path = _get(config, dotted)
+    path = get(config, dotted)
     if path is None or path == "":
         if required:
             raise ConfigError(dotted, "missing checkpoint path (set --config." + dotted + "=DIR)")
@@ -82,13 +55,13 @@ def resolved(config, num_devices: int):
     """`config`, or a copy with `train.grad_accum = -1` (auto) resolved for `num_devices` devices: one row per
     batch shard (mesh data x fsdp) per micro-batch, so a preset keeps its per-device activation size on any
     number of hosts (8 devices: 4 shards; 4 hosts x 8: 16)."""
-    if int(_get(config, "train.grad_accum", 1)) != -1:
+    if int(get(config, "train.grad_accum", 1)) != -1:
         return config
     import copy
 
-    shape = mesh_shape(_require(config, "mesh"), num_devices)
+    shape = mesh_shape(require(config, "mesh"), num_devices)
     shards = shape["data"] * shape["fsdp"]
-    batch = int(_require(config, "train.batch_size"))
+    batch = int(require(config, "train.batch_size"))
     if batch % shards:
         raise ConfigError(
             "train.batch_size",
@@ -103,31 +76,29 @@ def resolved(config, num_devices: int):
 def check(config, num_devices: int) -> dict[str, int]:
     """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
     config = resolved(config, num_devices)
-    from rcgrpo_jax import stages
 
-    _require(config, "stage")
+    require(config, "stage")
     stages.kind_of(config)  # config.trainer names a known trainer kind
-    shape = mesh_shape(_require(config, "mesh"), num_devices)
+    shape = mesh_shape(require(config, "mesh"), num_devices)
     batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
 
     # Model: a real preset needs weights; tiny may build them.
-    build_tiny = bool(_get(config, "model.build_tiny", False))
+    build_tiny = bool(get(config, "model.build_tiny", False))
     _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
-    dec = _get(config, "model.decode_attention")
+    dec = get(config, "model.decode_attention")
     if dec is not None and dec not in ("auto", "xla", "ragged"):
         raise ConfigError("model.decode_attention", f"{dec!r} is not one of auto, xla, ragged")
-    from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls  # the choices, defined once
 
-    impl = _get(config, "model.attention_impl")
+    impl = get(config, "model.attention_impl")
     if impl is not None and impl not in impls:
         raise ConfigError("model.attention_impl", f"{impl!r} is not one of {', '.join(impls)}")
     for f in ("model.dtype", "model.param_dtype"):
-        if _get(config, f) is not None and _get(config, f) not in DTYPES:
-            raise ConfigError(f, f"unknown dtype {_get(config, f)!r}; known: {', '.join(DTYPES)}")
+        if get(config, f) is not None and get(config, f) not in DTYPES:
+            raise ConfigError(f, f"unknown dtype {get(config, f)!r}; known: {', '.join(DTYPES)}")
     if "reference" in config:  # RL: the frozen stage-1 policy
         _check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
-    if build_tiny and not _get(config, "model.path"):
-        arch, tools = _get(config, "model.tiny_arch", "qwen2"), _get(config, "model.tiny_tools_format", "json")
+    if build_tiny and not get(config, "model.path"):
+        arch, tools = get(config, "model.tiny_arch", "qwen2"), get(config, "model.tiny_tools_format", "json")
         if arch not in ("qwen2", "qwen3") and tools != "json":
             raise ConfigError(
                 "model.tiny_tools_format",
@@ -135,8 +106,8 @@ def check(config, num_devices: int) -> dict[str, int]:
             )
 
     # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).
-    batch = int(_require(config, "train.batch_size"))
-    accum = int(_get(config, "train.grad_accum", 1))
+    batch = int(require(config, "train.batch_size"))
+    accum = int(get(config, "train.grad_accum", 1))
     if batch <= 0:
         raise ConfigError("train.batch_size", f"must be positive, got {batch}")
     if accum <= 0:
@@ -151,7 +122,7 @@ def check(config, num_devices: int) -> dict[str, int]:
             f"by the data axis: mesh data x fsdp = {shape['data']} x {shape['fsdp']} = {batch_shards}",
         )
     if "rl" in config:
-        group = int(_require(config, "rl.group_size"))
+        group = int(require(config, "rl.group_size"))
         if group <= 0:
             raise ConfigError("rl.group_size", f"must be positive, got {group}")
         if batch % group:
@@ -160,38 +131,34 @@ def check(config, num_devices: int) -> dict[str, int]:
     # Data, optimizer, run length, checkpoints, multi-host.
     _check_path(config, "data.path", required=False)
     _check_path(config, "data.exploration_path", required=False)
-    site = _get(config, "data.failure_site")
+    site = get(config, "data.failure_site")
     if site is not None and site not in ("any", "first"):
         raise ConfigError("data.failure_site", f"expected 'any' or 'first', got {site!r}")
-    kinds = _get(config, "data.failure_kinds")
+    kinds = get(config, "data.failure_kinds")
     if kinds is not None:
-        from rcgrpo_jax.data import trajectories
-
         try:
             trajectories.failure_kinds(kinds)
         except ValueError as e:
             raise ConfigError("data.failure_kinds", str(e)) from None
     if "data" in config and "source" in config.data:
-        from rcgrpo_jax.data import sources
-
         sources.check(config.data)  # the task source and its own fields (data.world, data.steps)
-    buckets = tuple(int(b) for b in _get(config, "data.buckets", ()) or ())
+    buckets = tuple(int(b) for b in get(config, "data.buckets", ()) or ())
     if "data" in config and "buckets" in config.data:
         if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
             raise ConfigError("data.buckets", f"need strictly increasing lengths > 1, got {buckets}")
-    if _get(config, "optim.lr") is not None and not float(config.optim.lr) > 0:
+    if get(config, "optim.lr") is not None and not float(config.optim.lr) > 0:
         raise ConfigError("optim.lr", f"must be positive, got {config.optim.lr}")
-    wr = _get(config, "optim.warmup_ratio")
+    wr = get(config, "optim.warmup_ratio")
     if wr is not None and not 0 <= float(wr) < 1:
         raise ConfigError("optim.warmup_ratio", f"must be in [0, 1), got {wr}")
-    if int(_get(config, "train.epochs", 1)) <= 0 and int(_get(config, "train.max_steps", -1)) <= 0:
+    if int(get(config, "train.epochs", 1)) <= 0 and int(get(config, "train.max_steps", -1)) <= 0:
         raise ConfigError("train.epochs", "the run has no steps (epochs <= 0 and max_steps <= 0)")
-    if int(_get(config, "checkpoint.every_steps", 1)) <= 0:
+    if int(get(config, "checkpoint.every_steps", 1)) <= 0:
         raise ConfigError("checkpoint.every_steps", "must be positive")
-    keep = _get(config, "checkpoint.max_to_keep", 1)
+    keep = get(config, "checkpoint.max_to_keep", 1)
     if keep is not None and int(keep) <= 0:
         raise ConfigError("checkpoint.max_to_keep", "must be positive (or None to keep all)")
-    init = _get(config, "multihost.initialize", "auto")
+    init = get(config, "multihost.initialize", "auto")
     if init not in ("auto", "always", "never"):
         raise ConfigError("multihost.initialize", f"{init!r} is not one of auto, always, never")
     return shape

@@ -20,6 +20,9 @@ from typing import Any, Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from rcgrpo_jax import config_checks, config_fields, runtime, stages
+from rcgrpo_jax.config_fields import ConfigError
+
 # Environment variables that mean "this process is one of several": then jax.distributed is initialised.
 _MULTIPROCESS_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
 USAGE_EXIT = 2
@@ -66,8 +69,6 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
     """Validates `config`, then runs its stage (or its dry run). Returns what the process prints."""
     import jax
 
-    from rcgrpo_jax import config_checks, stages
-
     if wants_distributed(config.multihost.initialize):
         jax.distributed.initialize()  # reads SLURM / coordinator settings from the environment
     logging.info(
@@ -77,12 +78,11 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
         jax.device_count(),
         jax.local_device_count(),
     )
-    from rcgrpo_jax import runtime
 
     kind = stages.kind_of(config)
     if dry_run:
         if kind.dry_run is None:
-            raise config_checks.ConfigError("trainer", f"no dry run for trainer kind {config.trainer!r}")
+            raise config_fields.ConfigError("trainer", f"no dry run for trainer kind {config.trainer!r}")
         report = stages.resolve(kind.dry_run)(config)
         config_checks.check_memory("memory.device_bytes", int(report["peak_gb"] * 1e9), int(report["budget_gb"] * 1e9))
         return {"stage": config.stage, "preset": config.get("preset"), **report}
@@ -121,7 +121,6 @@ def parse_config(argv: Sequence[str]):
 def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
     """The command line in-process: parse `argv` (argv[0] is the program name), launch, print the summary
     as the last line. Returns the exit code (0, or 2 for a bad flag or config)."""
-    from rcgrpo_jax.config_checks import ConfigError
 
     if fv is None:
         fv = flags.FlagValues()

@@ -14,22 +14,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError, get
 
 # Backends a production preset may train on. The presets are sized for GPUs; a TPU runs the same XLA
 # programs (no fused-attention kernel), so it is not refused either. Everything else (CPU, "METAL",
 # unknown plugins) is refused unless overridden.
 ACCELERATOR_BACKENDS = frozenset({"gpu", "cuda", "rocm", "tpu"})
 CPU_PRESETS = frozenset({"tiny"})  # presets sized for a CPU run
-
-
-def _get(config: Any, dotted: str, default: Any) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if not hasattr(node, "keys") or part not in node:
-            return default
-        node = node[part]
-    return node
 
 
 def check_backend(config: Any, backend: str, dry_run: bool) -> None:
@@ -41,12 +32,12 @@ def check_backend(config: Any, backend: str, dry_run: bool) -> None:
     preset on CPU JAX would only crawl or run out of host memory hours later, and the usual cause is a
     CPU-only jax wheel on a GPU machine, which the message names.
     """
-    preset = _get(config, "preset", None)
+    preset = get(config, "preset", None)
     if preset is None or preset in CPU_PRESETS:
         return
     if str(backend).lower() in ACCELERATOR_BACKENDS or dry_run:
         return
-    if bool(_get(config, "runtime.allow_cpu", False)):
+    if bool(get(config, "runtime.allow_cpu", False)):
         return
     raise ConfigError(
         "runtime.allow_cpu",

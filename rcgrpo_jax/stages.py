@@ -13,6 +13,8 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
+from rcgrpo_jax.config_fields import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerKind:
@@ -40,7 +42,6 @@ def resolve(target: str) -> Callable[..., Any]:
 
 
 def kind_of(config) -> TrainerKind:
-    from rcgrpo_jax.config_checks import ConfigError
 
     name = config.get("trainer")
     if name not in TRAINERS:

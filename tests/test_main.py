@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rcgrpo_jax import main
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.rl import advantages
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

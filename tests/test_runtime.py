@@ -12,7 +12,7 @@ import ml_collections
 import pytest
 
 from rcgrpo_jax import runtime
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

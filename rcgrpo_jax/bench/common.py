@@ -17,6 +17,8 @@ import time
 import traceback
 from typing import Any, Callable, Iterator, Mapping
 
+from rcgrpo_jax import sharding
+
 
 def emit(row: Mapping[str, Any], stream=None) -> dict[str, Any]:
     """Print `row` as one JSON line (floats to 4 significant digits, non-finite ones as null); return it."""
@@ -72,8 +74,6 @@ def data_mesh(devices: int):
     if devices == 1:
         return None
     import jax
-
-    from rcgrpo_jax import sharding
 
     have = jax.devices()
     if len(have) < devices:

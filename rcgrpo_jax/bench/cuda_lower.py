@@ -47,6 +47,14 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from rcgrpo_jax import config_checks, stages
+from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.models.attention import lowering_for
+from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.sampling import SamplingParams, decode_step, row_shards, sampler, session
+from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
+from rcgrpo_jax.train import state as state_lib
+
 TRITON_CALL = "__gpu$xla.gpu.triton"
 PLATFORM = "cuda"
 RL_PROGRAMS = ("prefill", "append_rows", "copy_rows", "decode", "ref_logprobs", "rl_update", "rl_apply")
@@ -127,13 +135,6 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from rcgrpo_jax import config_checks
-    from rcgrpo_jax import sharding as sharding_lib
-    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-    from rcgrpo_jax.sampling import SamplingParams, decode_step, sampler
-    from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step
-    from rcgrpo_jax.train import state as state_lib
-
     n_dev = jax.device_count()
     config = config_checks.resolved(rl_config.resolve_config(config), n_dev)
     mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), n_dev))
@@ -187,7 +188,6 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     n_copy = dry_run.rollout_shapes(config, mesh)["copy_rows"] if not tiny else m
 
     def append_rows():
-        from rcgrpo_jax.sampling import session
 
         def fn(w, kv, logits, idx, tokens, counts):
             return session._append_rows_impl(s, w, kv, logits, idx, tokens, counts)
@@ -204,7 +204,6 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
 
     def copy_rows():
-        from rcgrpo_jax.sampling import row_shards
 
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
 
@@ -291,12 +290,6 @@ def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from rcgrpo_jax import config_checks
-    from rcgrpo_jax import sharding as sharding_lib
-    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-    from rcgrpo_jax.train import model_prep, sft
-    from rcgrpo_jax.train import state as state_lib
-
     n_dev = jax.device_count()
     config = config_checks.resolved(config, n_dev)
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), n_dev))
@@ -349,8 +342,6 @@ def without_trajectory_file(config):
 
 def lower_all(config, tiny: bool = False) -> dict[str, Any]:
     """Exports the stage's programs; prints and returns the summary line."""
-    from rcgrpo_jax import stages
-    from rcgrpo_jax.models.attention import lowering_for
 
     kind = stages.kind_of(config)
     config = without_trajectory_file(config)

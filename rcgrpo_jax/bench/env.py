@@ -19,6 +19,7 @@ import time
 
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.envs.isolation import import_bfcl
+from rcgrpo_jax.envs.reward_agreement import reversed_script
 
 
 def _best_rate(fn, tasks, repeats: int) -> float:
@@ -43,10 +44,6 @@ def _peer(task):
     cache = vars(import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"))
     for key in [k for k in cache if k.startswith(name)]:
         del cache[key]
-
-
-def reversed_script(task):
-    return [[list(reversed(calls)) for calls in steps] for steps in bfcl.ground_truth_script(task)]
 
 
 def changed_argument_script(task, rng: random.Random):

@@ -51,7 +51,17 @@ import time
 import types
 from typing import Any
 
+from rcgrpo_jax import models
 from rcgrpo_jax.bench import common
+from rcgrpo_jax.models import ModelConfig, attention
+from rcgrpo_jax.models.cache import attention_mask
+from rcgrpo_jax.sampling import Sampler, SamplingParams, decode_step, decode_weights, new_cache, stop_table
+from rcgrpo_jax.sampling import sampler as sampler_mod
+from rcgrpo_jax.sampling.decode_step import DecodeCache
+from rcgrpo_jax.train import optim as optim_lib
+from rcgrpo_jax.train import rl_step
+from rcgrpo_jax.train import state as state_lib
+from rcgrpo_jax.train.rl_batch import RolloutBatch
 
 H200_HBM_BYTES_S = 4.8e12
 H200_BF16_FLOPS = 989e12
@@ -126,7 +136,6 @@ TINY = Plan(
 
 
 def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
-    from rcgrpo_jax.models import ModelConfig
 
     return ModelConfig(
         model_type="qwen2",
@@ -166,8 +175,6 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
     (no stop tokens, so every row runs the full budget); both phases timed apart, medians of repeats."""
     import jax
     import numpy as np
-
-    from rcgrpo_jax.sampling import Sampler, SamplingParams, new_cache, stop_table
 
     sampler = Sampler(config, plan.new_tokens, SamplingParams(temperature=1.0))
     rng = np.random.default_rng(batch)
@@ -222,9 +229,6 @@ def production_model(plan: Plan, holder: dict[str, Any]):
     import jax
     import jax.numpy as jnp
 
-    from rcgrpo_jax import models
-    from rcgrpo_jax.sampling import decode_weights
-
     if "prod" not in holder:
         config = model_config(plan.prod_shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
         t = time.perf_counter()
@@ -242,8 +246,6 @@ def bench_production_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | 
     import jax
     import jax.numpy as jnp
     import numpy as np
-
-    from rcgrpo_jax.sampling import Sampler, SamplingParams, new_cache, stop_table
 
     config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
@@ -290,8 +292,6 @@ def bench_production_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | 
 def _random_cache_maker(config, rows: int, span: int, layout: str):
     import jax
     import jax.numpy as jnp
-
-    from rcgrpo_jax.sampling.decode_step import DecodeCache
 
     g, dh = config.num_kv_heads, config.head_dim
 
@@ -350,9 +350,6 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     import jax
     import jax.numpy as jnp
     import numpy as np
-
-    from rcgrpo_jax.sampling import Sampler, SamplingParams, decode_step, stop_table
-    from rcgrpo_jax.sampling import sampler as sampler_mod
 
     config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
@@ -436,7 +433,6 @@ def make_rl_step(config, tx, chunk: int, loss_config: dict[str, Any]):
     """`step(state, batch) -> (state, metrics)`: the RL trainer's own update on one micro-batch
     (`train.rl_step`: ppo_clip with the KL to the reference, token log-probs by vocabulary chunks,
     then the guarded AdamW step), composed into one function so the whole update is one compilation."""
-    from rcgrpo_jax.train import rl_step
 
     grads_fn = rl_step.make_micro_grads(config, "ppo_clip", loss_config, chunk)
     apply_fn = rl_step.make_apply(tx)
@@ -453,8 +449,6 @@ def random_rollout_batch(config, batch: int, seq: int, seed: int = 0):
     the rest sampled tokens."""
     import jax.numpy as jnp
     import numpy as np
-
-    from rcgrpo_jax.train.rl_batch import RolloutBatch
 
     rng = np.random.default_rng(seed)
     loss_mask = np.zeros((batch, seq - 1), np.float32)  # targets: column t is token t + 1
@@ -473,10 +467,6 @@ def random_rollout_batch(config, batch: int, seq: int, seed: int = 0):
 def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     """One RC-GRPO update (float32 master weights, bf16 compute, remat per layer) on rl_batch x rl_seq."""
     import jax
-
-    from rcgrpo_jax import models
-    from rcgrpo_jax.train import optim as optim_lib
-    from rcgrpo_jax.train import state as state_lib
 
     config = model_config(plan.shape, param_dtype="float32", dtype="bfloat16", remat=True)
     ocfg = types.SimpleNamespace(
@@ -533,7 +523,7 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
     """One row of `seq` tokens (the last seq/16 are padding) of causal GQA attention in bf16, the training
     call (causal=True) of `models.attention.attention`, on two paths:
 
-      xla    implementation "xla" (`layers.grouped_attention`, what the CPU runs)
+      xla    implementation "xla" (`xla_attention.grouped_attention`, what the CPU runs)
       fused  implementation "cudnn" on a CUDA GPU; elsewhere, as a stand-in that checks the argument
              mapping (and this script), the library's XLA attention given the very arguments built for
              cuDNN (`fused_impl` says which ran)
@@ -544,9 +534,6 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
     import jax
     import jax.numpy as jnp
     import numpy as np
-
-    from rcgrpo_jax.models import attention
-    from rcgrpo_jax.models.cache import attention_mask
 
     n, g, dh = plan.attn_heads
     real = seq - seq // 16
@@ -681,8 +668,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
         def setup():
             import jax
-
-            from rcgrpo_jax import models
 
             config = model_config(plan.shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
             t = time.perf_counter()

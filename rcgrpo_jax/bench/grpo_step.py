@@ -44,8 +44,16 @@ from typing import Any
 
 import numpy as np
 
+from rcgrpo_jax import models
+from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.bench import common
 from rcgrpo_jax.bench.trl_peer import reward_of
+from rcgrpo_jax.models.tiny import build_tiny_checkpoint, default_corpus
+from rcgrpo_jax.models.transformer import abstract_params
+from rcgrpo_jax.rl import advantages
+from rcgrpo_jax.sampling import generate, sampler
+from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_step
+from rcgrpo_jax.train import state as state_lib
 
 ARCH = dict(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=704)
 LR = 1e-6
@@ -65,7 +73,6 @@ class Work:
 def make_prompts(tokenizer, n: int, length: int, seed: int) -> list[list[int]]:
     """`n` prompts of exactly `length` token ids, windows of the tiny tokenizer's own corpus that survive
     decode -> encode unchanged (TRL takes text; both sides then see the same ids)."""
-    from rcgrpo_jax.models.tiny import default_corpus
 
     ids = tokenizer(" ".join(default_corpus()) * 4, add_special_tokens=False)["input_ids"]
     if len(ids) < 2 * length:
@@ -84,7 +91,6 @@ def make_prompts(tokenizer, n: int, length: int, seed: int) -> list[list[int]]:
 
 def group_advantages(rewards: np.ndarray, group: int, eps: float = 1e-4) -> np.ndarray:
     """GRPO: (r - group mean) / (group std + eps), the registry's "grpo" estimator, flat [N * G]."""
-    from rcgrpo_jax.rl import advantages
 
     adv, _ = advantages.get("grpo")(np.asarray(rewards, np.float32).reshape(-1, group))
     return np.asarray(adv, np.float32).reshape(-1)
@@ -133,12 +139,6 @@ class OursStep:
         import jax
         import ml_collections
 
-        from rcgrpo_jax import models
-        from rcgrpo_jax import sharding as sharding_lib
-        from rcgrpo_jax.models.transformer import abstract_params
-        from rcgrpo_jax.train import model_prep, optim, rl_step
-        from rcgrpo_jax.train import state as state_lib
-
         self.work, self.beta = work, beta
         n = work.prompts * work.group
         if n % micro:
@@ -172,10 +172,6 @@ class OursStep:
 
     def __call__(self, key) -> dict[str, float]:
         import jax
-
-        from rcgrpo_jax import sharding as sharding_lib
-        from rcgrpo_jax.sampling import generate
-        from rcgrpo_jax.train import rl_batch
 
         w, t = self.work, {}
         t0 = time.perf_counter()
@@ -235,7 +231,6 @@ class OursStep:
         """Programs compiled so far by the jitted pieces of a step (sampler prefill/decode, reference pass,
         micro-batch gradients, their sum, the optimizer apply): constant after the warm-up step unless a
         step recompiles."""
-        from rcgrpo_jax.sampling import sampler
 
         fns = (sampler._prefill, sampler._decode, self.ref_fn, self.updater._grads, self.updater._add)
         return sum(f._cache_size() for f in (*fns, self.updater._apply))
@@ -400,8 +395,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     arch = {**ARCH, **(json.loads(args.arch) if args.arch else {})}
     with tempfile.TemporaryDirectory() as tmp:
         import transformers
-
-        from rcgrpo_jax.models.tiny import build_tiny_checkpoint
 
         ckpt = build_tiny_checkpoint(os.path.join(tmp, "ckpt"), arch="qwen2", **arch)
         tok = transformers.AutoTokenizer.from_pretrained(ckpt)

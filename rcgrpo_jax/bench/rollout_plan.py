@@ -109,6 +109,11 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
+from rcgrpo_jax import chat, models
+from rcgrpo_jax.data import datasets, sources, trajectories
+from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.models import reward_tokens, tiny
+from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets, row_shards
 
@@ -578,9 +583,6 @@ def expert_lengths(tasks, tokenizer, parser, *, reward_token: str | None) -> tup
     """Each task's expert episode through the real engine (scripted oracle), as lengths (`prefix` is the
     prompt up to the reward token, what a group shares; the whole prompt without one), and the tokenizer's
     characters per token over every episode's text."""
-    from rcgrpo_jax import chat
-    from rcgrpo_jax.envs import bfcl
-    from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
 
     specs = [EpisodeSpec(bfcl.BFCLEnv(t), t.id, group=i, reward_token=reward_token) for i, t in enumerate(tasks)]
     texts = [oracle_texts(bfcl.ground_truth_script(t), parser) for t in tasks]
@@ -612,9 +614,6 @@ def build_tokenizer(tasks, arch: str, vocab: int, workdir: str):
     conversations of every 8th task, with the family's template (JSON tools) and the reward tokens."""
     import transformers
 
-    from rcgrpo_jax.data import trajectories
-    from rcgrpo_jax.models import reward_tokens, tiny
-
     chats = [trajectories.expert_trajectory(t) for t in tasks[::8]]
     tiny.build_tiny_tokenizer(workdir, arch=arch, corpus=[], tokenizer_vocab_size=vocab, chats=chats)
     tok = transformers.AutoTokenizer.from_pretrained(workdir)
@@ -637,7 +636,6 @@ def decode_bytes(preset: str) -> dict[str, int]:
     import jax
 
     from configs import common
-    from rcgrpo_jax import models
 
     cfg = models.ModelConfig.from_hf(common.hf_architecture(preset))
     params = models.abstract_params(cfg)
@@ -849,9 +847,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise ValueError("--config=configs/<rl stage>.py:<preset> is required")
     rl = config.rl
     t0 = time.perf_counter()
-
-    from rcgrpo_jax import chat
-    from rcgrpo_jax.data import datasets, sources
 
     tasks = sources.tasks(config.data, "train")
     tasks = tasks[: fl.tasks] if fl.tasks else tasks

@@ -40,7 +40,9 @@ import threading
 import time
 from typing import Any
 
+from rcgrpo_jax import models, sharding
 from rcgrpo_jax.bench import common, tunix_peer
+from rcgrpo_jax.sampling import buckets, generate
 
 MODELS = {
     "tiny": dict(
@@ -216,9 +218,6 @@ def bench_model(
     import numpy as np
     import torch
     import transformers
-
-    from rcgrpo_jax import models, sharding
-    from rcgrpo_jax.sampling import buckets, generate
 
     cfg = transformers.Qwen2Config(max_position_embeddings=4096, tie_word_embeddings=False, **MODELS[name])
     torch.manual_seed(0)

@@ -23,7 +23,11 @@ import os
 import tempfile
 from typing import Any
 
+from rcgrpo_jax import models
 from rcgrpo_jax.bench import common
+from rcgrpo_jax.train import optim as optim_lib
+from rcgrpo_jax.train import sft
+from rcgrpo_jax.train import state as state_lib
 
 MODELS = {
     "tiny": dict(
@@ -60,8 +64,6 @@ def build_models(arch: dict[str, Any], seq: int):
     import torch
     import transformers
 
-    from rcgrpo_jax import models
-
     cfg = transformers.Qwen2Config(max_position_embeddings=max(seq, 1024), tie_word_embeddings=False, **arch)
     torch.manual_seed(0)
     hf = transformers.Qwen2ForCausalLM(cfg)
@@ -79,10 +81,6 @@ def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: in
     import ml_collections
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    from rcgrpo_jax.train import optim as optim_lib
-    from rcgrpo_jax.train import sft
-    from rcgrpo_jax.train import state as state_lib
 
     ocfg = ml_collections.ConfigDict(
         dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=CLIP)

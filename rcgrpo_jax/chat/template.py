@@ -53,6 +53,8 @@ import os
 import weakref
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax.chat.parsers import Llama3JsonParser
+
 Message = Mapping[str, Any]
 Tool = Mapping[str, Any]
 
@@ -141,7 +143,6 @@ def template_messages(tokenizer, messages: Sequence[Message]) -> list[dict]:
         return out
     if template_profile(tokenizer).multi_call:
         return out
-    from rcgrpo_jax.chat.parsers import Llama3JsonParser
 
     for i, m in enumerate(out):
         calls = m.get("tool_calls") or ()

@@ -5,7 +5,7 @@ A source is one `TaskSource` entry of the `SOURCES` registry:
   tasks(data_config, split)   the tasks of 'train' | 'test' (| 'all') of the source
   make_env(task, env_config)  a fresh `envs.base.Environment` for one episode of `task`
   expert(task)                the expert script (turn -> steps -> calls) that solves `task`
-  check(data_config)          start-up validation (raise `config_checks.ConfigError`), optional
+  check(data_config)          start-up validation (raise `config_fields.ConfigError`), optional
   tokenizer_corpus / tokenizer_chats(data_config)  text and conversations a tiny checkpoint's tokenizer
                               is trained on, optional
 
@@ -27,9 +27,15 @@ import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
-from rcgrpo_jax.data import splits
-from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.data import datasets, splits
+from rcgrpo_jax.data import steps as steps_lib
+from rcgrpo_jax.data.steps import SCHEMA_LINE, StepDataError
+from rcgrpo_jax.envs import bfcl, single_step
 from rcgrpo_jax.rl.registry import Registry
+from rcgrpo_jax.worlds import category_of, corpus, generate_rl_pool, generate_world
+from rcgrpo_jax.worlds.compose import TRAIN_TYPES
+from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
 
 SPLITS = ("train", "test", "all", "rl")  # rl: the tasks RL trains on (train, unless the source has an RL pool)
 
@@ -93,7 +99,6 @@ def expert(data_config, task) -> list:
 
 def check(data_config) -> None:
     """Start-up validation of `data.source` and the source's own fields."""
-    from rcgrpo_jax.config_checks import ConfigError
 
     name = data_config.get("source", "bfcl")
     if name not in SOURCES:
@@ -146,7 +151,6 @@ def _rl_types(w) -> tuple[str, ...]:
 def _world(
     seed: int, train_per_type: int, test_per_type: int, rl_vocab: str = "train", train_vocab: str = "narrow"
 ) -> tuple[tuple, tuple]:
-    from rcgrpo_jax.worlds import generate_world
 
     train, test = generate_world(seed, train_per_type, test_per_type, rl_vocab, train_vocab)
     return (tuple(bfcl.Task.from_entry(e) for e in train), tuple(bfcl.Task.from_entry(e) for e in test))
@@ -162,7 +166,6 @@ def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
 def _world_pool(
     seed: int, train_per_type: int, test_per_type: int, rl_per_type: int, rl_vocab: str, train_vocab: str
 ) -> tuple:
-    from rcgrpo_jax.worlds import generate_rl_pool
 
     pool = generate_rl_pool(seed, train_per_type, test_per_type, rl_per_type, rl_vocab, train_vocab)
     return tuple(bfcl.Task.from_entry(e) for e in pool)
@@ -172,7 +175,6 @@ def _world_rl_tasks(data_config) -> list[bfcl.Task]:
     """data.world.rl_per_type > 0: that many fresh instances per trained type (no stage-1 example is one of
     them), with train names, or with names of their own (data.world.rl_vocab="own" | "fresh"), of the types in
     data.world.rl_types (all when empty); else the train split."""
-    from rcgrpo_jax.worlds import category_of
 
     w = data_config.world
     n = int(w.get("rl_per_type", 0) or 0)
@@ -184,7 +186,6 @@ def _world_rl_tasks(data_config) -> list[bfcl.Task]:
 
 
 def _world_check(data_config) -> None:
-    from rcgrpo_jax.config_checks import ConfigError
 
     w = data_config.get("world")
     if w is None:
@@ -196,14 +197,12 @@ def _world_check(data_config) -> None:
         raise ConfigError(
             "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"
         )
-    from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
 
     try:  # the vocabularies' own rules, reported on the field at fault
         sides(_train_vocab(w), _rl_vocab(w))
     except ValueError as e:
         field = "train_vocab" if _train_vocab(w) not in TRAIN_VOCABS else "rl_vocab"
         raise ConfigError(f"data.world.{field}", str(e)) from None
-    from rcgrpo_jax.worlds.compose import TRAIN_TYPES
 
     unknown = [t for t in _rl_types(w) if t not in TRAIN_TYPES]
     if unknown:
@@ -213,13 +212,11 @@ def _world_check(data_config) -> None:
 
 
 def _world_corpus(data_config) -> list[str]:
-    from rcgrpo_jax.worlds import corpus
 
     return corpus([t.entry for t in tasks(data_config, "train")])
 
 
 def _world_chats(data_config) -> list[dict]:
-    from rcgrpo_jax.data import datasets
 
     return [
         {"messages": r["messages"], "tools": r["tools"]} for r in datasets.expert_records(tasks(data_config, "train"))
@@ -281,7 +278,6 @@ class StepsOptions:
 
 def steps_options(data_config) -> StepsOptions:
     """`data.steps` (missing fields take STEPS_DEFAULTS); raises ConfigError on an unknown field or a bad value."""
-    from rcgrpo_jax.config_checks import ConfigError
 
     section = data_config.get("steps")
     given = dict(section.items()) if section is not None else {}
@@ -297,8 +293,6 @@ def steps_options(data_config) -> StepsOptions:
     if not isinstance(values["path"], str):
         raise ConfigError("data.steps.path", f"must be a string (JSONL files, comma-separated), got {values['path']!r}")
     if values["trajectories"] == STEPS_JSONL and not steps_paths(values["path"]):
-        from rcgrpo_jax.data.steps import SCHEMA_LINE
-
         raise ConfigError(
             "data.steps.path",
             f"required for data.source=steps with data.steps.trajectories=jsonl (the AWPO presets): a JSONL file "
@@ -360,7 +354,6 @@ def _steps_key(data_config) -> tuple:
 
 @functools.lru_cache(maxsize=8)
 def _steps_trajectories(origin: tuple, test_fraction: float, seed: int) -> dict[str, tuple]:
-    from rcgrpo_jax.data import steps as steps_lib
 
     if origin[0] == "jsonl":
         rows = steps_lib.load_jsonl_files([f[0] for f in origin[1]])
@@ -375,7 +368,6 @@ def _steps_trajectories(origin: tuple, test_fraction: float, seed: int) -> dict[
 
 @functools.lru_cache(maxsize=16)
 def _steps_instances(opts: StepsOptions, origin: tuple, split: str) -> tuple:
-    from rcgrpo_jax.data import steps as steps_lib
 
     trajs = _steps_trajectories(origin, opts.test_fraction, opts.seed)[split]
     reward = "partial" if opts.partial_credit else "exact"
@@ -390,7 +382,6 @@ def _steps_tasks(data_config, split: str) -> list:
 def _steps_env(task, env_config=None):
     """A SingleStepEnv; a `SingleStepConfig` is used as given, anything else (e.g. the multi-turn
     `bfcl.EnvConfig` a trainer passes: its caps and reward are for whole episodes) is ignored."""
-    from rcgrpo_jax.envs import single_step
 
     if isinstance(env_config, single_step.SingleStepConfig):
         return single_step.SingleStepEnv(task, env_config)
@@ -398,15 +389,12 @@ def _steps_env(task, env_config=None):
 
 
 def _steps_expert(task) -> list:
-    from rcgrpo_jax.data import steps as steps_lib
 
     return steps_lib.expert_script(task)
 
 
 def _steps_check(data_config) -> None:
     import os
-
-    from rcgrpo_jax.config_checks import ConfigError
 
     opts = steps_options(data_config)
     if opts.trajectories == "steps":
@@ -429,7 +417,6 @@ def _steps_check(data_config) -> None:
                     else f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file"
                 )
                 raise ConfigError(field, f"{what}: {p!r}")
-        from rcgrpo_jax.data.steps import StepDataError
 
         try:  # read (and cache) the files now, so a malformed row stops the run at start-up
             _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
@@ -441,7 +428,6 @@ def _steps_corpus(data_config) -> list[str] | None:
     """The world's corpus when the instances come from the world (its names are what the steps use)."""
     if steps_options(data_config).trajectories != "world":
         return None
-    from rcgrpo_jax.worlds import corpus
 
     return corpus([t.entry for t in _world_tasks(data_config, "train")])
 

@@ -28,6 +28,8 @@ import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from rcgrpo_jax.envs.bfcl import load_tasks
+
 SEED = "rcgrpo-bfcl-v4-multi-turn-question-split-v2"
 NUM_TEST = 80
 MANIFEST_PATH = Path(__file__).with_name("bfcl_split.json")
@@ -142,7 +144,6 @@ def split_ids(ids: Iterable[str], *, seed: str = SEED, num_test: int = NUM_TEST)
 
 def bfcl_questions() -> list[Question]:
     """The `Question` of every BFCL v4 multi-turn task."""
-    from rcgrpo_jax.envs.bfcl import load_tasks
 
     return [Question.of_task(t) for t in load_tasks()]
 

@@ -70,6 +70,8 @@ import string
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rcgrpo_jax.data import trajectories
+
 Message = dict[str, Any]
 Tool = dict[str, Any]
 
@@ -457,7 +459,6 @@ def reassemble(instances: Sequence[StepInstance], *, rationales: bool = False) -
 
 def expert_trajectories(tasks: Iterable[Any]) -> list[Trajectory]:
     """Normalised expert trajectories of BFCL-format tasks (`bfcl.Task`: the BFCL split or a world)."""
-    from rcgrpo_jax.data import trajectories
 
     out = []
     for task in tasks:

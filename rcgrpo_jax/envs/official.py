@@ -31,6 +31,13 @@ from rcgrpo_jax.envs.isolation import import_bfcl, numeric_context, package_lock
 
 REJECTED_CALL = "rcgrpo_rejected_call()"
 FORCE_TERMINATED = "multi_turn:force_terminated"
+# BFCL checker error types -> our short error kinds (anything else keeps the checker's own name).
+ERROR_KINDS = {
+    "multi_turn:empty_turn_model_response": "empty_turn",
+    "multi_turn:instance_state_mismatch": "state_mismatch",
+    "multi_turn:execution_response_mismatch": "response_mismatch",
+    FORCE_TERMINATED: "force_terminated",
+}
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker"
 _UTILS_MODULE = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"

@@ -38,7 +38,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax.eval import bfcl_results
+from rcgrpo_jax import chat
+from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.eval import bfcl_results, single_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 PERTURBATIONS = ("drop_call", "duplicate_call", "reorder_calls", "wrong_value", "wrong_type", "extra_text", "empty")
@@ -119,7 +121,6 @@ def _text(calls: list[dict], parser, kind: str | None, answer: str = "") -> str:
 
 
 def oracle_single(entries, parser, perturb: bool = False) -> list[dict]:
-    from rcgrpo_jax.eval import single_turn
 
     rows = []
     for i, e in enumerate(entries):
@@ -144,7 +145,6 @@ def oracle_single(entries, parser, perturb: bool = False) -> list[dict]:
 def oracle_multi(tasks, parser, perturb: bool = False) -> list[dict]:
     """Per task: each ground-truth turn as one step of its calls, then a plain answer ending the turn
     (a turn without ground truth: the answer only). Perturbed: one turn (the first with calls) changed."""
-    from rcgrpo_jax.envs import bfcl
 
     rows = []
     for i, task in enumerate(tasks):
@@ -201,8 +201,6 @@ def make_set(out_dir: str, model: str, parser, kind: str, sample: int = 0) -> li
 
 def set_rows(parser, kind: str, sample: int = 0) -> list[dict]:
     """The result lines of the oracle, perturbed or format set (`make_set`)."""
-    from rcgrpo_jax.envs import bfcl
-    from rcgrpo_jax.eval import single_turn
 
     entries = single_turn.load_entries()
     tasks = bfcl.load_tasks()
@@ -234,8 +232,6 @@ def result_root(results: str, model: str) -> Path:
 
 def ours(root: Path, model: str, parser) -> tuple[dict[str, dict[str, bool]], bfcl_results.ReplaySet]:
     """Our verdicts on the result files of `model`: category -> id -> pass."""
-    from rcgrpo_jax.envs import bfcl
-    from rcgrpo_jax.eval import single_turn
 
     rs = bfcl_results.read_replay(root / bfcl_results.model_dir_name(model))
     entries = {e.id: e for e in single_turn.load_entries()}
@@ -324,7 +320,6 @@ def compare(bfcl: Mapping[str, Mapping], verdicts: Mapping[str, Mapping[str, boo
 def check(results: str, model: str | Sequence[str], family: str, python: str) -> dict[str, Any]:
     """The agreement of `model`'s files (several models: one evaluate run for all, a report per model
     under "models")."""
-    from rcgrpo_jax import chat
 
     models = [model] if isinstance(model, str) else list(model)
     parser = chat.get_parser(family)
@@ -372,7 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=0, help="with --make: the first N entries of each category")
     ap.add_argument("--bfcl-python", default="", help="interpreter with bfcl-eval's CLI (default: the side env)")
     args = ap.parse_args(argv)
-    from rcgrpo_jax import chat
 
     model = args.model or bfcl_results.MODEL_FOR_FAMILY[args.family]
     if args.make:

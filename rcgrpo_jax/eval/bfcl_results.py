@@ -40,6 +40,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rcgrpo_jax.envs import bfcl, dispatch, official
+from rcgrpo_jax.envs.bfcl import EnvConfig
+
 VERSION_PREFIX = "BFCL_v4"
 RESULT_SUFFIX = "_result.json"
 # A model name `bfcl evaluate` knows per tool-call family, whose handler decodes that family's text:
@@ -213,7 +216,6 @@ def _read_file(path: Path, out: ReplaySet) -> None:
 
 
 def _replay_env_config():
-    from rcgrpo_jax.envs.bfcl import EnvConfig
 
     # evaluate has no step or call cap (generate's step limit shows as a shorter result) and no output cap.
     return EnvConfig(max_steps_per_turn=10**9, max_tool_calls=None, max_output_chars=None)
@@ -222,7 +224,6 @@ def _replay_env_config():
 def replay_multi_turn(task, result: list[list[str]] | str | None, parser) -> tuple[dict[str, Any], list[Problem]]:
     """One multi-turn task replayed from its raw step texts: (record, problems). The record has the fields
     of an eval episode (id, category, official_pass, reward, error_kind, error_message, calls, turns)."""
-    from rcgrpo_jax.envs import bfcl, official
 
     base = {"id": task.id, "category": task.category, "reward": 0.0, "official_pass": False}
     if result is None:
@@ -263,15 +264,13 @@ def replay_multi_turn(task, result: list[list[str]] | str | None, parser) -> tup
         verdict = env.official_verdict()
     else:
         verdict = official.official_check(task.entry, task.ground_truth, strings)
-    from rcgrpo_jax.eval.run import _ERROR_KINDS
-
     valid = verdict.get("valid") is True
     etype = verdict.get("error_type")
     return {
         **base,
         "official_pass": valid,
         "reward": float(env.reward()),
-        "error_kind": None if valid else _ERROR_KINDS.get(etype, etype),
+        "error_kind": None if valid else official.ERROR_KINDS.get(etype, etype),
         "error_message": None if valid else (verdict.get("error_message") and str(verdict["error_message"])[:300]),
         "steps": sum(len(t) for t in script),
         "tool_calls": n_calls,
@@ -288,7 +287,6 @@ def decoded_call_strings(task, script: Sequence[Sequence[Sequence[Mapping[str, A
     task's classes (evaluate would `eval` it, a Python builtin included) and a call our cost guards stop
     become the inert `official.REJECTED_CALL`; the arguments are always formatted from plain JSON values
     (`official.format_call`)."""
-    from rcgrpo_jax.envs import bfcl, dispatch, official
 
     specs = bfcl._all_specs(task)
     out = []

@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rcgrpo_jax.rl import diagnostics
+
 # The variance diagnostics of the RC-GRPO argument, named as rcgrpo_jax.rl.diagnostics logs them.
 DEFAULT_METRICS: tuple[str, ...] = (
     "reward_mean",
@@ -109,7 +111,6 @@ def entropy_reward_series(rows: Sequence[Mapping]) -> dict[str, tuple[list[float
     """{"across": (steps, values), "within": (steps, values)} of one run. The across-steps series is the
     logged one; a run that did not log it (written before it was) gets it computed from its per-step
     `entropy_mean` and `reward_mean` (steps where both are finite)."""
-    from rcgrpo_jax.rl import diagnostics
 
     across = series(rows, ACROSS_STEPS)
     if not across[0]:

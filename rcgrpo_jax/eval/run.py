@@ -38,28 +38,27 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax import chat, config_checks, models, sharding
+from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.data import sources
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.envs import official
-from rcgrpo_jax.eval import report
+from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn
+from rcgrpo_jax.models import ModelConfig
+from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
+from rcgrpo_jax.rollout.distributed import run_across_processes
+from rcgrpo_jax.sampling import SamplingParams, decode_weights
+from rcgrpo_jax.train.model_prep import model_dir
 
 REWARD_TOKEN_MODES = ("auto", "high", "low", "none")
 POLICIES = ("model", "oracle")
 
-# BFCL checker error types -> our short error kinds (anything else keeps the checker's own name).
-_ERROR_KINDS = {
-    "multi_turn:empty_turn_model_response": "empty_turn",
-    "multi_turn:instance_state_mismatch": "state_mismatch",
-    "multi_turn:execution_response_mismatch": "response_mismatch",
-    official.FORCE_TERMINATED: "force_terminated",
-}
 TRUNCATED = "truncated"
 
 
 def reward_token_for(mode: str, tokenizer) -> str | None:
     """The reward goal token of an evaluation: `auto` = high when the tokenizer knows it, else none."""
     if mode not in REWARD_TOKEN_MODES:
-        from rcgrpo_jax.config_checks import ConfigError
-
         raise ConfigError("eval.reward_token", f"{mode!r} is not one of {', '.join(REWARD_TOKEN_MODES)}")
     if mode == "auto":
         return HIGH_REWARD_TOKEN if HIGH_REWARD_TOKEN in tokenizer.get_vocab() else None
@@ -79,7 +78,7 @@ def error_kind(episode) -> str | None:
     if "error" in verdict:  # the scorer itself raised (kept by the rollout engine)
         return "scorer_error"
     etype = verdict.get("error_type") or f"done:{episode.done_reason}"
-    return _ERROR_KINDS.get(etype, etype)
+    return official.ERROR_KINDS.get(etype, etype)
 
 
 def episode_result(episode, category: str) -> dict[str, Any]:
@@ -125,15 +124,8 @@ def evaluate(
     results and their summary, the same on every process (each process steps only its share of each
     batch's environments: `rollout.distributed`). `params` may be None for the oracle. Environments and
     the oracle's scripts come from the task source `source` (rcgrpo_jax.data.sources)."""
-    from rcgrpo_jax import chat, sharding
-    from rcgrpo_jax.data import sources
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
-    from rcgrpo_jax.rollout.distributed import run_across_processes
-    from rcgrpo_jax.sampling import SamplingParams
 
     if policy not in POLICIES:
-        from rcgrpo_jax.config_checks import ConfigError
-
         raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(POLICIES)}")
     task_source = sources.get(source)
     parser = chat.get_parser(chat.family_for(model_cfg.model_type))
@@ -147,8 +139,6 @@ def evaluate(
         thinking=eval_cfg.get("thinking"),
     )
     if policy == "model" and params is not None:  # split per layer once, not in every prefill/decode call
-        from rcgrpo_jax.sampling import decode_weights
-
         params = decode_weights(params, model_cfg.dtype)
     results: list[dict] = []
     batch = max(int(eval_cfg.batch_size), 1)
@@ -220,8 +210,6 @@ def load_policy_model(config, path: str, mesh):
     """(model_cfg, params, tokenizer) of an HF checkpoint, params placed by the decode rules."""
     from transformers import AutoTokenizer
 
-    from rcgrpo_jax import models, sharding
-
     model_cfg, params = models.load_hf(path, dtype=config.model.dtype, mesh=mesh, rules=sharding.DECODE_RULES)
     return model_cfg, params, AutoTokenizer.from_pretrained(path)
 
@@ -232,7 +220,6 @@ RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere (bfcl_res
 
 def check_eval_config(config) -> None:
     """Start-up checks of the eval section (the error names the field)."""
-    from rcgrpo_jax.config_checks import ConfigError
 
     e = config.eval
     suite, policy = e.get("suite", "multi_turn"), e.policy
@@ -280,7 +267,6 @@ def suite_summary(records: Sequence[Mapping[str, Any]], suite: str, heldout: Seq
     multi_turn suite that mean; for single_turn and bfcl_v4 BFCL's weighted overall over the offline
     groups that ran (`overall_covers`, weights renormalised: `aggregate.overall_offline`), None when no
     group is complete."""
-    from rcgrpo_jax.eval import aggregate, single_turn
 
     held = set(heldout)
     main = [r for r in records if r["category"] not in held]
@@ -338,7 +324,6 @@ def _single_turn_records(
     config, tokenizer, model_cfg, params, parser, mesh, policy: str, progress: bool, replay_set=None
 ):
     """(records, extras) of the single-turn categories under `policy` (replay: from `replay_set`)."""
-    from rcgrpo_jax.eval import single_turn
 
     entries = single_turn.load_entries()
     limit = int(config.eval.max_tasks)
@@ -371,9 +356,6 @@ def run(config, workdir: str) -> dict[str, Any]:
     Returns the summary (`suite_summary`) that main prints as its last line."""
     import jax
 
-    from rcgrpo_jax import chat, config_checks, sharding
-    from rcgrpo_jax.data import sources
-
     shape = config_checks.check(config, jax.device_count())
     check_eval_config(config)
     suite, policy = config.eval.get("suite", "multi_turn"), config.eval.policy
@@ -381,9 +363,6 @@ def run(config, workdir: str) -> dict[str, Any]:
     mesh = sharding.make_mesh(shape)
     if policy in ("oracle", "replay"):
         from transformers import AutoTokenizer
-
-        from rcgrpo_jax.models import ModelConfig
-        from rcgrpo_jax.train.model_prep import model_dir
 
         path = model_dir(config, workdir)  # tiny: builds a checkpoint only for its tokenizer and template
         model_cfg, params, tokenizer = ModelConfig.from_hf(path), None, AutoTokenizer.from_pretrained(path)
@@ -398,8 +377,6 @@ def run(config, workdir: str) -> dict[str, Any]:
     mt_table = ""
     replay_set = None
     if policy == "replay":
-        from rcgrpo_jax.eval import bfcl_results
-
         replay_set = bfcl_results.read_replay(config.eval.replay_path)
     if suite in ("multi_turn", "bfcl_v4"):
         tasks = sources.tasks(config.data, config.eval.split)
@@ -436,8 +413,6 @@ def run(config, workdir: str) -> dict[str, Any]:
         )
         records += st_records
     if replay_set is not None:
-        from rcgrpo_jax.eval import bfcl_results
-
         known = {r["id"] for r in records}
         replay_set.problems.extend(
             bfcl_results.Problem(bfcl_results.UNKNOWN_ID, i, i, "no entry or task of this run has this id")
@@ -448,8 +423,6 @@ def run(config, workdir: str) -> dict[str, Any]:
         extras["unknown_ids"] = sorted(replay_set.ids() - known)
         extras["replay_problems"] = [p.to_json() for p in replay_set.problems]
     if config.eval.get("bfcl_results_dir") and jax.process_index() == 0:
-        from rcgrpo_jax.eval import bfcl_results
-
         bfcl_model, files = bfcl_results.write_results(
             config.eval.bfcl_results_dir, records, parser, config.eval.get("bfcl_model") or None
         )

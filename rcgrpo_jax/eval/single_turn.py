@@ -51,7 +51,12 @@ import functools
 import json
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax import chat, sharding
 from rcgrpo_jax.envs import ast_checker, schema
+from rcgrpo_jax.envs.bfcl import data_dir
+from rcgrpo_jax.rollout import ModelPolicy
+from rcgrpo_jax.rollout.engine import with_reward_goal
+from rcgrpo_jax.sampling import SamplingParams
 
 NON_LIVE = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
@@ -143,7 +148,6 @@ def _read_jsonl(path) -> list[dict]:
 
 @functools.lru_cache(maxsize=None)
 def _category_entries(category: str) -> tuple[Entry, ...]:
-    from rcgrpo_jax.envs.bfcl import data_dir
 
     if category not in CATEGORIES:
         raise ValueError(f"unknown single-turn category {category!r}; known: {', '.join(CATEGORIES)}")
@@ -549,7 +553,6 @@ def read_replay(path: str) -> dict[str, str]:
 
 
 def prompt_messages(entry: Entry, reward_token: str | None) -> list[dict]:
-    from rcgrpo_jax.rollout.engine import with_reward_goal
 
     return with_reward_goal(messages_for(entry), reward_token)
 
@@ -557,7 +560,6 @@ def prompt_messages(entry: Entry, reward_token: str | None) -> list[dict]:
 def render_prompts(entries: Sequence[Entry], tokenizer, reward_token: str | None) -> tuple[list[str | None], dict]:
     """The chat template's prompt text of each entry (None where it failed) and the failures
     (id -> EntryResult of kind render_error)."""
-    from rcgrpo_jax import chat
 
     texts: list[str | None] = []
     failures: dict[str, EntryResult] = {}
@@ -595,10 +597,6 @@ def generate_outputs(
     prompt of `eval.max_context` tokens or more fails as truncated. Every process makes the same
     device calls and gets the same texts."""
     import time
-
-    from rcgrpo_jax import chat, sharding
-    from rcgrpo_jax.rollout import ModelPolicy
-    from rcgrpo_jax.sampling import SamplingParams
 
     max_context, max_step = int(eval_cfg.max_context), int(eval_cfg.max_step_tokens)
     stop_ids = chat.end_of_turn_ids(tokenizer)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import ml_collections
 import numpy as np
 
+from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.rl.registry import OptionError, Registry, entry_name, selected, selection
 
 # ----------------------------------------------------------------------------------------------------
@@ -153,7 +154,6 @@ def check_config(section, prefix: str = "rl.judge") -> ml_collections.ConfigDict
     """The selected judge's options resolved against its defaults and validated, without building it.
     Raises `ConfigError` naming `<prefix>.name` for an unknown judge, `<prefix>.<judge>.<field>` for an
     unknown option or a bad value."""
-    from rcgrpo_jax.config_checks import ConfigError
 
     if not isinstance(section, ml_collections.ConfigDict):
         section = ml_collections.ConfigDict(section)

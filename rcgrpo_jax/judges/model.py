@@ -9,9 +9,11 @@ import ml_collections
 import numpy as np
 from ml_collections.config_dict import placeholder
 
+from rcgrpo_jax import chat, models
 from rcgrpo_jax.judges.base import COMMON, JUDGES, Counters, JudgeInput, require_positive, require_unit_interval
 from rcgrpo_jax.judges.prompt import judge_messages, parse_score
 from rcgrpo_jax.rl.registry import OptionError, check_choice
+from rcgrpo_jax.sampling import generate
 
 
 class ModelJudge:
@@ -35,8 +37,6 @@ class ModelJudge:
     ):
         from transformers import AutoTokenizer
 
-        from rcgrpo_jax import chat, models
-
         self.name = f"model:{path}"
         self.config, self.params = models.load_hf(path, dtype=dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -46,12 +46,10 @@ class ModelJudge:
         self._counters = Counters()
 
     def prompt(self, item: JudgeInput) -> list[int]:
-        from rcgrpo_jax import chat
 
         return chat.render_prompt(self.tokenizer, judge_messages(item, self.max_chars), None)
 
     def replies(self, items: Sequence[JudgeInput]) -> list[str]:
-        from rcgrpo_jax.sampling import generate
 
         out: list[str] = []
         for i in range(0, len(items), self.batch_size):

@@ -2,7 +2,7 @@
 
 Three implementations of the same softmax(q k^T * scale) v over grouped KV heads:
 
-  "xla"    `layers.grouped_attention`: dense scores [B, G, T, R, S] in float32 with its own backward,
+  "xla"    `xla_attention.grouped_attention`: dense scores [B, G, T, R, S] in float32 with its own backward,
            laid out for XLA's CPU dots. Every backend can run it; memory grows as T * S per layer.
   "cudnn"  `jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN's fused (flash) kernel, which
            never materialises the scores (O(T) memory, forward and backward). Only on CUDA GPUs, only in
@@ -60,6 +60,9 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
+
+from rcgrpo_jax.models.xla_attention import grouped_attention
+from rcgrpo_jax.sharding import BATCH_AXES
 
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas")
 FUSED_DTYPES = ("bfloat16", "float16")
@@ -198,7 +201,6 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
     """The Pallas flash kernel for a no-cache causal call (module docstring): q [B, T, N, Dh], k/v
     [B, T, G, Dh], mask [B, 1, T, T] from `cache.attention_mask(valid, arange(T))` -> [B, T, N, Dh], equal
     to `grouped_attention` at every real query. Per shard under a mesh."""
-    from rcgrpo_jax.sharding import BATCH_AXES
 
     b, t, n, _ = q.shape
     g = k.shape[2]
@@ -235,7 +237,7 @@ def attention(
     implementation: str = "xla",
     causal: bool = False,
 ) -> jax.Array:
-    """`layers.grouped_attention`'s contract: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S]
+    """`xla_attention.grouped_attention`'s contract: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S]
     -> [B, T, N, Dh]. implementation "xla" is `grouped_attention` itself (values unchanged); "cudnn"
     the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows); "pallas"
     `pallas_attention` (`causal` only: a cache call is refused). A single-query call (T == 1) stays on
@@ -254,6 +256,4 @@ def attention(
         )
     if implementation not in ("xla", "cudnn", "pallas"):
         raise ValueError(f"attention implementation {implementation!r}: expected one of {IMPLEMENTATIONS[1:]}")
-    from rcgrpo_jax.models.layers import grouped_attention  # layers imports this module
-
     return grouped_attention(q, k, v, mask, scale)

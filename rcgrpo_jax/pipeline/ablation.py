@@ -27,9 +27,15 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from rcgrpo_jax import sharding
+from rcgrpo_jax.data import datasets, sources, splits, trajectories
+from rcgrpo_jax.eval import report
+from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.pipeline import budgets as budgets_lib
 from rcgrpo_jax.pipeline import cache
 from rcgrpo_jax.pipeline import summary as summary_lib
+from rcgrpo_jax.train import exploration, model_prep, rl, sft
+from rcgrpo_jax.worlds.generate import category_of
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
 RL_RUNS = {  # row -> (stage-1 init, RL config file)
@@ -88,7 +94,6 @@ def paper_config(stage_file: str):
 
 def rl_pool_of(config) -> tuple[str, int]:
     """(a description, the task count) of the tasks an RL config trains on (data split "rl")."""
-    from rcgrpo_jax.data import sources, splits
 
     data = config.data
     if data.source == "bfcl":  # the manifest's train ids: no need to load BFCL's files to count them
@@ -170,7 +175,6 @@ def _fmt(seconds: float) -> str:
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     """The tiny checkpoint (`budget.arch`, Qwen3 for the quickstart), tokenizer trained on the world's train
     corpus (test names reach the model as pieces of trained tokens)."""
-    from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, "base_model")
     request = {"arch": budget.arch, "model": dict(budget.model), "world": dict(budget.world)}
@@ -188,7 +192,6 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
     """SFT (expert) and RCTP-FT (expert + failures, 1:1, reward goals) JSONL of the world's train split.
     Without `explored`: generated failures only, in workdir/data; with the exploration stage's records their
     failures join in, in workdir/data_explored (data/manifest.json records the mix either way)."""
-    from rcgrpo_jax.data import datasets, sources
 
     out = os.path.join(workdir, "data" if explored is None else "data_explored")
     files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
@@ -216,8 +219,6 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
 def explore(workdir: str, budget: budgets_lib.Budget, model_path: str) -> list[dict]:
     """The exploration stage: `budget.explore` rollouts of the policy at `model_path` (cached in
     workdir/explore.jsonl)."""
-    from rcgrpo_jax.data import sources, trajectories
-    from rcgrpo_jax.train import exploration
 
     path = os.path.join(workdir, "explore.jsonl")
     if os.path.exists(path):
@@ -252,7 +253,6 @@ def train_stage(run_fn: Callable, config, workdir: str) -> dict:
 
 def probe_tasks(tasks: Sequence, per_type: int) -> list:
     """The first `per_type` tasks of each category, in the split's order (a stratified train-split probe)."""
-    from rcgrpo_jax.worlds.generate import category_of
 
     seen: dict[str, int] = {}
     out = []
@@ -288,9 +288,6 @@ def evaluate_row(
             cached = json.load(f)
         cache.check(cached.get("request"), request, f"the evaluation {out_path}")
         return cached["summary"]
-    from rcgrpo_jax.data import sources
-    from rcgrpo_jax.eval import report
-    from rcgrpo_jax.eval import run as eval_run
 
     config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
     config.eval.split = split
@@ -357,7 +354,7 @@ def rl_pool(budget: budgets_lib.Budget) -> bool:
 
 def _rl_module():
     try:
-        from rcgrpo_jax.train import rl
+        pass
     except ImportError as e:  # the RL trainer or its configs are missing from this checkout
         raise RuntimeError("the RL trainer (rcgrpo_jax.train.rl) is not available: " + str(e)) from e
     return rl
@@ -368,8 +365,6 @@ def run(
 ) -> dict:
     """The whole ablation; returns the report's payload (also written to workdir/report.json)."""
     import jax
-
-    from rcgrpo_jax.train import sft
 
     budget = budgets_lib.get(budget_name)
     if jax.device_count() < budget.devices:
@@ -545,7 +540,6 @@ def stage_mesh(budget: budgets_lib.Budget):
     """The data mesh of the stages that take one explicitly (evaluation, exploration); None on one device."""
     if budget.devices == 1:
         return None
-    from rcgrpo_jax import sharding
 
     return sharding.make_mesh({"data": budget.devices})
 

@@ -27,8 +27,10 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax.eval import plots
 from rcgrpo_jax.pipeline import ablation, cache
 from rcgrpo_jax.pipeline import budgets as budgets_lib
+from rcgrpo_jax.train import model_prep, rl, rl_config, sft
 
 # row -> (RL config file, overrides of rl.advantage): the paper's Table 4 rows.
 ROWS: dict[str, tuple[str, Mapping[str, Any]]] = {
@@ -70,7 +72,7 @@ BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
 # evaluation batch). Sized for the 25 minutes of a quiet 2-core machine: about 11-13 at the quickstart's
 # measured speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven
 # evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
-# takes several times longer (README's AWPO section has the measured run).
+# takes several times longer (docs/awpo.md, "Table 4 in miniature", has the measured run).
 # It keeps the RL pool of all four types, groups of 4 over 16 tasks and the shrinking decode batch, as it was
 # measured; the quickstart's later pool, group, slot-mode and train-vocabulary choices (budgets.py) were probed
 # there only.
@@ -102,7 +104,6 @@ def row_config(row: str, budget: budgets_lib.Budget, init: str, seed: int):
 def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     """The tiny Qwen3 checkpoint (workdir/qwen3_base_model), tokenizer trained on the world's train corpus
     rendered through its chat template; built once."""
-    from rcgrpo_jax.train import model_prep
 
     path = os.path.join(workdir, BASE_DIR)
     request = {"arch": ARCH, "model": dict(budget.model), "world": dict(budget.world)}
@@ -118,8 +119,6 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
 def run(workdir: str, *, budget_name: str = "awpo", seeds: int = 1, quiet: bool = False) -> dict:
     """The whole AWPO ablation; returns the report's payload (also workdir/awpo_report.json)."""
     import jax
-
-    from rcgrpo_jax.train import rl, rl_config, sft
 
     budget = get_budget(budget_name)
     for row in ROWS:  # every override names an existing field with a valid value, before anything trains
@@ -180,7 +179,6 @@ def _mean(values: Sequence[float]) -> float | None:
 def diagnostics(path: str) -> dict[str, float | None]:
     """Each DIAGNOSTICS key's mean over the run's steps, a CUMULATIVE counter's last value (None when the
     run did not log it)."""
-    from rcgrpo_jax.eval import plots
 
     rows = plots.read_jsonl(path) if os.path.exists(path) else []
     out = {}
@@ -241,7 +239,6 @@ def verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], diag: Mapping[str,
 
 
 def write_report(workdir, evals, rl_metrics, *, budget, seeds: int, total_s: float) -> dict[str, Any]:
-    from rcgrpo_jax.eval import plots
 
     diag = {row: diagnostics(rl_metrics[f"{row} s0"]) for row in ROWS if f"{row} s0" in rl_metrics}
     head = "| row | overall (%) | " + " | ".join(DIAGNOSTICS) + " |\n|---|---:|" + "---:|" * len(DIAGNOSTICS)

@@ -14,6 +14,7 @@ import numpy as np
 from rcgrpo_jax.eval import plots, report
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.pipeline import paired
+from rcgrpo_jax.train import rl_config
 
 PAPER_ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")
 STAGE1_ROWS = ("SFT", "RCTP-FT")
@@ -46,7 +47,6 @@ def rl_settings(config, pool: str, pool_tasks: int) -> dict[str, Any]:
     """The RL settings of one RL stage config that the report compares with the paper presets, as plain
     values (None where a setting does not apply: the reward-token mode without sampled tokens). `pool`, a
     description of the tasks RL trains on; `pool_tasks`, their count (steps and passes follow from it)."""
-    from rcgrpo_jax.train import rl_config
 
     rl = config.rl
     loss = rl.loss[rl.loss.name]

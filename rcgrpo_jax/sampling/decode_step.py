@@ -52,7 +52,7 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.attention import pallas_interpret
 from rcgrpo_jax.models.layers import MLP, RMSNorm, apply_rope, rope_inv_freq
-from rcgrpo_jax.sharding import constrain
+from rcgrpo_jax.sharding import BATCH_AXES, constrain
 
 QUERY_BLOCK = 128  # a prefill block's queries attend in pieces of this many (scores [B, G, 128, R, S])
 
@@ -267,8 +267,6 @@ def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Arra
     (`shard_map`: rows over the batch axes, kv heads over 'tensor' when they divide; XLA cannot partition
     a custom call). Interpret mode off a GPU."""
     from jax.experimental.pallas.ops.gpu import decode_attention
-
-    from rcgrpo_jax.sharding import BATCH_AXES
 
     block_k, k_splits = blocks
     interpret = pallas_interpret()  # off a GPU, unless traced `attention.lowering_for("cuda")`

@@ -6,7 +6,7 @@ device, assembled into one memory plan (`model_prep.memory_plan`):
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
 
 The plan sizes the GPU's programs, not the CPU's. On a CPU backend the training attention compiles to
-XLA's dense attention (`layers.grouped_attention`), whose [B, G, T, R, S] float32 probabilities (15 GB
+XLA's dense attention (`xla_attention.grouped_attention`), whose [B, G, T, R, S] float32 probabilities (15 GB
 per tensor at 16k tokens) the GPU's fused kernel (cuDNN or Pallas flash attention, `models.attention`)
 never allocates. So every no-cache attention call (the update, the reference and recompute log-probs, the
 SFT step) is compiled with `fused_attention_stand_in`: a function of the same inputs and output whose
@@ -53,7 +53,12 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 
+from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.models import attention as attention_lib
+from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, row_shards, sampler, session
+from rcgrpo_jax.sampling.sampler import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
@@ -94,7 +99,6 @@ def fused_attention_stand_in() -> Iterator[None]:
     """While open, every no-cache model attention (`models.attention.attention`, through which the
     training, reference and SFT forwards go) is `_stand_in_attention`: programs traced inside size like
     the GPU's fused kernel, not like the CPU's dense probabilities. Trace (lower) inside, not just call."""
-    from rcgrpo_jax.models import attention as attention_lib
 
     real = attention_lib.attention
     attention_lib.attention = _stand_in_attention
@@ -128,7 +132,6 @@ def inplace_scatter_stand_in() -> Iterator[None]:
     temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
     donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
     jitted function, whose trace cache would keep the stand-in)."""
-    from rcgrpo_jax.sampling import decode_step, row_shards, session
 
     saved = (decode_step._write, session._put_slots, row_shards._set_window)
     decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
@@ -150,8 +153,6 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
     `rl.rollout_chunk`, rounded as the sampler rounds them), the KV capacity per row (as
     `rollout.policies.ModelPolicy` sizes it), the prefill block, the decode budget, and the largest
     append sub-batch below the whole batch (`buckets.row_bucket`)."""
-    from rcgrpo_jax.sampling import buckets
-    from rcgrpo_jax.sampling.sampler import batch_multiple
 
     rl = config.rl
     episodes = int(config.train.batch_size)
@@ -178,8 +179,6 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     (reported apart): the decode weights' cast, the session's appends and row copies, the decode call;
     compiled at `rollout_shapes` with abstract decode weights, as the session runs them on a GPU (scatter
     KV writes, donated cache)."""
-    from rcgrpo_jax.sampling import SamplingParams, decode_step, row_shards, sampler, session
-    from rcgrpo_jax.sampling.sampler import Sampler, cache_sharding, mesh_context
 
     shapes = rollout_shapes(config, mesh)
     rows, capacity, width = shapes["rows"], shapes["capacity"], shapes["prefill_width"]
@@ -285,8 +284,6 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 def supervised(config) -> dict[str, Any]:
     """Per-device memory of the SFT update step at the largest bucket, without allocating the model, its
     attention sized as the GPU's fused kernel (`fused_attention_stand_in`)."""
-    from rcgrpo_jax import config_checks
-    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
     config = config_checks.resolved(config, jax.device_count())
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), jax.device_count()))
@@ -336,8 +333,6 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
 
     `model_cfg` is the model the run loaded (the trainer's start-up check); without it, `model.path`'s
     or the preset's published architecture, with the reward tokens when the run samples them."""
-    from rcgrpo_jax import config_checks
-    from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
     config = config_checks.resolved(rl_config.resolve_config(config), jax.device_count())
     mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), jax.device_count()))

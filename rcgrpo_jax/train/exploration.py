@@ -20,8 +20,12 @@ import argparse
 import json
 from typing import Sequence
 
-from rcgrpo_jax.data import trajectories
+from rcgrpo_jax import chat, models, sharding
+from rcgrpo_jax.data import sources, trajectories
 from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+from rcgrpo_jax.rollout.distributed import run_across_processes
+from rcgrpo_jax.sampling import SamplingParams
 
 EXPLORATION_FAILURE = "exploration"  # the `failure` field of a failed exploration rollout
 
@@ -110,12 +114,6 @@ def collect(
     import jax
     from transformers import AutoTokenizer
 
-    from rcgrpo_jax import chat, models, sharding
-    from rcgrpo_jax.data import sources
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
-    from rcgrpo_jax.rollout.distributed import run_across_processes
-    from rcgrpo_jax.sampling import SamplingParams
-
     task_source = sources.get(source)
 
     if keep not in ("failures", "all"):
@@ -169,8 +167,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     import ml_collections
-
-    from rcgrpo_jax.data import sources
 
     data = ml_collections.ConfigDict(
         {

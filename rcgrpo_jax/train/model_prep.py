@@ -14,9 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from rcgrpo_jax import config_checks
+from rcgrpo_jax import config_fields, models
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.data import datasets
+from rcgrpo_jax.data import datasets, sources
+from rcgrpo_jax.models.config import ModelConfig
+from rcgrpo_jax.models.hf_io import load_hf, save_hf
+from rcgrpo_jax.models.tiny import build_tiny_checkpoint
 
 
 def model_dir(config, workdir: str) -> str:
@@ -34,8 +37,6 @@ def model_dir(config, workdir: str) -> str:
 def build_tiny(config, path: str, **sizes) -> str:
     """A random tiny checkpoint of `model.tiny_arch` whose tokenizer is trained on the configured task
     source's text, rendered through the checkpoint's own chat template (`model.tiny_tools_format`)."""
-    from rcgrpo_jax.data import sources
-    from rcgrpo_jax.models.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(
         path,
@@ -57,7 +58,6 @@ def sync(name: str) -> None:
 
 def model_config(config, path_or_dict) -> Any:
     """ModelConfig of an HF directory (or config.json dict) with the run's dtype, remat and unroll."""
-    from rcgrpo_jax.models.config import ModelConfig
 
     cfg = ModelConfig.from_hf(
         path_or_dict,
@@ -85,7 +85,7 @@ def rules(name: str):
     """A rule set of rcgrpo_jax.sharding by config name (`sharding.train_rules` / `sharding.decode_rules`)."""
     table = {"train": sharding_lib.TRAIN_RULES, "decode": sharding_lib.DECODE_RULES}
     if name not in table:
-        raise config_checks.ConfigError("sharding.train_rules", f"unknown rule set {name!r}; known: {', '.join(table)}")
+        raise config_fields.ConfigError("sharding.train_rules", f"unknown rule set {name!r}; known: {', '.join(table)}")
     return table[name]
 
 
@@ -113,14 +113,10 @@ def load(config, path: str, mesh: Mesh, rules_name: str, *, reward_tokens: bool 
     missing (new embedding rows = the mean of the known rows) and the parameters re-placed."""
     from transformers import AutoTokenizer
 
-    from rcgrpo_jax.models.hf_io import load_hf
-
     model_cfg = model_config(config, path)
     params = load_hf(path, dtype=model_cfg.param_dtype, mesh=mesh, rules=rules(rules_name))[1]
     model = LoadedModel(model_cfg, params, AutoTokenizer.from_pretrained(path))
     if reward_tokens and not (has_reward_tokens(model.tokenizer) and model_cfg.vocab_size >= len(model.tokenizer)):
-        from rcgrpo_jax import models
-
         model_cfg, params, tokenizer, _ = models.add_reward_tokens(model_cfg, params, model.tokenizer)
         p_sh = param_shardings(jax.eval_shape(lambda: params), mesh, rules_name)
         model = LoadedModel(model_cfg, jax.device_put(params, p_sh), tokenizer)
@@ -129,7 +125,6 @@ def load(config, path: str, mesh: Mesh, rules_name: str, *, reward_tokens: bool 
 
 def export_hf(model_cfg, params, tokenizer, path: str) -> None:
     """The trained policy as an HF directory (safetensors + config + tokenizer) any HF server can load."""
-    from rcgrpo_jax.models.hf_io import save_hf
 
     save_hf(model_cfg, params, path, tokenizer=tokenizer)
 

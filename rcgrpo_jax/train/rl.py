@@ -30,10 +30,14 @@ import jax
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import config_checks, multihost, runtime
+from rcgrpo_jax import chat, config_checks, judges, multihost, runtime
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.config_checks import ConfigError
-from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
+from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.data import sources
+from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens
+from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
+from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import state as state_lib
 
 
@@ -71,9 +75,6 @@ class RLTrainer:
     progress_keys = ("reward_mean", "kl", "grad_norm")
 
     def __init__(self, config, workdir: str):
-        from rcgrpo_jax import chat
-        from rcgrpo_jax.data import sources
-        from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
         config = config_checks.resolved(config, jax.device_count())  # an automatic grad_accum for these devices
         self.config, self.stage = config, config.stage
@@ -119,8 +120,6 @@ class RLTrainer:
             )
         self.judge = None
         if c.uses_judge:
-            from rcgrpo_jax import judges
-
             self.judge = judges.make_judge(rl.judge)
             stand_in = " (a deterministic stand-in, not an LLM judge)" if self.judge.stand_in else ""
             absl_logging.info("reasoning judge: %s%s", self.judge.name, stand_in)
@@ -134,8 +133,6 @@ class RLTrainer:
             with_messages=self.judge is not None,
         )
         if config.memory.check_fit:  # as SFT: refuse to start what cannot fit (the dry run's memory plan)
-            from rcgrpo_jax.train import dry_run
-
             fit = dry_run.rl(config, self.model_cfg)
             config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
 
@@ -216,9 +213,6 @@ class RLTrainer:
         steps so far (`rl.diagnostics.AcrossSteps`), beside the within-step `entropy_reward_pearson`."""
         import os
 
-        from rcgrpo_jax.rl import diagnostics
-        from rcgrpo_jax.train import logging as log_lib
-
         if self._trend is None:
             path = os.path.join(self.workdir, log_lib.METRICS_FILE)
             resumed = step > 0 and os.path.exists(path)
@@ -233,7 +227,6 @@ class RLTrainer:
 
     def reward_token_draw(self, key) -> np.ndarray | None:
         """[N, G] int (1 = high) or None without conditioning."""
-        from rcgrpo_jax.rl import reward_tokens
 
         n, g = self.tasks_per_step, self.group
         if self.conditioning == "none":
@@ -245,7 +238,6 @@ class RLTrainer:
 
     def advantage_inputs(self, ro: rl_rollouts.Rollouts) -> AdvantageInputs:
         """Rewards (finite), shaping, the group filter, the judge, then the estimator and its per-rollout inputs."""
-        from rcgrpo_jax.rl import advantages, filters
 
         rl, c = self.config.rl, self.choices
         n, g = self.tasks_per_step, self.group
@@ -274,8 +266,6 @@ class RLTrainer:
         if ro.reward_tokens is not None:
             aux["reward_tokens"] = ro.reward_tokens
         if self.judge is not None:
-            from rcgrpo_jax import judges
-
             scores = np.asarray(self.judge([judges.from_episode(e) for e in ro.episodes]), np.float32).reshape(n, g)
             aux["reasoning"] = scores
             metrics["judge_score_mean"] = float(np.mean(scores))
@@ -351,7 +341,6 @@ class RLTrainer:
 
     def step_metrics(self, state, ro, adv: AdvantageInputs, batch, owner, plan, updates, row_stats) -> dict[str, Any]:
         """The paper's variance diagnostics (over rows with loss tokens), the loss's metrics, the episodes' shape."""
-        from rcgrpo_jax.rl import diagnostics
 
         row_ent, row_count = np.zeros((batch.rows,)), np.zeros((batch.rows,))
         for rows, (e_sum, cnt) in zip([r for mb in plan for r in mb], row_stats):

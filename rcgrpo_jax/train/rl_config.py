@@ -19,8 +19,11 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from rcgrpo_jax import config_checks
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax import config_checks, config_fields, judges
+from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.envs import rewards
+from rcgrpo_jax.rl import advantages, filters, losses, reward_tokens
+from rcgrpo_jax.rl.registry import OptionError, selected
 
 CONDITIONING = ("sampled", "high", "none", "auto")
 GROUP_FILTERS = ("none", "dapo")
@@ -44,9 +47,8 @@ class RLChoices:
 
 def _selected(config, dotted: str, registry) -> tuple[str, ml_collections.ConfigDict]:
     """(entry, resolved options) of a selection section, errors naming the field."""
-    from rcgrpo_jax.rl.registry import OptionError, selected
 
-    section = config_checks._require(config, dotted)
+    section = config_fields.require(config, dotted)
     name = section.get("name")
     try:
         return selected(registry, section)
@@ -67,7 +69,6 @@ def registry_name(name: str) -> str:
 
 def choices(config) -> RLChoices:
     """The estimator and loss the config selects, validated (ConfigError naming the field)."""
-    from rcgrpo_jax.rl import advantages, losses
 
     estimator, adv_options = _selected(config, "rl.advantage", advantages.REGISTRY)
     loss, loss_options = _selected(config, "rl.loss", losses.REGISTRY)
@@ -86,8 +87,6 @@ def resolve_config(config):
 
 def check(config, num_devices: int) -> dict[str, int]:
     """config_checks.check plus every RL field; returns the mesh shape."""
-    from rcgrpo_jax.envs import rewards
-    from rcgrpo_jax.rl import reward_tokens
 
     config = config_checks.resolved(config, num_devices)
     shape = config_checks.check(config, num_devices)
@@ -103,8 +102,6 @@ def check(config, num_devices: int) -> dict[str, int]:
     _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
     _choice(rl.render_mode, ("auto", "append", "rerender"), "rl.render_mode")
     if rl.overlong.enabled:  # lengths in response tokens (rl.filters.response_lengths)
-        from rcgrpo_jax.rl import filters
-
         if int(rl.overlong.get("max_len", 0) or 0) < 0:
             raise ConfigError("rl.overlong.max_len", f"must be >= 0 (0 = rl.max_context), got {rl.overlong.max_len}")
         if not 0 < int(rl.overlong.cache_len) <= filters.overlong_max_len(rl):
@@ -161,7 +158,6 @@ def _choice(value: Any, options, field: str) -> None:
 
 
 def _check_judge(config) -> None:
-    from rcgrpo_jax import judges
 
     judges.check_config(config.rl.judge)  # ConfigError naming rl.judge.name / rl.judge.<judge>.<field>
     if config.rl.judge.name == "model":

@@ -16,6 +16,10 @@ import numpy as np
 
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.data import datasets, sources
+from rcgrpo_jax.envs import bfcl
+from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
+from rcgrpo_jax.rollout.distributed import run_across_processes
+from rcgrpo_jax.sampling import SamplingParams, decode_weights
 
 
 @dataclasses.dataclass
@@ -44,10 +48,6 @@ class RolloutSetup:
 
 def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray | None, key) -> Rollouts:
     """G rollouts per task with `params` (cast and placed for decoding once per step)."""
-    from rcgrpo_jax.envs import bfcl
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
-    from rcgrpo_jax.rollout.distributed import run_across_processes
-    from rcgrpo_jax.sampling import SamplingParams, decode_weights
 
     t0 = time.perf_counter()
     rl = config.rl

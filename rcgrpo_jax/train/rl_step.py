@@ -20,7 +20,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.models.transformer import forward, output_embedding
 from rcgrpo_jax.rl import losses as losses_lib
+from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
 from rcgrpo_jax.train import state as state_lib
 from rcgrpo_jax.train.rl_batch import RolloutBatch
 
@@ -35,8 +37,6 @@ def sequence_logprobs(
     model_cfg, params, tokens: jax.Array, token_mask: jax.Array, chunk: int, temperature: float = 1.0
 ) -> tuple[jax.Array, jax.Array]:
     """(log p(token t+1 | ..t), entropy) [B, L - 1] under `params`; logits never materialised."""
-    from rcgrpo_jax.models.transformer import forward, output_embedding
-    from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
 
     positions = jnp.maximum(jnp.cumsum(token_mask, axis=-1) - 1, 0).astype(jnp.int32)
     hidden, _ = forward(model_cfg, params, tokens, positions, token_mask, return_hidden=True)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import jax
 from absl import logging as absl_logging
 
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import loop as loop_lib

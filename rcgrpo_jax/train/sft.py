@@ -18,8 +18,12 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from rcgrpo_jax import config_checks, multihost
+from rcgrpo_jax import config_checks, config_fields, multihost
 from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.chat import end_of_turn_ids
+from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.models.transformer import forward, output_embedding
+from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
 from rcgrpo_jax.train import model_prep, runner, sft_data
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import state as state_lib
@@ -31,8 +35,6 @@ from rcgrpo_jax.train import state as state_lib
 def token_loss(model_cfg, params, batch: dict[str, jax.Array], chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(sum of -log p over assistant target tokens, their count, sum of entropies there) for [B, L] arrays.
     Logits are never materialised: hidden states meet the output embedding a vocabulary chunk at a time."""
-    from rcgrpo_jax.models.transformer import forward, output_embedding
-    from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
 
     tokens, token_mask = batch["tokens"], batch["token_mask"]
     positions = jnp.maximum(jnp.cumsum(token_mask, axis=-1) - 1, 0).astype(jnp.int32)
@@ -117,8 +119,6 @@ class SFTTrainer:
     progress_keys = None
 
     def __init__(self, config, workdir: str):
-        from rcgrpo_jax.chat import end_of_turn_ids
-        from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 
         config = config_checks.resolved(config, jax.device_count())
         self.config, self.stage = config, config.stage
@@ -217,7 +217,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     """Start-up validation of a supervised stage; returns the mesh shape."""
     shape = config_checks.check(config, num_devices)
     if config.data.get("kind") not in ("expert", "rctp"):
-        raise config_checks.ConfigError("data.kind", f"{config.data.get('kind')!r} is not one of expert, rctp")
+        raise config_fields.ConfigError("data.kind", f"{config.data.get('kind')!r} is not one of expert, rctp")
     return shape
 
 

@@ -15,7 +15,9 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from rcgrpo_jax import config_checks
+from rcgrpo_jax import chat, config_fields
+from rcgrpo_jax.chat import NotAppendOnlyError, render_text
+from rcgrpo_jax.data import datasets, sources
 from rcgrpo_jax.train import model_prep
 
 # ----------------------------------------------------------------------------------------------------
@@ -38,7 +40,6 @@ def tokenize_conversation(
     sequences the policy meets when sampling. Raises NotAppendOnlyError if the template rewrites earlier
     turns for this conversation.
     """
-    from rcgrpo_jax.chat import NotAppendOnlyError, render_text
 
     full = render_text(tokenizer, messages, tools, add_generation_prompt=False)
     ends = [tokenizer.convert_ids_to_tokens(int(i)) for i in end_of_turn]
@@ -170,7 +171,7 @@ def build_data(
         toks.append(t)
         masks.append(m)
     if len(toks) < batch_size:
-        raise config_checks.ConfigError(
+        raise config_fields.ConfigError(
             "train.batch_size", f"{batch_size} is larger than the {len(toks)} usable examples"
         )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -179,7 +180,6 @@ def build_data(
 
 def _examples(tokenizer, examples, end_of_turn, render_mode: str, thinking):
     """(tokens, loss_mask) per training example (see build_data)."""
-    from rcgrpo_jax import chat
 
     if not examples:
         return
@@ -201,7 +201,6 @@ def load_examples(config, workdir: str) -> list[dict]:
     that is set. workdir/data/manifest.json records the counts and the failures' mix."""
     if config.data.path:
         return read_jsonl(config.data.path)
-    from rcgrpo_jax.data import datasets, sources
 
     out = os.path.join(workdir, "data")
     name = {"expert": "sft.jsonl", "rctp": "rctp_ft.jsonl"}[config.data.kind]

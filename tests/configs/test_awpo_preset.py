@@ -11,7 +11,7 @@ import pytest
 
 from configs import awpo, common, grpo
 from rcgrpo_jax import main
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 from tests import test_main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,7 +118,7 @@ def test_the_step_budget_fits_the_papers_reasoning_lengths():
 def test_borrowed_hyperparameters_are_the_rc_grpo_builders(preset):
     """Every field marked as borrowed is a real field and still holds configs/grpo.py's builder value (so
     the marking cannot rot); the AWPO-specific ones are not in the list."""
-    from rcgrpo_jax.config_checks import _get
+    from rcgrpo_jax.config_fields import get as _get
 
     c, builder = awpo.get_config(preset), grpo.rl_config("x", preset, estimator="awpo")
     missing = object()

@@ -316,7 +316,7 @@ def test_source_reads_the_files_at_data_steps_path(tmp_path, chats):
     ],
 )
 def test_source_path_errors_name_the_field(fields, message):
-    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.config_fields import ConfigError
     from rcgrpo_jax.data import sources
 
     with pytest.raises(ConfigError) as err:
@@ -326,7 +326,7 @@ def test_source_path_errors_name_the_field(fields, message):
 
 
 def test_missing_path_error_gives_the_schema():
-    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.config_fields import ConfigError
     from rcgrpo_jax.data import sources
 
     with pytest.raises(ConfigError) as err:
@@ -338,7 +338,7 @@ def test_missing_path_error_gives_the_schema():
 
 
 def test_source_reports_a_bad_row_of_a_path_file_on_that_field(tmp_path):
-    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.config_fields import ConfigError
     from rcgrpo_jax.data import sources
 
     bad = tmp_path / "bad.jsonl"

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from rcgrpo_jax.bench.env import reversed_script
-from rcgrpo_jax.envs import bfcl, rewards
+from rcgrpo_jax.envs import bfcl, reward_agreement, rewards
+from rcgrpo_jax.envs.reward_agreement import reversed_script
 from rcgrpo_jax.envs.rewards import EpisodeOutcome
 
 TRUTH = (("cd", {"folder": "a"}), ("mv", {"source": "x", "destination": "y"}), ("cd", {"folder": "a"}))
@@ -134,10 +134,10 @@ def test_environment_decides_commutation():
 def test_sampled_oracle_and_reversed_agreement():
     tasks = bfcl.load_tasks()[::16]  # 50 tasks, all four categories
     names = ("rc_grpo_multiset", "rc_grpo")
-    oracle = rewards.agreement(tasks, bfcl.ground_truth_script, names)
+    oracle = reward_agreement.agreement(tasks, bfcl.ground_truth_script, names)
     assert oracle["episodes"] == len(tasks)
     assert oracle["rc_grpo"]["reward1_official_pass"] == len(tasks)  # the ground truth still scores 1
-    flipped = rewards.agreement(tasks, reversed_script, names)
+    flipped = reward_agreement.agreement(tasks, reversed_script, names)
     after, before = flipped["rc_grpo"], flipped["rc_grpo_multiset"]
     assert sum(after.values()) == sum(before.values()) == len(tasks)
     assert after["reward1_official_fail"] == 0  # order now matters where the benchmark sees it

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources, steps
 from rcgrpo_jax.envs import single_step
 from rcgrpo_jax.envs.base import Environment

@@ -136,7 +136,7 @@ def test_random_model_run_writes_report(tiny_world_model, tmp_path):
 
 
 def test_missing_model_path_names_the_field(tmp_path):
-    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.config_fields import ConfigError
 
     cfg = eval_configs.get_config("tiny")
     with pytest.raises(ConfigError, match="config.model.path"):
@@ -288,7 +288,7 @@ def test_random_model_single_turn(tiny_world_model, tmp_path):
     ],
 )
 def test_bad_eval_config_names_the_field(tiny_world_model, tmp_path, fields, field):
-    from rcgrpo_jax.config_checks import ConfigError
+    from rcgrpo_jax.config_fields import ConfigError
 
     cfg = _single_turn_config(tiny_world_model, **fields)
     with pytest.raises(ConfigError, match=f"config.{field}"):

@@ -1,4 +1,4 @@
-"""`layers.grouped_attention` (our GQA attention with its own backward) against jax.nn.dot_product_attention,
+"""`xla_attention.grouped_attention` (our GQA attention with its own backward) against jax.nn.dot_product_attention,
 the library function it replaced, and against values worked out by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
 
-from rcgrpo_jax.models.layers import grouped_attention
+from rcgrpo_jax.models.xla_attention import grouped_attention
 
 B, T, N, G, DH = 2, 7, 4, 2, 8
 SCALE = 1.0 / np.sqrt(DH)

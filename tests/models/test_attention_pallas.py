@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rcgrpo_jax import config_checks, models
+from rcgrpo_jax import config_checks, config_fields, models
 from rcgrpo_jax.models import attention
 from rcgrpo_jax.models.cache import attention_mask
-from rcgrpo_jax.models.layers import grouped_attention
+from rcgrpo_jax.models.xla_attention import grouped_attention
 
 B, T, N, G, DH = 3, 24, 6, 2, 16  # GQA (3 query heads per kv head); T = 24 is padded to a 32 block
 SCALE = 1.0 / np.sqrt(DH)
@@ -101,7 +101,7 @@ def test_selection_and_config_check():
     config.model.attention_impl = "pallas"
     config_checks.check(config, 1)  # accepted
     config.model.attention_impl = "flash"
-    with pytest.raises(config_checks.ConfigError, match="model.attention_impl.*auto, xla, cudnn, pallas"):
+    with pytest.raises(config_fields.ConfigError, match="model.attention_impl.*auto, xla, cudnn, pallas"):
         config_checks.check(config, 1)
 
 

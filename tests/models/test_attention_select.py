@@ -14,7 +14,7 @@ import pytest
 from rcgrpo_jax import models
 from rcgrpo_jax.models import attention
 from rcgrpo_jax.models.cache import attention_mask, init_cache, write_mask
-from rcgrpo_jax.models.layers import grouped_attention
+from rcgrpo_jax.models.xla_attention import grouped_attention
 
 B, T, N, G, DH = 3, 8, 4, 2, 8
 SCALE = 1.0 / np.sqrt(DH)

@@ -153,7 +153,7 @@ def test_sft_dry_run_has_the_same_shape(tiny_ckpt, data_path):
 def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
     """As SFT: the RL trainer checks the dry run's memory plan before any state is made."""
     from configs import rc_grpo
-    from rcgrpo_jax.config_checks import MemoryFitError
+    from rcgrpo_jax.config_fields import MemoryFitError
     from rcgrpo_jax.train import rl
 
     c = rc_grpo.get_config("tiny")

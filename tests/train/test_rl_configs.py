@@ -9,7 +9,7 @@ import os
 import pytest
 
 from configs import awpo, common, dapo, dr_grpo, grpo, rc_grpo
-from rcgrpo_jax.config_checks import ConfigError
+from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.train import rl_config as rl
 
 STAGES = {"grpo": grpo, "rc_grpo": rc_grpo, "dr_grpo": dr_grpo, "dapo": dapo, "awpo": awpo}

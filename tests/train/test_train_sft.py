@@ -95,7 +95,7 @@ def test_tiny_sft_lowers_the_loss_and_exports_hf(tiny_ckpt, data_path, tmp_path,
 
 
 def test_dry_run_reports_memory_and_start_up_refuses_what_cannot_fit(tiny_ckpt, data_path, tmp_path):
-    from rcgrpo_jax.config_checks import MemoryFitError
+    from rcgrpo_jax.config_fields import MemoryFitError
 
     config = train_helpers.make_config(tiny_ckpt, data_path)
     report = dry_run.supervised(config)
