@@ -67,7 +67,7 @@ def mesh(preset: str) -> ml_collections.ConfigDict:
     if preset == "tiny":  # one device: BFCL sequences are 4-8k tokens and CPU attention is not chunked
         c.data, c.fsdp, c.tensor = 1, 1, 1
     else:  # one 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads
-        # halve the per-device attention activations at 16k tokens (figures: the README's performance table)
+        # halve the per-device attention activations at 16k tokens (figures: docs/performance.md)
         c.data, c.fsdp, c.tensor = 1, -1, 2
     return c
 
