@@ -66,8 +66,8 @@ def rl_config(
 ) -> ml_collections.ConfigDict:
     """The sections of every RL stage with the paper's values; stage files override their own."""
     from rcgrpo_jax import judges
+    from rcgrpo_jax.registry import selection
     from rcgrpo_jax.rl import advantages, losses
-    from rcgrpo_jax.rl.registry import selection
 
     c = common.base(stage, preset, lr=1e-6, trainer="rl")
     c.reference = ml_collections.ConfigDict({"path": placeholder(str)})  # None = model.path (the stage-1 policy)

@@ -18,7 +18,8 @@ Built in:
   per step by rcgrpo_jax.envs.single_step; options under `data.steps`.
 
 RL, evaluation, exploration and data building all reach tasks, environments and experts through
-this module, so adding a source is one `register(TaskSource(...))` call.
+this module, so adding a source is one `register(TaskSource(...))` call, in this module or in the user's own
+(`--config.data.source=my_module:my_source` imports `my_module` first; tests/helpers/toy_source.py is the example).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rcgrpo_jax.data import datasets, splits
 from rcgrpo_jax.data import steps as steps_lib
 from rcgrpo_jax.data.steps import SCHEMA_LINE, StepDataError
 from rcgrpo_jax.envs import bfcl, single_step
-from rcgrpo_jax.rl.registry import Registry
+from rcgrpo_jax.registry import Registry, entry_name
 from rcgrpo_jax.worlds import category_of, corpus, generate_rl_pool, generate_world
 from rcgrpo_jax.worlds.compose import TRAIN_TYPES
 from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
@@ -51,6 +52,8 @@ class TaskSource:
     tokenizer_chats: Callable[[Any], list[dict] | None] | None = None
     # data_config -> the RL stage's tasks, when they differ from the train split (the world's fresh pool).
     rl_tasks: Callable[[Any], Sequence[Any]] | None = None
+    # the `rl` config section -> the env config each RL episode's `make_env` gets (None: it gets None).
+    rl_env_config: Callable[[Any], Any] | None = None
 
 
 SOURCES: Registry[TaskSource] = Registry("task source")
@@ -62,7 +65,8 @@ def register(source: TaskSource, *, override: bool = False) -> TaskSource:
 
 
 def get(name: str) -> TaskSource:
-    return SOURCES.get(name)
+    """The source `name`; "module:name" imports `module` first (a source registered in the user's own code)."""
+    return SOURCES.get(entry_name(name))
 
 
 def names() -> tuple[str, ...]:
@@ -92,6 +96,12 @@ def make_env(data_config, task, env_config=None):
     return source_of(data_config).make_env(task, env_config)
 
 
+def rl_env_config(data_config, rl_config):
+    """The env config the source's RL episodes are made with (BFCL's: the reward named by `rl.reward`)."""
+    fn = source_of(data_config).rl_env_config
+    return fn(rl_config) if fn is not None else None
+
+
 def expert(data_config, task) -> list:
     """The expert script of `task` (from the configured source)."""
     return source_of(data_config).expert(task)
@@ -101,6 +111,10 @@ def check(data_config) -> None:
     """Start-up validation of `data.source` and the source's own fields."""
 
     name = data_config.get("source", "bfcl")
+    try:
+        name = entry_name(name)
+    except ImportError as e:
+        raise ConfigError("data.source", f"cannot import the module of {name!r}: {e}") from None
     if name not in SOURCES:
         raise ConfigError("data.source", f"unknown task source {name!r}; known: {', '.join(names())}")
     fn = get(name).check
@@ -127,6 +141,10 @@ def tokenizer_chats(data_config) -> list[dict] | None:
 
 def _bfcl_env(task, env_config=None):
     return bfcl.BFCLEnv(task) if env_config is None else bfcl.BFCLEnv(task, env_config)
+
+
+def _bfcl_rl_env_config(rl_config) -> bfcl.EnvConfig:
+    return bfcl.EnvConfig(reward=rl_config.reward)
 
 
 def _bfcl_tasks(data_config, split: str) -> list[bfcl.Task]:
@@ -223,7 +241,15 @@ def _world_chats(data_config) -> list[dict]:
     ]
 
 
-register(TaskSource("bfcl", tasks=_bfcl_tasks, make_env=_bfcl_env, expert=bfcl.ground_truth_script))
+register(
+    TaskSource(
+        "bfcl",
+        tasks=_bfcl_tasks,
+        make_env=_bfcl_env,
+        expert=bfcl.ground_truth_script,
+        rl_env_config=_bfcl_rl_env_config,
+    )
+)
 register(
     TaskSource(
         "world",
@@ -234,6 +260,7 @@ register(
         tokenizer_corpus=_world_corpus,
         tokenizer_chats=_world_chats,
         rl_tasks=_world_rl_tasks,
+        rl_env_config=_bfcl_rl_env_config,
     )
 )
 
@@ -380,8 +407,8 @@ def _steps_tasks(data_config, split: str) -> list:
 
 
 def _steps_env(task, env_config=None):
-    """A SingleStepEnv; a `SingleStepConfig` is used as given, anything else (e.g. the multi-turn
-    `bfcl.EnvConfig` a trainer passes: its caps and reward are for whole episodes) is ignored."""
+    """A SingleStepEnv; a `SingleStepConfig` is used as given, anything else (None from the RL trainer) gives
+    the defaults."""
 
     if isinstance(env_config, single_step.SingleStepConfig):
         return single_step.SingleStepEnv(task, env_config)

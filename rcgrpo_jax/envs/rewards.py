@@ -25,7 +25,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from rcgrpo_jax.rl.registry import Registry
+from rcgrpo_jax.registry import Registry
 
 Call = tuple[str, Mapping[str, Any]]  # (name, bound arguments)
 Commutes = Callable[[int, int], bool]  # (i, j) indices into truth_calls, i < j

@@ -47,7 +47,7 @@ from rcgrpo_jax.envs import rewards
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import Limits, normalize_call
 from rcgrpo_jax.envs.schema import check_json_value
-from rcgrpo_jax.rl.registry import Registry
+from rcgrpo_jax.registry import Registry
 
 COMPLETED = "completed"
 NOT_EXECUTED = "[single-step episode: the call is scored against the reference step, not executed]"

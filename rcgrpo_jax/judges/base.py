@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from rcgrpo_jax.config_fields import ConfigError
-from rcgrpo_jax.rl.registry import OptionError, Registry, entry_name, selected, selection
+from rcgrpo_jax.registry import OptionError, Registry, entry_name, selected, selection
 
 # ----------------------------------------------------------------------------------------------------
 # What a judge reads.
@@ -132,7 +132,7 @@ class Counters:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Registry and construction from the `rl.judge` selection section (rcgrpo_jax.rl.registry.selection).
+# Registry and construction from the `rl.judge` selection section (rcgrpo_jax.registry.selection).
 
 JudgeFactory = Callable[..., Judge]
 JUDGES: Registry[JudgeFactory] = Registry("judge")

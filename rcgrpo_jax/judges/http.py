@@ -48,7 +48,7 @@ from ml_collections.config_dict import placeholder
 
 from rcgrpo_jax.judges.base import COMMON, JUDGES, Counters, JudgeInput, require_positive, require_unit_interval
 from rcgrpo_jax.judges.prompt import judge_messages, parse_score
-from rcgrpo_jax.rl.registry import OptionError
+from rcgrpo_jax.registry import OptionError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from ml_collections.config_dict import placeholder
 from rcgrpo_jax import chat, models
 from rcgrpo_jax.judges.base import COMMON, JUDGES, Counters, JudgeInput, require_positive, require_unit_interval
 from rcgrpo_jax.judges.prompt import judge_messages, parse_score
-from rcgrpo_jax.rl.registry import OptionError, check_choice
+from rcgrpo_jax.registry import OptionError, check_choice
 from rcgrpo_jax.sampling import generate
 
 

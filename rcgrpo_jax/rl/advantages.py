@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.rl.registry import OptionError, Registry, check_choice, resolve
+from rcgrpo_jax.registry import OptionError, Registry, check_choice, resolve
 
 Array = jax.Array
 Metrics = dict[str, Array]

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.rl.registry import OptionError, Registry, check_choice, resolve
+from rcgrpo_jax.registry import OptionError, Registry, check_choice, resolve
 
 Array = jax.Array
 PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]

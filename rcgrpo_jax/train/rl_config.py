@@ -22,8 +22,8 @@ import numpy as np
 from rcgrpo_jax import config_checks, config_fields, judges
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.envs import rewards
+from rcgrpo_jax.registry import OptionError, selected
 from rcgrpo_jax.rl import advantages, filters, losses, reward_tokens
-from rcgrpo_jax.rl.registry import OptionError, selected
 
 CONDITIONING = ("sampled", "high", "none", "auto")
 GROUP_FILTERS = ("none", "dapo")

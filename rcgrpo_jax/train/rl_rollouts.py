@@ -16,7 +16,6 @@ import numpy as np
 
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.data import datasets, sources
-from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
 from rcgrpo_jax.rollout.distributed import run_across_processes
 from rcgrpo_jax.sampling import SamplingParams, decode_weights
@@ -52,7 +51,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
     t0 = time.perf_counter()
     rl = config.rl
     group = int(rl.group_size)
-    env_cfg = bfcl.EnvConfig(reward=rl.reward)
+    env_cfg = sources.rl_env_config(config.data, rl)
     rows = [(k, j) for k in range(len(tasks)) for j in range(group)]
 
     def spec(row: int) -> EpisodeSpec:

@@ -213,7 +213,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
     from rcgrpo_jax.sampling import decode_step
     from rcgrpo_jax.sampling import sampler as sampler_mod
-    from tests.rollout.fake_env import AdderEnv
+    from tests.helpers.fake_env import AdderEnv
 
     _, config, params, tok, parser = tiny_qwen
     calls, ragged_reads, decode = [], [], sampler_mod.Sampler.decode

@@ -11,7 +11,7 @@ from rcgrpo_jax import chat
 from rcgrpo_jax.chat import template
 from rcgrpo_jax.chat.parsers import HermesParser, Llama3JsonParser
 from rcgrpo_jax.models.tiny import build_tiny_tokenizer
-from tests.chat.official_templates import official_template, with_official_template
+from tests.helpers.official_templates import official_template, with_official_template
 
 ADD = {
     "type": "function",

@@ -12,14 +12,14 @@ import pytest
 from configs import awpo, common, grpo
 from rcgrpo_jax import main
 from rcgrpo_jax.config_fields import ConfigError
-from tests import test_main
+from tests.helpers import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AWPO = os.path.join(REPO, "configs", "awpo.py")
 
-# One RL step of 2 world tasks x 2 rollouts with short steps (tests/test_main.py's SMALL), exporting the HF
+# One RL step of 2 world tasks x 2 rollouts with short steps (tests/helpers/cli.py's SMALL), exporting the HF
 # checkpoint this test reads.
-SMALL = [a for a in test_main.SMALL if not a.startswith("--config.checkpoint.export_hf")]
+SMALL = [a for a in cli.SMALL if not a.startswith("--config.checkpoint.export_hf")]
 
 
 def test_awpo_tiny_preset_builds_a_qwen3_and_runs_from_the_cli(tmp_path, compile_cache, capsys):

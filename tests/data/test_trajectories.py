@@ -221,7 +221,7 @@ def official_tokenizers(tmp_path_factory):
     import transformers
 
     from rcgrpo_jax.models.tiny import build_tiny_tokenizer
-    from tests.chat.official_templates import with_official_template
+    from tests.helpers.official_templates import with_official_template
 
     out = {}
     for name, arch in (("llama_3_1", "llama"), ("qwen3", "qwen2")):

@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numerics import assert_trees_close
 
 from rcgrpo_jax.models import (
     Llama3RopeScaling,
@@ -19,6 +18,7 @@ from rcgrpo_jax.models import (
     output_embedding,
 )
 from rcgrpo_jax.sharding import path_str
+from tests.helpers.numerics import assert_trees_close
 
 TOL = 1e-4
 CONFIG = ModelConfig(

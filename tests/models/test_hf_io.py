@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import apply, load_hf, save_hf
 from rcgrpo_jax.models.hf_io import SafetensorsReader
-from tests.models.conftest import ARCHS, VOCAB, hf_logits
+from tests.helpers.hf_models import ARCHS, VOCAB, hf_logits
 
 IDS = np.random.default_rng(3).integers(0, VOCAB, size=(2, 9))
 

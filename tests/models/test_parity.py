@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rcgrpo_jax.models import apply, load_hf
-from tests.models.conftest import ARCHS, VOCAB, hf_logits
+from tests.helpers.hf_models import ARCHS, VOCAB, hf_logits
 
 TOL = 1e-4
 T = 12

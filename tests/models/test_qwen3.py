@@ -15,7 +15,7 @@ import pytest
 
 from configs import common
 from rcgrpo_jax.models import ModelConfig, abstract_params, forward, init_cache, load_hf, positions_from_mask
-from tests.models.conftest import VOCAB, hf_logits
+from tests.helpers.hf_models import VOCAB, hf_logits
 
 TOL = 1e-4
 

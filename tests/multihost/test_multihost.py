@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import mh_launch
-import mh_worker
 import numpy as np
 import pytest
 from hypothesis import given
@@ -17,6 +15,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import multihost, sharding
+from tests.helpers import multihost_launch as mh_launch
+from tests.helpers import multihost_worker as mh_worker
 
 # ----------------------------------------------------------------------------------------------------
 # Helpers, single process.

@@ -13,9 +13,9 @@ from absl.testing import parameterized
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rcgrpo_jax.registry import OptionError
 from rcgrpo_jax.rl import advantages as adv_lib
 from rcgrpo_jax.rl import losses
-from rcgrpo_jax.rl.registry import OptionError
 
 R = np.array([[1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)
 S_POP = np.sqrt(0.24)  # population std of [1,0,1,0,0]

@@ -196,7 +196,7 @@ def test_kl_estimator_gradients_exactly(seed):
 
 
 def test_clipped_loss_options_fail_at_start_up():
-    from rcgrpo_jax.rl.registry import OptionError
+    from rcgrpo_jax.registry import OptionError
 
     assert losses.check("ppo_clip", {"kl_beta": 0.0, "kl_estimator": "k1"}).kl_estimator == "k1"  # logging only
     bad = [

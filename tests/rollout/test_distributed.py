@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fake_env import AdderEnv
 
 from rcgrpo_jax import chat, multihost
 from rcgrpo_jax.rollout import (
@@ -19,6 +18,7 @@ from rcgrpo_jax.rollout import (
     oracle_texts,
     run_episodes,
 )
+from tests.helpers.fake_env import AdderEnv
 
 
 class Recorder:

@@ -4,7 +4,6 @@ full forward, slot modes and prefix sharing change nothing, truncation and garba
 import jax
 import numpy as np
 import pytest
-from fake_env import AdderEnv
 
 from rcgrpo_jax import chat, models
 from rcgrpo_jax.rollout import (
@@ -19,6 +18,7 @@ from rcgrpo_jax.rollout import (
 )
 from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.sampling import SamplingParams
+from tests.helpers.fake_env import AdderEnv
 
 TOKENS = ("<|high_reward|>", "<|low_reward|>")
 

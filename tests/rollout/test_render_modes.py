@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import pytest
 import transformers
-from fake_env import AdderEnv
 
 from rcgrpo_jax import chat, models, multihost
 from rcgrpo_jax.data import splits
@@ -26,7 +25,8 @@ from rcgrpo_jax.rollout import (
 )
 from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.sampling import SamplingParams
-from tests.chat.official_templates import with_official_template
+from tests.helpers.fake_env import AdderEnv
+from tests.helpers.official_templates import with_official_template
 
 BIG = RolloutConfig(max_context=10**6, max_step_tokens=10**5)
 

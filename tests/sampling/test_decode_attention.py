@@ -13,8 +13,8 @@ from rcgrpo_jax.sampling import SamplingParams, decode_step, generate
 from rcgrpo_jax.sampling.decode_step import cache_layout, init_cache, ragged_blocks, select_decode_attention
 from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import DecodeSession
-from tests.sampling.test_sampler import NEW, PROMPT_LENS
-from tests.sampling.test_sampler import SIZES as SAMPLER_SIZES
+from tests.helpers.hf_sampling import NEW, PROMPT_LENS, hf_greedy, hf_logprobs
+from tests.helpers.hf_sampling import SIZES as SAMPLER_SIZES
 
 # test_sampler's tiny Qwen2 at hidden 64: head_dim 64 / 4 = 16, a shape the GPU kernel takes (a power of two >= 16)
 SIZES = {**SAMPLER_SIZES, "hidden_size": 64}
@@ -69,14 +69,12 @@ def test_cache_layouts(model):
 
 def test_ragged_greedy_equals_xla_and_hf(model):
     hf, config, params, prompts = model
-    from tests.sampling.test_sampler import _hf_greedy, _hf_logprobs
-
     xla = generate(config, params, prompts, max_new_tokens=NEW, decode_attention="xla")
     ragged = generate(config, params, prompts, max_new_tokens=NEW, decode_attention="ragged")
-    assert ragged.tokens == xla.tokens == _hf_greedy(hf, prompts, NEW)
+    assert ragged.tokens == xla.tokens == hf_greedy(hf, prompts, NEW)
     for p, toks, a, b in zip(prompts, ragged.tokens, ragged.logprobs, xla.logprobs):
         _close(a, b)
-        full = _hf_logprobs(hf, p + toks)
+        full = hf_logprobs(hf, p + toks)
         np.testing.assert_allclose(a, full[np.arange(len(p) - 1, len(p) + NEW - 1), toks], atol=2e-4)
 
 

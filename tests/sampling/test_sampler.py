@@ -12,22 +12,7 @@ from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, generate
 from rcgrpo_jax.sampling.sample_fns import filtered_logits
 from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
-
-PROMPT_LENS = (3, 11, 7, 20)
-NEW = 12
-
-
-SIZES = dict(  # the tiny HF models of these tests
-    vocab_size=96,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    initializer_range=0.3,
-    tie_word_embeddings=False,
-)
+from tests.helpers.hf_sampling import NEW, PROMPT_LENS, SIZES, hf_greedy, hf_logprobs
 
 
 def _hf_model(arch: str, path: str):
@@ -64,39 +49,14 @@ def checkpoint(request, tmp_path_factory):
     return hf, config, params, prompts
 
 
-def _hf_greedy(hf, prompts, new):
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    out = hf.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=new,
-        min_new_tokens=new,
-        do_sample=False,
-        pad_token_id=0,
-        eos_token_id=None,
-    )
-    return out[:, width:].tolist()
-
-
-def _hf_logprobs(hf, seq):
-    with torch.no_grad():
-        logits = hf(torch.tensor([seq])).logits[0].double()
-    return torch.log_softmax(logits, -1).numpy()
-
-
 def test_greedy_matches_hf_generate_and_full_forward_logprobs(checkpoint):
     hf, config, params, prompts = checkpoint
-    want = _hf_greedy(hf, prompts, NEW)
+    want = hf_greedy(hf, prompts, NEW)
     res = generate(config, params, prompts, max_new_tokens=NEW)
     assert res.tokens == want
     assert res.lengths == [NEW] * len(prompts) and not any(res.stopped)
     for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
-        full = _hf_logprobs(hf, p + toks)
+        full = hf_logprobs(hf, p + toks)
         ref = full[np.arange(len(p) - 1, len(p) + NEW - 1), toks]
         np.testing.assert_allclose(lps, ref, atol=2e-4)
 
@@ -121,9 +81,9 @@ def test_a_wide_prefill_block_attends_in_query_blocks(checkpoint):
     prompts = [rng.integers(1, 96, n).tolist() for n in (150, 9)]
     assert buckets.length_bucket(150) == 192 and 192 % decode_step.QUERY_BLOCK > 0
     res = generate(config, params, prompts, max_new_tokens=6, prefill_chunk=256)
-    assert res.tokens == _hf_greedy(hf, prompts, 6)
+    assert res.tokens == hf_greedy(hf, prompts, 6)
     for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
-        full = _hf_logprobs(hf, p + toks)
+        full = hf_logprobs(hf, p + toks)
         np.testing.assert_allclose(lps, full[np.arange(len(p) - 1, len(p) + 5), toks], atol=2e-4)
 
 
@@ -369,7 +329,7 @@ def test_qwen3_greedy_matches_hf_generate(tmp_path):
     rng = np.random.default_rng(1)
     prompts = [rng.integers(1, 96, n).tolist() for n in PROMPT_LENS]
     res = generate(config, params, prompts, max_new_tokens=NEW)
-    assert res.tokens == _hf_greedy(hf, prompts, NEW)
+    assert res.tokens == hf_greedy(hf, prompts, NEW)
     for p, toks, lps in zip(prompts, res.tokens, res.logprobs):
-        full = _hf_logprobs(hf, p + toks)
+        full = hf_logprobs(hf, p + toks)
         np.testing.assert_allclose(lps, full[np.arange(len(p) - 1, len(p) + NEW - 1), toks], atol=2e-4)

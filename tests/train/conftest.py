@@ -4,7 +4,8 @@ compilation cache `compile_cache` is in tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
-import train_helpers
+
+from tests.helpers import train as train_helpers
 
 
 @pytest.fixture(scope="session")

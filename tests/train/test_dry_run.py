@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import train_helpers
 
 from rcgrpo_jax import main, models
 from rcgrpo_jax.train import dry_run, model_prep
+from tests.helpers import train as train_helpers
 
 SMALL_RL = (  # a tiny RL step: 20 rollouts (5 tasks x 4), 16-token steps, a 192-token context, 64-wide prefill
     "--config.data.buckets=(128,256)",

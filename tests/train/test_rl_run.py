@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 import pytest
-import train_helpers
 
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import model_prep, rl, rl_config
+from tests.helpers import train as train_helpers
 
 DIAGNOSTICS = (
     "frac_zero_var_groups",

@@ -10,10 +10,10 @@ import sys
 import time
 
 import pytest
-import train_helpers
 
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import sft
+from tests.helpers import train as train_helpers
 
 STEPS = 10  # compared steps
 SCHEDULE_STEPS = 200  # the run's nominal length (lr schedule); runs are cut short before it

@@ -8,7 +8,6 @@ import os
 import jax
 import numpy as np
 import pytest
-import train_helpers
 from transformers import AutoTokenizer
 
 from rcgrpo_jax import multihost, sharding
@@ -17,6 +16,7 @@ from rcgrpo_jax.models.hf_io import load_hf
 from rcgrpo_jax.train import dry_run, model_prep, optim, sft, sft_data
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import state as state_lib
+from tests.helpers import train as train_helpers
 
 
 def _one_step(config, ckpt, data, mesh_axes, grad_accum):

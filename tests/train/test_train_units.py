@@ -9,7 +9,6 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
-import train_helpers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
@@ -19,6 +18,7 @@ from rcgrpo_jax.chat import NotAppendOnlyError, end_of_turn_ids
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import optim, sft_data
 from rcgrpo_jax.train import state as state_lib
+from tests.helpers import train as train_helpers
 
 
 def _optim_cfg(**kw):

@@ -1,5 +1,5 @@
-"""A small name -> function registry, shared by advantage estimators, policy losses, KL estimators
-(and reusable by the environment reward registry).
+"""The one name -> function registry of every part a researcher swaps: advantage estimators, policy losses,
+KL estimators, rewards, step rewards, task sources and judges. It imports nothing of the package.
 
 A config string picks the function; an optional `default_config` callable gives the function's
 ml_collections defaults, which `resolve` merges with a user's (partial) config; an optional
@@ -13,6 +13,7 @@ fails before the first rollout, naming the field:
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Generic, TypeVar
 
 import ml_collections
@@ -121,8 +122,6 @@ def resolve(
 def entry_name(name: str) -> str:
     """`name`, importing `module` first when it is written "module:entry" (a user's own registry entry)."""
     if ":" in name:
-        import importlib
-
         module, name = name.split(":", 1)
         importlib.import_module(module)
     return name

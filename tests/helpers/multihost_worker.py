@@ -1,23 +1,23 @@
 """The work the multi-process tests compare: run in the test process (1 process x 8 devices, the
 reference) and, unchanged, as each of 2 processes x 4 devices joined by `jax.distributed` on localhost.
 
-  python tests/multihost/mh_worker.py update --coordinator localhost:PORT --num_processes 2 --process_id I \
+  python tests/helpers/multihost_worker.py update --coordinator localhost:PORT --num_processes 2 --process_id I \
       --ckpt DIR --inputs in.npz --out out_I.npz
 
 Every process holds the whole host batch, each device takes its rows (`RolloutBatch.put`, i.e.
 `multihost.place`), and results are read back with `multihost.gather`, so the outputs of every process
 are the global values.
 
-  python tests/multihost/mh_worker.py rl_run ... --ckpt MODEL --workdir DIR --out out_I.npz
+  python tests/helpers/multihost_worker.py rl_run ... --ckpt MODEL --workdir DIR --out out_I.npz
 
 runs one full `rl.run` step (rollouts on the world's tasks, advantages, reference, PPO update, a checkpoint)
 in a workdir the processes share, then restores that checkpoint.
 
-  python tests/multihost/mh_worker.py eval_run ... --ckpt MODEL --out out_I.json
+  python tests/helpers/multihost_worker.py eval_run ... --ckpt MODEL --out out_I.json
 
 runs the evaluation stage's `eval.run.evaluate` (greedy model policy) on a few of the world's test tasks.
 
-  python tests/multihost/mh_worker.py sigterm_run ... --ckpt "" --workdir DIR --out out_I.json
+  python tests/helpers/multihost_worker.py sigterm_run ... --ckpt "" --workdir DIR --out out_I.json
 
 runs `train.loop.run_steps` over a small state sharded across both processes (each step a global
 reduction, as a real step's collectives) and sends SIGTERM to process 0 alone during step SIGTERM_AT.
@@ -103,9 +103,7 @@ def rollout(ckpt: str, lockstep: bool = True) -> tuple[list[dict], dict]:
 
     from rcgrpo_jax import chat, models, multihost, sharding
     from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
-
-    sys.path.insert(0, os.path.join(REPO, "tests", "rollout"))
-    from fake_env import AdderEnv
+    from tests.helpers.fake_env import AdderEnv
 
     mesh = sharding.make_mesh(MESH)
     config, params = models.load_hf(ckpt, dtype="float32", mesh=mesh, rules=sharding.DECODE_RULES)

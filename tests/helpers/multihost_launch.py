@@ -10,7 +10,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mh_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_worker.py")
 
 
 def free_port() -> int:

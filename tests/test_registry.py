@@ -1,0 +1,89 @@
+"""`rcgrpo_jax.registry`: the one registry shape every swappable part uses."""
+
+import sys
+
+import ml_collections
+import pytest
+
+from rcgrpo_jax import registry
+from rcgrpo_jax.registry import OptionError, Registry
+
+
+def _defaults():
+    return ml_collections.ConfigDict({"std": "population", "eps": 1e-6})
+
+
+def _validate(cfg):
+    registry.check_choice(cfg, "std", ("population", "sample"))
+
+
+@pytest.fixture
+def reg():
+    r = Registry("toy part")
+
+    @r.register("plain")
+    def plain():
+        return "plain"
+
+    @r.register("tuned", default_config=_defaults, validate=_validate)
+    def tuned():
+        return "tuned"
+
+    return r
+
+
+def test_register_get_and_names(reg):
+    assert reg.get("plain")() == "plain" and reg.names() == ("plain", "tuned") and "tuned" in reg
+
+
+def test_an_unknown_name_lists_the_known_ones(reg):
+    with pytest.raises(KeyError, match="unknown toy part 'plian'; known: plain, tuned"):
+        reg.get("plian")
+
+
+def test_a_second_registration_needs_override(reg):
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("plain")(lambda: "again")
+    reg.register("plain", override=True)(lambda: "again")
+    assert reg.get("plain")() == "again"
+
+
+def test_check_merges_defaults_and_validates(reg):
+    assert reg.check("tuned", {"std": "sample"}).to_dict() == {"std": "sample", "eps": 1e-6}
+    assert len(reg.check("plain")) == 0
+    with pytest.raises(OptionError, match="std: 'median' is not one of population, sample") as e:
+        reg.check("tuned", {"std": "median"})
+    assert e.value.field == "std"
+    with pytest.raises(KeyError):  # a misspelt option names itself
+        reg.check("tuned", {"stdd": "sample"})
+
+
+def test_default_config_is_a_fresh_copy(reg):
+    reg.default_config("tuned").std = "sample"
+    assert reg.default_config("tuned").std == "population"
+
+
+def test_a_selection_section_holds_each_entrys_options(reg):
+    section = registry.selection(reg, "plain")
+    assert section.name == "plain" and "tuned" in section and "plain" not in section
+    section.name = "tuned"
+    section.tuned.std = "sample"
+    name, options = registry.selected(reg, section)
+    assert name == "tuned" and options.std == "sample"
+
+
+def test_module_colon_entry_imports_the_users_module(tmp_path, monkeypatch, reg):
+    """A user's own entry: "module:entry" imports the module (which registers the entry), then selects it."""
+    (tmp_path / "my_toy_part.py").write_text(
+        "import sys\n"
+        "reg = sys.modules['tests_registry_target']\n"
+        "@reg.register('mine')\n"
+        "def mine():\n"
+        "    return 'mine'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "tests_registry_target", reg)
+    name, options = registry.selected(reg, ml_collections.ConfigDict({"name": "my_toy_part:mine"}))
+    assert name == "mine" and reg.get(name)() == "mine" and len(options) == 0
+    with pytest.raises(ModuleNotFoundError):
+        registry.entry_name("no_such_module_here:mine")
