@@ -15,6 +15,7 @@ from rcgrpo_jax import stages
 from rcgrpo_jax.config_fields import ConfigError, MemoryFitError, get, require
 from rcgrpo_jax.data import sources, trajectories
 from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls
+from rcgrpo_jax.sampling.decode_step import DECODE_ATTENTION
 
 MESH_AXES = ("data", "fsdp", "tensor")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -86,8 +87,8 @@ def check(config, num_devices: int) -> dict[str, int]:
     build_tiny = bool(get(config, "model.build_tiny", False))
     _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
     dec = get(config, "model.decode_attention")
-    if dec is not None and dec not in ("auto", "xla", "ragged"):
-        raise ConfigError("model.decode_attention", f"{dec!r} is not one of auto, xla, ragged")
+    if dec is not None and dec not in DECODE_ATTENTION:  # the choices, defined once (sampling.decode_step)
+        raise ConfigError("model.decode_attention", f"{dec!r} is not one of {', '.join(DECODE_ATTENTION)}")
 
     impl = get(config, "model.attention_impl")
     if impl is not None and impl not in impls:
@@ -132,8 +133,8 @@ def check(config, num_devices: int) -> dict[str, int]:
     _check_path(config, "data.path", required=False)
     _check_path(config, "data.exploration_path", required=False)
     site = get(config, "data.failure_site")
-    if site is not None and site not in ("any", "first"):
-        raise ConfigError("data.failure_site", f"expected 'any' or 'first', got {site!r}")
+    if site is not None and site not in trajectories.FAILURE_SITES:
+        raise ConfigError("data.failure_site", f"{site!r} is not one of {', '.join(trajectories.FAILURE_SITES)}")
     kinds = get(config, "data.failure_kinds")
     if kinds is not None:
         try:

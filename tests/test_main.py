@@ -16,6 +16,8 @@ from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.rl import advantages
 from tests.helpers.cli import SMALL
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRPO = os.path.join(REPO, "configs", "grpo.py")
 

@@ -12,6 +12,8 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import ModelConfig, abstract_params, apply, init_params
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 CONFIG = ModelConfig(
     model_type="qwen2",
     vocab_size=64,

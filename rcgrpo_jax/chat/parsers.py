@@ -33,6 +33,8 @@ import json
 import math
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from rcgrpo_jax import model_families
+
 # Error kinds (the prefix of every error string).
 ERR_INVALID_JSON = "invalid_json"
 ERR_NOT_AN_OBJECT = "not_an_object"
@@ -350,7 +352,6 @@ class Llama3JsonParser:
 # ---------------------------------------------------------------------------------------------
 
 _PARSERS: dict[str, ToolCallParser] = {"hermes": HermesParser(), "llama3_json": Llama3JsonParser()}
-_FAMILY_OF_MODEL_TYPE = {"qwen2": "hermes", "qwen3": "hermes", "llama": "llama3_json"}
 FAMILIES = tuple(_PARSERS)
 
 
@@ -362,10 +363,8 @@ def get_parser(family: str) -> ToolCallParser:
 
 
 def family_for(model_type: str) -> str:
-    """The tool-call family of an HF ``model_type`` (``qwen2``, ``qwen3`` -> hermes, ``llama`` -> llama3_json)."""
-    try:
-        return _FAMILY_OF_MODEL_TYPE[model_type]
-    except KeyError:
-        raise ValueError(
-            f"no tool-call family for model_type {model_type!r}; known: {sorted(_FAMILY_OF_MODEL_TYPE)}"
-        ) from None
+    """The tool-call family of an HF ``model_type`` (``qwen2``, ``qwen3`` -> hermes, ``llama`` -> llama3_json),
+    from the family table (`rcgrpo_jax.model_families`)."""
+    if model_type not in model_families.FAMILIES:
+        raise ValueError(f"no tool-call family for model_type {model_type!r}; known: {sorted(model_families.FAMILIES)}")
+    return model_families.FAMILIES[model_type].tool_call_format

@@ -254,6 +254,6 @@ def attention(
         return jax.nn.dot_product_attention(
             **cudnn_arguments(q, k, v, mask, scale, causal=causal), implementation="cudnn"
         )
-    if implementation not in ("xla", "cudnn", "pallas"):
+    if implementation not in IMPLEMENTATIONS[1:]:  # "auto" is resolved by `implementation_for`
         raise ValueError(f"attention implementation {implementation!r}: expected one of {IMPLEMENTATIONS[1:]}")
     return grouped_attention(q, k, v, mask, scale)

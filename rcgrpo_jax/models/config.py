@@ -15,7 +15,9 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
+from rcgrpo_jax import model_families as families
+
+SUPPORTED_MODEL_TYPES = families.MODEL_TYPES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +72,7 @@ class ModelConfig:
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"model_type: {self.model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})"
-            )
+        families.get(self.model_type)  # a ValueError naming the supported families
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_key_value_heads: {self.num_kv_heads} does not divide num_attention_heads {self.num_heads}"
@@ -85,12 +84,16 @@ class ModelConfig:
     def qk_norm(self) -> bool:
         """Qwen3: an RMSNorm over head_dim (weights [Dh], eps rms_norm_eps) on each query and key head,
         after the projection's reshape to heads and before RoPE."""
-        return self.model_type == "qwen3"
+        return self.family.qk_norm
 
     @property
     def o_proj_bias(self) -> bool:
         """Whether o_proj has a bias: only Qwen3's `attention_bias` covers the output projection."""
-        return self.model_type == "qwen3" and self.attention_bias
+        return self.family.o_proj_bias and self.attention_bias
+
+    @property
+    def family(self) -> families.ModelFamily:
+        return families.get(self.model_type)
 
     @property
     def jnp_dtype(self) -> jnp.dtype:
@@ -117,9 +120,8 @@ class ModelConfig:
         """
         hf = _read_hf_dict(path_or_dict)
         model_type = hf.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model_type: {model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})")
-        _reject_unsupported(hf, model_type)
+        family = families.get(model_type)
+        _reject_unsupported(hf)
         rope_theta, rope_scaling = _parse_rope(hf)
         num_heads = int(hf["num_attention_heads"])
         stored = hf.get("dtype") or hf.get("torch_dtype") or "float32"
@@ -138,7 +140,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            attention_bias=model_type == "qwen2" or (model_type == "qwen3" and bool(hf.get("attention_bias", False))),
+            attention_bias=families.attention_bias(family, hf),
             max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
             param_dtype=param_dtype or dtype or stored,
             dtype=dtype or stored,
@@ -151,9 +153,8 @@ class ModelConfig:
     def to_hf(self) -> dict[str, Any]:
         """The config.json that transformers reads back into the same architecture (v4-style rope keys,
         which transformers v5 still accepts and which matches the published Qwen2.5/Qwen3/LLaMA 3.1 files)."""
-        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[self.model_type]
         out: dict[str, Any] = {
-            "architectures": [arch],
+            "architectures": [self.family.hf_architecture],
             "model_type": self.model_type,
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
@@ -173,12 +174,9 @@ class ModelConfig:
             "torch_dtype": self.param_dtype,
             "use_cache": True,
         }
-        if self.model_type == "qwen2":
-            out["use_sliding_window"] = False
-        elif self.model_type == "qwen3":
-            out.update(use_sliding_window=False, attention_bias=self.attention_bias)
-        else:
-            out.update(attention_bias=False, mlp_bias=False)
+        out.update(self.family.hf_extra)
+        if self.family.attention_bias != "always":  # Qwen2's q/k/v biases are implied by its model_type
+            out["attention_bias"] = self.attention_bias
         return out
 
 
@@ -192,14 +190,12 @@ def _read_hf_dict(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[s
         return json.load(f)
 
 
-def _reject_unsupported(hf: Mapping[str, Any], model_type: str) -> None:
+def _reject_unsupported(hf: Mapping[str, Any]) -> None:
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"hidden_act: {act!r} is not supported (only 'silu')")
     if hf.get("mlp_bias"):
         raise ValueError("mlp_bias: MLP biases are not supported")
-    if model_type == "llama" and hf.get("attention_bias"):
-        raise ValueError("attention_bias: LLaMA attention biases are not supported")
     if hf.get("use_sliding_window"):
         raise ValueError("use_sliding_window: sliding-window attention is not supported")
     layer_types = hf.get("layer_types") or []

@@ -31,6 +31,8 @@ import json
 import os
 from typing import Iterable
 
+from rcgrpo_jax import model_families
+
 # Pre-tokenisation regexes. Qwen2's is the one in transformers' tokenization_qwen2.py; LLaMA 3's
 # differs only in grouping digits by up to three.
 QWEN2_SPLIT_REGEX = (
@@ -470,13 +472,11 @@ def build_tiny_checkpoint(
         head_dim = 2 * (hidden_size // num_heads)
     if head_dim is not None:
         common["head_dim"] = int(head_dim)
-    if arch == "qwen2":
-        config, model_cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
-    elif arch == "qwen3":
-        config = transformers.Qwen3Config(attention_bias=False, use_sliding_window=False, **common)
-        model_cls = transformers.Qwen3ForCausalLM
-    else:
-        config, model_cls = transformers.LlamaConfig(attention_bias=False, **common), transformers.LlamaForCausalLM
+    row = model_families.get(arch)  # the HF classes and fixed fields of the family
+    if row.attention_bias != "always":
+        common["attention_bias"] = False
+    config = getattr(transformers, row.hf_config_class)(**row.hf_extra, **common)
+    model_cls = getattr(transformers, row.hf_architecture)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config).to(getattr(torch, dtype))

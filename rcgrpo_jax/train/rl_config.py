@@ -19,7 +19,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from rcgrpo_jax import config_checks, config_fields, judges
+from rcgrpo_jax import chat, config_checks, config_fields, judges
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.envs import rewards
 from rcgrpo_jax.registry import OptionError, selected
@@ -100,7 +100,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     _choice(rl.group_filter, GROUP_FILTERS, "rl.group_filter")
     _choice(rl.reward, rewards.names(), "rl.reward")
     _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
-    _choice(rl.render_mode, ("auto", "append", "rerender"), "rl.render_mode")
+    _choice(rl.render_mode, chat.RENDER_MODES, "rl.render_mode")
     if rl.overlong.enabled:  # lengths in response tokens (rl.filters.response_lengths)
         if int(rl.overlong.get("max_len", 0) or 0) < 0:
             raise ConfigError("rl.overlong.max_len", f"must be >= 0 (0 = rl.max_context), got {rl.overlong.max_len}")

@@ -18,6 +18,8 @@ from rcgrpo_jax.bench import common, gpu
 from rcgrpo_jax.bench import sampler as sampler_bench
 from rcgrpo_jax.bench import train as train_bench
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from rcgrpo_jax.bench import cuda_lower
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from rcgrpo_jax.bench import grpo_step, trl_peer
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -12,6 +12,8 @@ import pytest
 from rcgrpo_jax.bench import rollout_plan as rp
 from rcgrpo_jax.rollout.episode import Episode
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 LIMITS = rp.Limits(max_context=1000, max_step_tokens=4, prefill_chunk=16)  # capacity 1016, spans >= 256
 A = rp.EpisodeLengths(prompt=100, steps=(3, 1), deltas=(5,))
 B = rp.EpisodeLengths(prompt=50, steps=(2,), deltas=())

@@ -17,6 +17,8 @@ import pytest
 
 from rcgrpo_jax.bench import sampler, tunix_peer
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A stand-in for `bench.tunix_peer` that speaks its protocol: it records what it was given, then answers

@@ -14,6 +14,8 @@ from rcgrpo_jax import main
 from rcgrpo_jax.config_fields import ConfigError
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AWPO = os.path.join(REPO, "configs", "awpo.py")
 

@@ -20,6 +20,7 @@ SAMPLE = 14  # per category: 13 single-turn + 4 multi-turn categories -> 238 ent
 pytestmark = pytest.mark.skipif(
     PYTHON is None, reason="no bfcl side environment (build it: bash launch/bench_env.sh bfcl)"
 )
+pytestmark = [pytestmark, pytest.mark.slow]  # the fast lane skips it (pytest.ini)
 
 
 # The two sets under two model names whose handler (QwenFCHandler) decodes the same <tool_call> blocks, so

@@ -20,6 +20,8 @@ from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.models.tiny import build_tiny_checkpoint
 from rcgrpo_jax.rollout.episode import Episode
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

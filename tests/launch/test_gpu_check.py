@@ -15,6 +15,8 @@ import pytest
 
 from rcgrpo_jax.bench import gpu
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

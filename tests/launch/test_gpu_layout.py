@@ -35,6 +35,7 @@ WHEELS = gpu_env.read_list(gpu_env.WHEEL_LIST)
 IMAGE_ONLY = ("jax", "jaxlib", "torch", "numpy", "flax", "jax_plugins")
 
 pytestmark = pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs the project's .venv")
+pytestmark = [pytestmark, pytest.mark.slow]  # the fast lane skips it (pytest.ini)
 
 
 def _top_level(dist: importlib.metadata.Distribution) -> set[str]:

@@ -7,9 +7,12 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from rcgrpo_jax.models.xla_attention import grouped_attention
+
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
 B, T, N, G, DH = 2, 7, 4, 2, 8
 SCALE = 1.0 / np.sqrt(DH)

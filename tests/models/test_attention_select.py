@@ -16,6 +16,8 @@ from rcgrpo_jax.models import attention
 from rcgrpo_jax.models.cache import attention_mask, init_cache, write_mask
 from rcgrpo_jax.models.xla_attention import grouped_attention
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 B, T, N, G, DH = 3, 8, 4, 2, 8
 SCALE = 1.0 / np.sqrt(DH)
 LENGTHS = np.array([8, 5, 1])  # right-padded rows: full, partial, one token

@@ -20,6 +20,8 @@ from rcgrpo_jax.models import (
 from rcgrpo_jax.sharding import path_str
 from tests.helpers.numerics import assert_trees_close
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 TOL = 1e-4
 CONFIG = ModelConfig(
     model_type="llama",

@@ -12,6 +12,8 @@ import pytest
 from rcgrpo_jax.models import apply, load_hf
 from tests.helpers.hf_models import ARCHS, VOCAB, hf_logits
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 TOL = 1e-4
 T = 12
 LENGTHS = (12, 7)  # two rows of a [2, 12] bucket; the second is padded

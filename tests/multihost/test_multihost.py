@@ -18,6 +18,8 @@ from rcgrpo_jax import multihost, sharding
 from tests.helpers import multihost_launch as mh_launch
 from tests.helpers import multihost_worker as mh_worker
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 # ----------------------------------------------------------------------------------------------------
 # Helpers, single process.
 

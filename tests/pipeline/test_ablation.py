@@ -11,6 +11,8 @@ import pytest
 
 from rcgrpo_jax.pipeline import ablation, budgets, cache, summary
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):

@@ -2,11 +2,14 @@
 garbage on real tasks ends every episode with a recorded reason."""
 
 import jax
+import pytest
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
 from rcgrpo_jax.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
 
 def test_oracle_passes_all_800_tasks(tiny_qwen):

@@ -20,6 +20,8 @@ from rcgrpo_jax.rollout import episode as ep_mod
 from rcgrpo_jax.sampling import SamplingParams
 from tests.helpers.fake_env import AdderEnv
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 TOKENS = ("<|high_reward|>", "<|low_reward|>")
 
 

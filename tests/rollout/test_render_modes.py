@@ -28,6 +28,8 @@ from rcgrpo_jax.sampling import SamplingParams
 from tests.helpers.fake_env import AdderEnv
 from tests.helpers.official_templates import with_official_template
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 BIG = RolloutConfig(max_context=10**6, max_step_tokens=10**5)
 
 

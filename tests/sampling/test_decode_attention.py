@@ -16,6 +16,8 @@ from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.hf_sampling import NEW, PROMPT_LENS, hf_greedy, hf_logprobs
 from tests.helpers.hf_sampling import SIZES as SAMPLER_SIZES
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 # test_sampler's tiny Qwen2 at hidden 64: head_dim 64 / 4 = 16, a shape the GPU kernel takes (a power of two >= 16)
 SIZES = {**SAMPLER_SIZES, "hidden_size": 64}
 

@@ -14,6 +14,8 @@ from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_tabl
 from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
 from tests.helpers.hf_sampling import NEW, PROMPT_LENS, SIZES, hf_greedy, hf_logprobs
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 
 def _hf_model(arch: str, path: str):
     common = dict(SIZES)

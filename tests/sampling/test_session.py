@@ -16,6 +16,8 @@ from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step
 from rcgrpo_jax.sampling import session as session_mod
 from rcgrpo_jax.sampling.session import DecodeSession
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 CONFIG = ModelConfig(  # test_sampler's tiny Qwen2 sizes
     model_type="qwen2",
     vocab_size=96,

@@ -16,6 +16,8 @@ from rcgrpo_jax import main, models
 from rcgrpo_jax.train import dry_run, model_prep
 from tests.helpers import train as train_helpers
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 SMALL_RL = (  # a tiny RL step: 20 rollouts (5 tasks x 4), 16-token steps, a 192-token context, 64-wide prefill
     "--config.data.buckets=(128,256)",
     "--config.rl.max_context=192",

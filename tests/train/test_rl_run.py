@@ -14,6 +14,8 @@ from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import model_prep, rl, rl_config
 from tests.helpers import train as train_helpers
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 DIAGNOSTICS = (
     "frac_zero_var_groups",
     "estimator/frac_zero_std_groups",

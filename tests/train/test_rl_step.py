@@ -15,6 +15,8 @@ from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_step
 from rcgrpo_jax.train import state as state_lib
 from rcgrpo_jax.train.rl_batch import RolloutBatch
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 
 def test_pack_shifts_targets():
     out = rl_batch.pack(

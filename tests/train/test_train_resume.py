@@ -15,6 +15,8 @@ from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import sft
 from tests.helpers import train as train_helpers
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 STEPS = 10  # compared steps
 SCHEDULE_STEPS = 200  # the run's nominal length (lr schedule); runs are cut short before it
 EVERY = 2

@@ -18,6 +18,8 @@ from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import state as state_lib
 from tests.helpers import train as train_helpers
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+
 
 def _one_step(config, ckpt, data, mesh_axes, grad_accum):
     """Loads the tiny model onto `mesh_axes`, takes one SFT step on batch 0; returns (metrics, params)."""
