@@ -46,16 +46,17 @@ import numpy as np
 
 from rcgrpo_jax import models
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.bench import common
+from rcgrpo_jax.bench import common, model_sizes
 from rcgrpo_jax.bench.trl_peer import reward_of
 from rcgrpo_jax.models.tiny import build_tiny_checkpoint, default_corpus
 from rcgrpo_jax.models.transformer import abstract_params
 from rcgrpo_jax.rl import advantages
-from rcgrpo_jax.sampling import generate, sampler
+from rcgrpo_jax.sampling import decode_step, generate, sampler
+from rcgrpo_jax.sampling import session as session_lib
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_step
 from rcgrpo_jax.train import state as state_lib
 
-ARCH = dict(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=704)
+ARCH = model_sizes.builder_arch("tiny")  # the benchmarks' tiny model (bench/model_sizes.py)
 LR = 1e-6
 PHASES = ("generate", "host", "reference", "update")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -228,12 +229,17 @@ class OursStep:
         return t
 
     def compiled(self) -> int:
-        """Programs compiled so far by the jitted pieces of a step (sampler prefill/decode, reference pass,
-        micro-batch gradients, their sum, the optimizer apply): constant after the warm-up step unless a
-        step recompiles."""
+        """Programs compiled so far by the jitted pieces of a step (the decode session's appends of this model
+        and mesh, the sampler's decode, the reference pass, micro-batch gradients, their sum, the optimizer
+        apply): constant after the warm-up step unless a step recompiles."""
 
-        fns = (sampler._prefill, sampler._decode, self.ref_fn, self.updater._grads, self.updater._add)
-        return sum(f._cache_size() for f in (*fns, self.updater._apply))
+        appends = [
+            f
+            for layout in decode_step.LAYOUTS
+            for f in session_lib._programs(self.config, self.sample_mesh, layout).values()
+        ]
+        fns = (*appends, sampler._decode, self.ref_fn, self.updater._grads, self.updater._add, self.updater._apply)
+        return sum(f._cache_size() for f in fns)
 
 
 class TRLPeer:

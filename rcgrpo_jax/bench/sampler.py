@@ -42,26 +42,9 @@ from typing import Any
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.bench import common, tunix_peer
+from rcgrpo_jax.bench.model_sizes import MODELS
 from rcgrpo_jax.sampling import buckets, generate
 
-MODELS = {
-    "tiny": dict(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=704,
-        vocab_size=1024,
-    ),
-    "medium": dict(
-        hidden_size=1024,
-        num_hidden_layers=8,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        intermediate_size=2816,
-        vocab_size=32000,
-    ),
-}
 BATCH, PROMPT, NEW = 8, 128, 128
 PEERS = ("hf", "tunix")
 GREEDY = 8

@@ -25,37 +25,11 @@ from typing import Any
 
 from rcgrpo_jax import models
 from rcgrpo_jax.bench import common
+from rcgrpo_jax.bench.model_sizes import MODELS
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import sft
 from rcgrpo_jax.train import state as state_lib
 
-MODELS = {
-    "tiny": dict(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=704,
-        vocab_size=1024,
-    ),
-    # The quickstart's world model (pipeline/budgets.py QUICKSTART): d=128, 3 layers, ~520 tokens.
-    "world": dict(
-        hidden_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=256,
-        vocab_size=520,
-    ),
-    "medium": dict(
-        hidden_size=1024,
-        num_hidden_layers=8,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        intermediate_size=2816,
-        vocab_size=32000,
-    ),
-}
 LR, CLIP = 1e-5, 1.0
 
 

@@ -15,7 +15,7 @@ model's own folder is accepted too). The check
    JSON: {"categories": {name: {"bfcl": x, "ours": y, "n": n}}, "disagree": k, ...}.
 
 `--make oracle` first writes the oracle's result set into DIR: every single-turn entry's
-`single_turn.oracle_text` and, per multi-turn task, each ground-truth turn as one step of calls followed
+`single_turn_oracle.oracle_text` and, per multi-turn task, each ground-truth turn as one step of calls followed
 by a plain answer (the raw responses an ideal model of the family gives, as generate records them).
 `--make perturbed` writes the oracle with one perturbation per entry, cycling through `PERTURBATIONS`
 (dropped, duplicated and reordered calls, wrong argument values and types, extra text around the calls,
@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.envs import bfcl
-from rcgrpo_jax.eval import bfcl_results, single_turn
+from rcgrpo_jax.eval import bfcl_results, single_turn, single_turn_oracle
 
 ROOT = Path(__file__).resolve().parents[2]
 PERTURBATIONS = ("drop_call", "duplicate_call", "reorder_calls", "wrong_value", "wrong_type", "extra_text", "empty")
@@ -125,7 +125,7 @@ def oracle_single(entries, parser, perturb: bool = False) -> list[dict]:
     rows = []
     for i, e in enumerate(entries):
         kind = PERTURBATIONS[i % len(PERTURBATIONS)] if perturb else None
-        calls = single_turn.oracle_calls(e)
+        calls = single_turn_oracle.oracle_calls(e)
         if not calls:
             text = "" if kind == "empty" else parser.format([], content=single_turn.NO_CALL_ANSWER)
             if kind == "extra_text":

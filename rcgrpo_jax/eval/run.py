@@ -18,7 +18,7 @@ A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[R
 
 Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
 family's format and parsed back through the same path: 100% on every multi-turn category, and on every
-single-turn entry but the six whose shipped answers no output can satisfy, `single_turn.unanswerable`);
+single-turn entry but the six whose shipped answers no output can satisfy, `single_turn_oracle.unanswerable`);
 replay (raw assistant texts made elsewhere, at `eval.replay_path`: the folder `bfcl generate` writes,
 one of its result files, or our JSONL `{"id", "output"}`; see `bfcl_results`. Each step's text is parsed
 by the family's parser; multi-turn steps are executed in the environment in order and scored by the
@@ -43,7 +43,7 @@ from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.envs import official
-from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn
+from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn, single_turn_oracle, single_turn_run
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
 from rcgrpo_jax.rollout.distributed import run_across_processes
@@ -337,16 +337,16 @@ def _single_turn_records(
         extras["missing"] = len(missing)
         extras["missing_ids"] = missing
     else:
-        prompts, failures = single_turn.render_prompts(entries, tokenizer, token)
+        prompts, failures = single_turn_run.render_prompts(entries, tokenizer, token)
         if policy == "oracle":
-            outputs = single_turn.oracle_outputs(entries, tokenizer, parser)
-            extras["unanswerable"] = {e.id: r for e in entries if (r := single_turn.unanswerable(e))}
+            outputs = single_turn_run.oracle_outputs(entries, tokenizer, parser)
+            extras["unanswerable"] = {e.id: r for e in entries if (r := single_turn_oracle.unanswerable(e))}
         else:
-            outputs, cut = single_turn.generate_outputs(
+            outputs, cut = single_turn_run.generate_outputs(
                 entries, prompts, tokenizer, model_cfg, params, config.eval, mesh=mesh, progress=progress
             )
             failures = {**failures, **cut}
-    results = single_turn.score_all(entries, outputs, parser, failures)
+    results = single_turn_run.score_all(entries, outputs, parser, failures)
     records = [{**r.record(), "reward": float(r.official_pass)} for r in results]
     return records, extras
 
@@ -447,7 +447,7 @@ def run(config, workdir: str) -> dict[str, Any]:
     if "bfcl_results" in extras:
         summary["bfcl_results"] = extras["bfcl_results"]
     if "unanswerable" in extras:
-        # Entries no output can pass (data errors of the shipped answers, see single_turn.unanswerable).
+        # Entries no output can pass (data errors of the shipped answers, see single_turn_oracle.unanswerable).
         summary["oracle_unanswerable"] = sorted(extras["unanswerable"])
     label = {"oracle": "oracle", "replay": "replay"}.get(policy) or os.path.basename(os.path.normpath(path))
     if jax.process_index() == 0:

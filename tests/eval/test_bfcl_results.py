@@ -9,7 +9,7 @@ import pytest
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.envs import bfcl
-from rcgrpo_jax.eval import agree, bfcl_results, single_turn
+from rcgrpo_jax.eval import agree, bfcl_results, single_turn, single_turn_oracle
 
 PARSER = chat.get_parser("hermes")
 MODEL = bfcl_results.MODEL_FOR_FAMILY["hermes"]
@@ -42,7 +42,9 @@ def test_layout_and_names_follow_bfcl_generate(tmp_path):
 def test_round_trip_of_eval_records(tmp_path):
     """Eval records (single-turn output, multi-turn conversation) -> result files -> read back."""
     entries = _entries()
-    singles = [{"id": e.id, "category": e.category, "output": single_turn.oracle_text(e, PARSER)} for e in entries]
+    singles = [
+        {"id": e.id, "category": e.category, "output": single_turn_oracle.oracle_text(e, PARSER)} for e in entries
+    ]
     singles[0]["output"] = "<think>\nhmm\n</think>\n\n" + singles[0]["output"]  # reasoning kept apart
     singles.append({"id": "simple_python_5", "output": None, "error_kind": "truncated", "error_message": "too long"})
     task = _tasks(1)[0]
@@ -61,7 +63,7 @@ def test_round_trip_of_eval_records(tmp_path):
     rs = bfcl_results.read_replay(tmp_path)
     assert rs.problems == [] and len(rs.files) == len(files)
     assert rs.single[entries[1].id] == singles[1]["output"]
-    assert rs.single[entries[0].id] == single_turn.oracle_text(entries[0], PARSER)  # text after </think>
+    assert rs.single[entries[0].id] == single_turn_oracle.oracle_text(entries[0], PARSER)  # text after </think>
     line = json.loads(bfcl_results.result_path(tmp_path, MODEL, entries[0].category).read_text().splitlines()[0])
     assert line["reasoning_content"] == "hmm" and set(line) >= {"id", "result", "latency"}
     assert rs.single["simple_python_5"].startswith("Error during inference: truncated")

@@ -34,7 +34,7 @@ def _main(workdir, *overrides) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-UNANSWERABLE = [  # shipped single-turn answers that no output can satisfy (single_turn.unanswerable)
+UNANSWERABLE = [  # shipped single-turn answers that no output can satisfy (single_turn_oracle.unanswerable)
     "live_multiple_862-181-3",
     "live_multiple_964-207-0",
     "live_simple_106-63-0",
@@ -218,12 +218,12 @@ def _single_turn_config(model_path, **eval_fields):
 
 def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
     from rcgrpo_jax import chat
-    from rcgrpo_jax.eval import single_turn
+    from rcgrpo_jax.eval import single_turn, single_turn_oracle
 
     parser = chat.get_parser("hermes")  # the tiny checkpoint is a qwen2: its family's format
     entries = [e for c in single_turn.CATEGORIES for e in single_turn.load_entries([c])[:2]]
     given = entries[:-3]  # the last three ids have no output
-    rows = [{"id": e.id, "output": single_turn.oracle_text(e, parser)} for e in given[1:]]
+    rows = [{"id": e.id, "output": single_turn_oracle.oracle_text(e, parser)} for e in given[1:]]
     rows.append({"id": given[0].id, "output": "I would rather not."})
     rows.append({"id": "simple_python_99999", "output": "an id the suite does not have"})
     path = tmp_path / "outputs.jsonl"
@@ -247,7 +247,7 @@ def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
 def test_random_model_single_turn(tiny_world_model, tmp_path):
     cfg = _single_turn_config(tiny_world_model, max_tasks=1, max_step_tokens=8, max_context=1536, batch_size=8)
     out = eval_run.run(cfg, str(tmp_path))
-    from rcgrpo_jax.eval import single_turn
+    from rcgrpo_jax.eval import single_turn, single_turn_run
 
     assert out["n"] == 13 and set(out["categories"]) == set(single_turn.CATEGORIES)
     eps = json.loads((tmp_path / "eval.json").read_text())["episodes"]
@@ -268,7 +268,7 @@ def test_random_model_single_turn(tiny_world_model, tmp_path):
     stop = list(chat.end_of_turn_ids(tok))
     by_id = {e.id: e for e in single_turn.load_entries()}
     scored = [e for e in eps if e["error_kind"] != "truncated"][:3]
-    texts, _ = single_turn.render_prompts([by_id[e["id"]] for e in scored], tok, None)
+    texts, _ = single_turn_run.render_prompts([by_id[e["id"]] for e in scored], tok, None)
     for e, text in zip(scored, texts):
         ids = tok(text, add_special_tokens=False)["input_ids"]
         out = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=stop, pad_token_id=0)

@@ -13,6 +13,7 @@ import pytest
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.eval import single_turn as st
+from rcgrpo_jax.eval import single_turn_oracle, single_turn_run
 
 FAMILIES = ("hermes", "llama3_json")
 
@@ -59,8 +60,8 @@ def test_prompt_docs_match_bfcl_pre_processing():
 def test_oracle_passes_every_answerable_entry(family):
     parser = chat.get_parser(family)
     entries = st.load_entries()
-    unanswerable = {e.id: st.unanswerable(e) for e in entries if st.unanswerable(e)}
-    # The shipped answers that no output can satisfy (see single_turn.unanswerable).
+    unanswerable = {e.id: single_turn_oracle.unanswerable(e) for e in entries if single_turn_oracle.unanswerable(e)}
+    # The shipped answers that no output can satisfy (see single_turn_oracle.unanswerable).
     assert sorted(unanswerable) == [
         "live_multiple_862-181-3",
         "live_multiple_964-207-0",
@@ -71,7 +72,7 @@ def test_oracle_passes_every_answerable_entry(family):
     ]
     failed = {}
     for e in entries:
-        r = st.score(e, st.oracle_text(e, parser), parser)
+        r = st.score(e, single_turn_oracle.oracle_text(e, parser), parser)
         assert r.output is not None and not r.parse_errors
         if not r.official_pass:
             failed[e.id] = r
@@ -83,7 +84,7 @@ def test_oracle_passes_every_answerable_entry(family):
 def test_java_and_javascript_values_are_source_strings():
     parser = chat.get_parser("hermes")
     java = next(e for e in st.load_entries(["simple_java"]) if e.id == "simple_java_1")
-    (call,) = st.oracle_calls(java)
+    (call,) = single_turn_oracle.oracle_calls(java)
     assert call["arguments"] == {
         "object": "Customers",
         "useShortName": "true",
@@ -93,11 +94,15 @@ def test_java_and_javascript_values_are_source_strings():
     r = st.score(java, parser.format([typed]), parser)
     assert not r.official_pass and r.error_kind == st.WRONG_TYPE and r.checker_error_type == "type_error:java"
     js = next(e for e in st.load_entries(["simple_javascript"]) if e.id == "simple_javascript_3")
-    (call,) = st.oracle_calls(js)
+    (call,) = single_turn_oracle.oracle_calls(js)
     assert call["arguments"]["coordinates"] == "[60, 30]"
-    assert st.java_source(42, "long") == "42L" and st.java_source(0.5, "float") == "0.5f"
-    assert st.java_source([1, 2], "Array", "integer") == "new int[]{1, 2}"
-    assert st.js_source(7, "Bigint") == "7n" and st.js_source(False, "Boolean") == "false"
+    assert (
+        single_turn_oracle.java_source(42, "long") == "42L" and single_turn_oracle.java_source(0.5, "float") == "0.5f"
+    )
+    assert single_turn_oracle.java_source([1, 2], "Array", "integer") == "new int[]{1, 2}"
+    assert (
+        single_turn_oracle.js_source(7, "Bigint") == "7n" and single_turn_oracle.js_source(False, "Boolean") == "false"
+    )
 
 
 def _simple_entry():
@@ -108,7 +113,7 @@ def _simple_entry():
 def test_error_kinds_by_hand(family):
     parser = chat.get_parser(family)
     e = _simple_entry()  # calculate_triangle_area(base=10, height=5, unit='units' or omitted)
-    (good,) = st.oracle_calls(e)
+    (good,) = single_turn_oracle.oracle_calls(e)
     assert good == {"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}
 
     def kind(calls):
@@ -141,7 +146,7 @@ def test_error_kinds_by_hand(family):
 def test_parallel_mismatch_names_what_was_wrong():
     parser = chat.get_parser("hermes")
     e = st.load_entries(["parallel"])[0]
-    calls = st.oracle_calls(e)
+    calls = single_turn_oracle.oracle_calls(e)
     assert len(calls) > 1
     assert st.score(e, parser.format(calls[::-1]), parser).official_pass  # any order
     name = calls[0]["name"]
@@ -158,18 +163,21 @@ def test_replay_file_and_missing_outputs(tmp_path):
     parser = chat.get_parser("hermes")
     entries = st.load_entries(["simple_python"])[:3]
     path = tmp_path / "out.jsonl"
-    rows = [{"id": entries[0].id, "output": st.oracle_text(entries[0], parser)}, {"id": entries[1].id, "output": "hi"}]
+    rows = [
+        {"id": entries[0].id, "output": single_turn_oracle.oracle_text(entries[0], parser)},
+        {"id": entries[1].id, "output": "hi"},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    outputs = st.read_replay(str(path))
-    results = st.score_all(entries, outputs, parser)
+    outputs = single_turn_run.read_replay(str(path))
+    results = single_turn_run.score_all(entries, outputs, parser)
     assert [r.official_pass for r in results] == [True, False, False]
     assert [r.error_kind for r in results] == [None, st.WRONG_COUNT, st.MISSING_OUTPUT]
     path.write_text(json.dumps(rows[0]) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"out.jsonl:2: not a JSON object"):
-        st.read_replay(str(path))
+        single_turn_run.read_replay(str(path))
     path.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(ValueError, match="appears twice"):
-        st.read_replay(str(path))
+        single_turn_run.read_replay(str(path))
     path.write_text(json.dumps({"id": 3, "output": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"out.jsonl:1: expected"):
-        st.read_replay(str(path))
+        single_turn_run.read_replay(str(path))

@@ -9,9 +9,7 @@ import os
 
 import pytest
 
-from rcgrpo_jax.pipeline import ablation, budgets, cache, summary
-
-pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
+from rcgrpo_jax.pipeline import ablation, budgets, cache, episodes, summary
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +19,7 @@ def smoke_run(tmp_path_factory):
     return workdir, payload
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_end_to_end_smoke(smoke_run):
     workdir, payload = smoke_run
     assert list(payload["runs"]) == [*ablation.ROWS, "SFT", "RCTP-FT"]  # the paper's five rows, then stage 1
@@ -118,6 +117,7 @@ def _check_report_json(written: dict, payload: dict) -> None:
     assert g["c_zero_var_drop"]["value"] == pytest.approx(want)
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_rerun_resumes_without_training(smoke_run):
     workdir, payload = smoke_run
     stamps = {
@@ -131,6 +131,7 @@ def test_rerun_resumes_without_training(smoke_run):
     assert again["process_minutes"] < again["minutes"] and again["minutes"] >= sum(payload["timings"].values()) / 60
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, monkeypatch):
     """Cached outputs are reused only for the settings that made them; another budget in the same workdir stops
     with the fields that differ and rewrites nothing."""
@@ -277,14 +278,14 @@ def test_episode_profile_by_hand(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"episodes": eps[:2]}))
     b.write_text(json.dumps({"episodes": eps[2:]}))
-    p = summary.episode_profile([str(a), str(b)])  # seeds pooled
+    p = episodes.episode_profile([str(a), str(b)])  # seeds pooled
     assert p.episodes == 4 and p.first_action_call == 0.75 and p.calls_per_episode == 1.0
     assert p.unknown_function == p.invalid_arguments == p.tool_error == 0.25  # of 4 calls each
     assert p.reward_mean == 0.25
-    assert summary.episode_profile([str(tmp_path / "missing.json")]) is None
+    assert episodes.episode_profile([str(tmp_path / "missing.json")]) is None
     md = "\n".join(
         summary._profiles_md(
-            summary.episode_profiles(
+            episodes.episode_profiles(
                 {"SFT": [str(b)], "SFT+RC-GRPO": [str(a)], "RCTP-FT": [str(tmp_path / "no.json")]}
             ),
             {"SFT+RC-GRPO": {"zero_var_mean": 1.0}},
@@ -293,7 +294,7 @@ def test_episode_profile_by_hand(tmp_path):
     assert "| SFT+RC-GRPO | 2 | 50.0% |" in md and "100% of its groups had all-equal rewards" in md
     assert "| RCTP-FT |" not in md  # a row without eval JSONs has no profile
     quiet = "\n".join(
-        summary._profiles_md(summary.episode_profiles({"SFT+GRPO": [str(a)]}), {"SFT+GRPO": {"zero_var_mean": 0.5}})
+        summary._profiles_md(episodes.episode_profiles({"SFT+GRPO": [str(a)]}), {"SFT+GRPO": {"zero_var_mean": 0.5}})
     )
     assert "all-equal" not in quiet
 
@@ -304,12 +305,12 @@ def _call(name, **arguments):
 
 def test_made_up_arguments_by_hand(tmp_path):
     ctx = 'Go to "dumu" and add 12 to 3.5.'
-    assert not summary.made_up_argument(_call("cd", folder="dumu"), ctx)
-    assert summary.made_up_argument(_call("cd", folder="dulo"), ctx)  # a miscopied name
-    assert not summary.made_up_argument(_call("add", a=12.0, b=3.5), ctx)  # 12.0 is written "12"
-    assert summary.made_up_argument(_call("add", a=13, b=3.5), ctx)
-    assert not summary.made_up_argument(_call("ls", a=True), ctx)  # flags are not names
-    assert not summary.made_up_argument({"function": {"name": "cd", "arguments": '{"folder": "dumu"}'}}, ctx)
+    assert not episodes.made_up_argument(_call("cd", folder="dumu"), ctx)
+    assert episodes.made_up_argument(_call("cd", folder="dulo"), ctx)  # a miscopied name
+    assert not episodes.made_up_argument(_call("add", a=12.0, b=3.5), ctx)  # 12.0 is written "12"
+    assert episodes.made_up_argument(_call("add", a=13, b=3.5), ctx)
+    assert not episodes.made_up_argument(_call("ls", a=True), ctx)  # flags are not names
+    assert not episodes.made_up_argument({"function": {"name": "cd", "arguments": '{"folder": "dumu"}'}}, ctx)
     # An episode: the second call copies a name the first call's tool result wrote; the third makes one up.
     msgs = [
         {"role": "user", "content": ctx},
@@ -323,10 +324,10 @@ def test_made_up_arguments_by_hand(tmp_path):
     clean = {"messages": [msgs[0], msgs[3]], "official_pass": False, "reward": 0.0}  # riba.txt not yet written: 1 of 1
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"episodes": [passed, failed, clean]}))
-    p = summary.episode_profile([str(path)])
+    p = episodes.episode_profile([str(path)])
     assert p.made_up_argument == 3 / 6
     assert p.failed_with_made_up == 1.0  # both failed episodes have one
-    md = "\n".join(summary._profiles_md(summary.episode_profiles({"SFT": [str(path)]}), {}))
+    md = "\n".join(summary._profiles_md(episodes.episode_profiles({"SFT": [str(path)]}), {}))
     assert "| made-up argument |" in md and "| 50.0% | 0.333 | 100.0% |" in md
 
 
@@ -354,6 +355,7 @@ def test_console_eta_rescales_by_measured_speed(capsys):
     assert "[2/2] b" in out and "ETA ~1m00s" in out  # 30 s planned x 2
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
     """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's stage 1 in the
     same workdir (whose SFT is not trained again; the data files are shared)."""
@@ -393,6 +395,6 @@ def test_no_expert_step_of_the_world_makes_up_an_argument(tmp_path):
     records = [trajectories.expert_trajectory(t) for t in train + test]
     path = tmp_path / "expert.json"
     path.write_text(json.dumps({"episodes": [{**r, "official_pass": True} for r in records]}))
-    p = summary.episode_profile([str(path)])
+    p = episodes.episode_profile([str(path)])
     assert p.episodes == len(records) > 0 and p.calls_per_episode > 1
     assert p.made_up_argument == 0.0
