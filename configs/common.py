@@ -37,22 +37,22 @@ def parse_preset(arg: str | None) -> str:
     return preset
 
 
-def model(preset: str) -> ml_collections.ConfigDict:
+def model() -> ml_collections.ConfigDict:
     """Where the weights come from. `path=None` is allowed only for `tiny` (a checkpoint is built offline)."""
     c = ml_collections.ConfigDict()
     c.path = placeholder(str)  # local HF directory (config.json + safetensors + tokenizer); None by default
-    c.build_tiny = preset == "tiny"  # build a tiny random HF checkpoint under the workdir when path is None
+    c.build_tiny = False  # build a tiny random HF checkpoint under the workdir when path is None
     c.tiny_arch = "qwen2"  # architecture of the built tiny checkpoint: qwen2 | llama
     # How the built tiny checkpoint's chat template lists tools: json (as Qwen2.5) | signatures (one short
     # line: CPU-sized models spend most of their time on the prompt otherwise). qwen2 only.
-    c.tiny_tools_format = "signatures" if preset == "tiny" else "json"
-    c.dtype = "float32" if preset == "tiny" else "bfloat16"  # compute dtype
+    c.tiny_tools_format = "json"
+    c.dtype = "bfloat16"  # compute dtype
     c.param_dtype = "float32"  # master weights (AdamW moments follow)
-    c.decode_dtype = "float32" if preset == "tiny" else "bfloat16"  # rollout weights, cast once per RL step
-    c.remat = preset != "tiny"  # rematerialise each decoder layer in the backward pass
+    c.decode_dtype = "bfloat16"  # rollout weights, cast once per RL step
+    c.remat = True  # rematerialise each decoder layer in the backward pass
     # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`bench.train
     # --unroll`); the rolled loop keeps 28-32-layer compiles short.
-    c.scan_unroll = -1 if preset == "tiny" else 1
+    c.scan_unroll = 1
     # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
     # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run).
     c.attention_impl = "auto"
@@ -62,13 +62,11 @@ def model(preset: str) -> ml_collections.ConfigDict:
     return c
 
 
-def mesh(preset: str) -> ml_collections.ConfigDict:
+def mesh() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    if preset == "tiny":  # one device: BFCL sequences are 4-8k tokens and CPU attention is not chunked
-        c.data, c.fsdp, c.tensor = 1, 1, 1
-    else:  # one 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads
-        # halve the per-device attention activations at 16k tokens (figures: docs/performance.md)
-        c.data, c.fsdp, c.tensor = 1, -1, 2
+    # One 8-GPU host: params and AdamW moments split 8 ways (FSDP 4 x tensor 2); tensor-parallel heads halve the
+    # per-device attention activations at 16k tokens (figures: docs/performance.md).
+    c.data, c.fsdp, c.tensor = 1, -1, 2
     return c
 
 
@@ -79,11 +77,11 @@ def sharding() -> ml_collections.ConfigDict:
     return c
 
 
-def data(preset: str) -> ml_collections.ConfigDict:
+def data() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # Task source (rcgrpo_jax.data.sources): 'bfcl' = the BFCL v4 split (the paper); 'world' = the generated
     # miniature world on the same BFCL classes, short episodes a tiny model learns on a CPU (tiny presets).
-    c.source = "world" if preset == "tiny" else "bfcl"
+    c.source = "bfcl"
     # rl_per_type > 0: RL trains on that many fresh instances per type (no stage-1 example among them), else
     # on the train split. rl_vocab: the pool's names and operands, "train" (train ones) | "own" (a side of
     # their own, carved from the train side: no stage-1 task names them; rcgrpo_jax.worlds.vocab.RL) | "fresh"
@@ -117,7 +115,7 @@ def data(preset: str) -> ml_collections.ConfigDict:
     c.failure_kinds = "all"
     # BFCL conversations carry 18-39 tool docs: 4-7k tokens even with the tiny tokenizer; world episodes
     # carry 3-9 docs.
-    c.buckets = (512, 1024, 2048, 4096) if preset == "tiny" else (4096, 8192, 16384)
+    c.buckets = (4096, 8192, 16384)
     c.truncate = True  # longer examples are cut to the largest bucket (else dropped); both are counted
     c.max_examples = -1  # > 0 keeps the first N train tasks (quick debugging); -1 = all
     return c
@@ -130,7 +128,7 @@ def steps_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(sources.STEPS_DEFAULTS))
 
 
-def train(preset: str) -> ml_collections.ConfigDict:
+def train() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.batch_size = 16  # examples per optimizer step (global)
     # Micro-batches per step; the batch is split and gradients summed exactly. -1: one row per batch shard
@@ -154,16 +152,16 @@ def optim(lr: float) -> ml_collections.ConfigDict:
     return c
 
 
-def checkpoint(preset: str) -> ml_collections.ConfigDict:
+def checkpoint() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.every_steps = 10 if preset == "tiny" else 100
+    c.every_steps = 100
     c.max_to_keep = 2
     c.export_hf = True  # write the final policy as an HF safetensors directory (workdir/hf)
-    c.async_save = preset != "tiny"
+    c.async_save = True
     return c
 
 
-def log(preset: str) -> ml_collections.ConfigDict:
+def log() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.every_steps = 1
     c.tensorboard = True
@@ -223,18 +221,38 @@ def base(stage: str, preset: str, *, lr: float, trainer: str) -> ml_collections.
     c.trainer = trainer
     c.preset = preset
     c.seed = 0
-    c.model = model(preset)
-    c.mesh = mesh(preset)
+    c.model = model()
+    c.mesh = mesh()
     c.sharding = sharding()
-    c.data = data(preset)
-    c.train = train(preset)
+    c.data = data()
+    c.train = train()
     c.optim = optim(lr)
-    c.checkpoint = checkpoint(preset)
-    c.log = log(preset)
+    c.checkpoint = checkpoint()
+    c.log = log()
     c.multihost = multihost()
     c.runtime = runtime()
     c.memory = memory()
+    if preset == "tiny":
+        tiny_overrides(c)
     return c
+
+
+def tiny_overrides(c: ml_collections.ConfigDict) -> None:
+    """The `tiny` preset's changes to the common sections, in one block (as big_vision's `runlocal`): a CPU run
+    on one device, on the generated world, with a tiny float32 model built offline. Each stage file keeps its
+    own tiny block beside it."""
+    c.model.build_tiny = True  # no weights to read: a tiny random HF checkpoint is built under the workdir
+    # The built template lists tools as one short line each: CPU-sized models spend most of their time on the
+    # prompt otherwise (json, as Qwen2.5 does, is the default).
+    c.model.tiny_tools_format = "signatures"
+    c.model.dtype = c.model.decode_dtype = "float32"
+    c.model.remat = False
+    c.model.scan_unroll = -1  # unrolled is faster for the CPU-sized tiny models (`bench.train --unroll`)
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1  # one device; CPU attention is not chunked
+    c.data.source = "world"  # the miniature world: short episodes a tiny model learns on a CPU
+    c.data.buckets = (512, 1024, 2048, 4096)  # world episodes carry 3-9 tool docs
+    c.checkpoint.every_steps = 10
+    c.checkpoint.async_save = False
 
 
 # The published architectures (HF config.json fields), so a dry run can size a preset without weights.

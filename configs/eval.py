@@ -32,13 +32,17 @@ def get_config(arg: str | None = None):
     c.train.batch_size = 1
     c.train.grad_accum = 1
     c.model.build_tiny = False  # evaluating a random model means nothing: model.path is required ...
-    c.eval = eval_section(preset)
-    if preset == "tiny":
+    c.eval = eval_section()
+    if preset == "tiny":  # the CPU world's episodes: short contexts and steps, one small prefill chunk
         c.model.build_tiny = True  # ... except for the oracle on tiny, which only needs a tokenizer
+        c.eval.batch_size = 64
+        c.eval.max_context = 2048
+        c.eval.max_step_tokens = 128
+        c.eval.prefill_chunk = 256
     return c
 
 
-def eval_section(preset: str):
+def eval_section():
     import ml_collections
     from ml_collections.config_dict import placeholder
 
@@ -59,10 +63,10 @@ def eval_section(preset: str):
     c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
     c.split = "test"  # test | train | all (multi-turn: train = tuning on the training split only)
     c.max_tasks = -1  # > 0: the first N multi-turn tasks of the split, the first N entries of each single-turn category
-    c.batch_size = 64 if preset == "tiny" else 32  # episodes per rollout batch
-    c.max_context = 2048 if preset == "tiny" else 32768  # tokens per episode; past it: truncated
-    c.max_step_tokens = 128 if preset == "tiny" else 1024  # decode budget of one assistant step
-    c.prefill_chunk = 256 if preset == "tiny" else 2048
+    c.batch_size = 32  # episodes per rollout batch
+    c.max_context = 32768  # tokens per episode; past it: truncated
+    c.max_step_tokens = 1024  # decode budget of one assistant step
+    c.prefill_chunk = 2048
     c.render_mode = "auto"  # append | rerender | auto (as rl.render_mode)
     c.thinking = placeholder(bool)  # the template's enable_thinking (Qwen3); None = the template's default
     c.max_steps_per_turn = placeholder(int)  # None = the environment's cap (BFCL: 20); past it the turn ends
