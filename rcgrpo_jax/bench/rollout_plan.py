@@ -60,8 +60,10 @@ Figures, summed over every decode iteration of every call:
     keys), the head once per row with tokens. The new session (`sampling.session`) computes a forward over
     the rows with tokens in that chunk, taken by each of the m row shards (m = the batch sharding, data x
     fsdp = 4 on 8 GPUs) from its own rows into K = row_bucket(its most live rows, rows / m, 1) rows, so
-    m x K rows in all (`row_shards.shard_local_rows`); `all_rows_prefill` is the same design computing
-    every row (the session before): about 1/rows for a one-group admission;
+    m x K rows in all (`row_shards.shard_local_rows`), except a group's prefix into a fresh row, which on
+    m > 1 row shards is token-packed over all of them (`packed_pieces`: m x Tl token slots, attention over
+    all of them, no cache read); `sub_batch_prefill` is the design without the packing, `all_rows_prefill`
+    the one computing every row (the session before both): about 1/rows for a one-group admission;
   est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs, each forward at its roofline,
     max(bytes / `--hbm_tb_s`, FLOPs / (devices x `--peak_tflops` x `--mfu`)): per decode iteration and per
     prefill forward each device reads the decode weights over its tensor shard (bf16; the input embedding
@@ -72,18 +74,21 @@ Figures, summed over every decode iteration of every call:
     (environments, chat), the row copies and compilation are not counted.
 
 The bound on prefill_flop_utilisation (the last line's `prefill_bound`, per kind of forward: a group's
-prefix into one row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs, with the experts'
-BFCL episodes: a refill admits one group at a time, so its 4-7k-token prefix runs in a sub-batch of
-4 rows (one per row shard), 1 of them real: those forwards are at most 1/4 real, and the prefixes are
-~40-50% of the FLOPs computed. Each shard computes as many rows as the shard with the most live rows
-(rows are striped over the shards, `RowScheduler(shards=m)`, so they spread), which puts the whole at
-~0.28 (prefixes ~0.27-0.31, deltas ~0.27-0.29). A delta append batches the rows that just ended their step, whose tool
-outputs differ in length; the block is as wide as the longest, so even with no padding row at all
-(`utilisation_no_padding_rows`) the deltas are ~0.45-0.50 real and the whole ~0.57-0.60. Only a forward
-over the real tokens alone (`utilisation_packed`: a token-packed prefill, each token attending its own
-row's cache; attention still dense over the span) reaches ~0.86-0.89. So `prefill_flop_utilisation >= 0.8`
-cannot be met by any [rows, width] rectangular block design; the goal is met on time instead
-(est_rollout_s_per_step ~37-46 s against 180), and the packed prefill is the design that would meet it.
+prefix into one fresh row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs (m = 4 row
+shards), with the experts' BFCL episodes, rc_grpo.py:qwen2_5_7b:
+- prefixes: a refill admits one group at a time, so a row sub-batch computes 4 rows (one per row shard) for
+  its one real row: ~0.31 real. The session prefills fresh rows token-packed over the row shards instead
+  (`sampling.packed`, `packed_prefill` here): ~0.85, the rest the per-shard token bucket and the dense
+  attention over the gathered keys (N x N pairs for N(N+1)/2 real).
+- deltas (now ~78% of the FLOPs computed): the rows that just ended their step append their tool output in a
+  row sub-batch, each shard computing as many rows as its busiest and every row as wide as the longest
+  delta: ~0.27. With no padding row at all (`utilisation_no_padding_rows`) ~0.45, so no [rows, width]
+  block design reaches 0.8 on them; only token packing does (`utilisation_packed` ~0.90, attention still
+  dense over the span). A delta's tokens must attend their row's cache, which lives on one shard, so a
+  packed delta forward would compute the matmuls on balanced token shards and move q/k/v to the owning
+  shard for attention (an all-gather and a reduce-scatter per layer); not built.
+The whole: 0.28 before the packed prefix, 0.39 with it (`sub_batch_prefill` is the design before), and the
+estimated rollout 37 -> 28 s per step against the 180 s goal.
 
 AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
 BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
@@ -115,7 +120,7 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
 from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets, row_shards
+from rcgrpo_jax.sampling import buckets, packed, row_shards
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -189,6 +194,34 @@ class Piece:
     real_tokens: int
     real_pairs: int
     kind: str = ""  # prefix (a group's shared prompt, one row) | suffix (each rollout's own) | delta (after a step)
+    tokens: int = 0  # token slots through the layers' matmuls, when not rows x width (a token-packed forward)
+    pairs: int = 0  # (query, key) pairs its attention computes, when not rows x width x span
+    read: int = 0  # KV slots it reads, when not rows x span (a packed forward reads only its own tokens' K/V)
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.tokens or self.rows * self.width
+
+    @property
+    def computed_pairs(self) -> int:
+        return self.pairs or self.rows * self.width * self.span
+
+    @property
+    def slots_read(self) -> int:
+        return self.read or self.rows * self.span
+
+
+def packed_pieces(counts: dict[int, int], *, shards: int, rows: int, kind: str = "prefix") -> list[Piece]:
+    """The forwards of `sampling.packed` for fresh rows getting counts[r] tokens (`packed.pack`): each
+    computes m x Tl token slots (`PackedForward.per_shard`), attends every query over all of them (dense:
+    (m Tl)^2 pairs), reads no cache, and puts a bucket of its rows through the head."""
+    out = []
+    for fwd in packed.pack(counts):
+        n = shards * fwd.per_shard(shards)
+        head = buckets.row_bucket(len(fwd.rows), rows, 1)
+        real_pairs = sum(c * (c + 1) // 2 for c in fwd.counts)
+        out.append(Piece(head, -(-n // head), n, len(fwd.rows), fwd.tokens, real_pairs, kind, n, n * n, n))
+    return out
 
 
 def append_pieces(
@@ -253,7 +286,7 @@ class Tally:
 
     def prefill_piece(self, piece: "Piece") -> None:
         self.prefill_calls += 1
-        self.prefill_slots_read += piece.rows * piece.span
+        self.prefill_slots_read += piece.slots_read
         self.prefill_log.append(piece)
 
     @property
@@ -378,6 +411,7 @@ def replay_streaming(
     longest_first: bool = False,
     prefill_rows: Callable[[list[int], int], int] | None = None,
     shards: int = 1,
+    packed_prefill: bool = False,
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
 
@@ -387,6 +421,8 @@ def replay_streaming(
       of the m row shards computes as many rows as the one with the most live rows);
       `lambda live, rows: rows` = every row (the session before the sub-batch).
     shards: the row shards `RowScheduler` stripes free rows over (ModelPolicy passes the session's m).
+    packed_prefill: a group's prefix (into a fresh row) is prefilled token-packed over the `shards` row
+      shards (`packed_pieces`, `sampling.packed`: what `DecodeSession` does on a mesh of m > 1).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -411,6 +447,10 @@ def replay_streaming(
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}
         if not counts:
+            return
+        if packed_prefill and all(bases[r] == 0 for r in counts):  # fresh rows
+            for piece in packed_pieces(counts, shards=shards, rows=sched.rows, kind=kind):
+                tally.prefill_piece(piece)
             return
         need = max([eps[i].length + done.get(i, 0) for i in sched.row_of] + [bases[r] + n for r, n in counts.items()])
         for piece in append_pieces(
@@ -664,9 +704,9 @@ def prefill_figures(tally: Tally, sizes: dict) -> dict[str, float]:
     real (the real tokens over their causal contexts, the head once per row with tokens)."""
     computed = real = tokens = real_tokens = 0
     for p in tally.prefill_log:
-        computed += forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
+        computed += forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs)
         real += forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs)
-        tokens += p.rows * p.width
+        tokens += p.computed_tokens
         real_tokens += p.real_tokens
     return {"computed": computed, "real": real, "tokens": tokens, "real_tokens": real_tokens}
 
@@ -682,8 +722,7 @@ def prefill_bound(tally: Tally, sizes: dict) -> dict:
         kinds[p.kind or "other"].append(p)
     kinds["all"] = list(tally.prefill_log)
     total = sum(
-        forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
-        for p in tally.prefill_log
+        forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs) for p in tally.prefill_log
     )
     out = {}
     for kind, ps in kinds.items():
@@ -691,7 +730,8 @@ def prefill_bound(tally: Tally, sizes: dict) -> dict:
         dense = lambda rows: sum(  # noqa: E731 - FLOPs over `rows(p)` rows x width, attention over the span
             forward_flops(sizes, tokens=rows(p) * p.width, rows=rows(p), pairs=rows(p) * p.width * p.span) for p in ps
         )
-        computed, no_pad_rows = dense(lambda p: p.rows), dense(lambda p: p.real_rows)
+        computed = sum(forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs) for p in ps)
+        no_pad_rows = dense(lambda p: p.real_rows)
         no_pad = sum(
             forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_tokens * p.span) for p in ps
         )
@@ -721,8 +761,8 @@ def step_seconds(tally: Tally, sizes: dict, *, devices: int, tensor: int, bw: fl
         decode_compute += f / devices / flops
     prefill = prefill_compute = 0.0
     for p in tally.prefill_log:
-        mem = (w + p.rows * p.span * kv) / bw
-        f = forward_flops(sizes, tokens=p.rows * p.width, rows=p.rows, pairs=p.rows * p.width * p.span)
+        mem = (w + p.slots_read * kv) / bw
+        f = forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs)
         prefill += max(mem, f / devices / flops)
         prefill_compute += f / devices / flops
     return {
@@ -765,6 +805,7 @@ class Design:
     slice_tokens: int = 0
     longest_first: bool = False
     sub_batch: bool = True  # prefill/append forwards over the rows with tokens (bucketed), else every row
+    packed_prefill: bool = False  # fresh rows (a group's prefix) token-packed over the row shards
 
 
 def plan(
@@ -806,6 +847,7 @@ def plan(
                         else (lambda live, r: r)
                     ),
                     shards=batch_multiple,
+                    packed_prefill=d.packed_prefill,
                 )
             )
     return out
@@ -870,13 +912,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     tensor, batch_shards = axes["tensor"], axes["data"] * axes["fsdp"]
     rows = mult8_rows(rows, batch_shards)
     slice_tokens = fl.slice if fl.slice >= 0 else int(rl.get("rollout_slice", DEFAULT_SLICE))
-    designs = {"new": Design(rows, fl.span, slice_tokens, fl.longest_first)}
+    pk = batch_shards > 1  # the session packs fresh rows on a mesh of several row shards (`DecodeSession`)
+    designs = {"new": Design(rows, fl.span, slice_tokens, fl.longest_first, packed_prefill=pk)}
     if slice_tokens:
-        designs["new_whole_steps"] = Design(rows, fl.span, 0, fl.longest_first)
+        designs["new_whole_steps"] = Design(rows, fl.span, 0, fl.longest_first, packed_prefill=pk)
     if not fl.span.startswith("ragged:"):
-        designs["new_ragged"] = Design(rows, "ragged:128", slice_tokens, fl.longest_first)
+        designs["new_ragged"] = Design(rows, "ragged:128", slice_tokens, fl.longest_first, packed_prefill=pk)
     gpu = "new" if fl.span.startswith("ragged:") else "new_ragged"
-    designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False)  # the session before
+    # the session before the packed prefill (every append a row sub-batch), and before the sub-batch
+    designs["sub_batch_prefill"] = dataclasses.replace(designs[gpu], packed_prefill=False)
+    designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False, packed_prefill=False)
     tallies = plan(
         episodes,
         designs,

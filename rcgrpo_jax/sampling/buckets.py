@@ -5,6 +5,8 @@ The rules a scheduling simulator must mirror (bench.rollout_plan):
   span  `span_bucket(need, capacity)`: the KV slots a prefill/decode call works on,
         min(capacity, length_bucket(max(need, MIN_SPAN))), where need = the most slots any row of the
         call holds after it (its length plus what the call writes into it);
+  packed  `token_bucket(n)`: the tokens each row shard computes in a token-packed prefill of fresh rows
+        (`sampling.packed`): n rounded up to a multiple of a quarter of its power of two (>= 64);
   sub-batch  `row_bucket(n, rows, minimum)`: the rows a prefill/append forward computes when n of a
         session's `rows` rows have tokens (`DecodeSession.append` gathers those rows, runs the forward
         over the sub-batch and scatters their K/V back): the smallest of minimum * 2^k >= n, capped at
@@ -29,6 +31,19 @@ def length_bucket(n: int, minimum: int = 16) -> int:
             return half_step
         b *= 2
     return b
+
+
+def token_bucket(n: int, minimum: int = 64) -> int:
+    """n rounded up to a multiple of max(minimum, 2^floor(log2 n) / 4): four sizes per octave, at most 25%
+    padding past the first, and always a multiple of `minimum` (64, 128, ..., 512, 640, 768, 896, 1024,
+    1280, ...). `minimum` must be a power of two."""
+    n, minimum = int(n), int(minimum)
+    if minimum < 1 or minimum & (minimum - 1):
+        raise ValueError(f"token_bucket: minimum must be a power of two, got {minimum}")
+    if n <= minimum:
+        return minimum
+    step = max(minimum, (1 << (n.bit_length() - 1)) // 4)
+    return -(-n // step) * step
 
 
 def batch_bucket(n: int, multiple: int = 1) -> int:

@@ -299,10 +299,9 @@ def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Arra
     )(q, k, v, kv_len)
 
 
-def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout: str, write: str):
-    """x [B, T, D] at `slots` [B, T]: writes its keys/values at `write_slots` and attends over the slots
-    <= its own (k_c, v: one layer of a `layout` cache; kv_len [B]: the slots each row attends over after
-    the write, 0 for a row that writes nothing). Returns (out [B, T, D], k_c, v)."""
+def project_qkv(c: ModelConfig, p, x: jax.Array, positions: jax.Array):
+    """One layer's queries, keys and values of x [B, T, D] at RoPE `positions` [B, T]: q [B, T, G, R, Dh]
+    (head h = g * R + r), k and v [B, T, G, Dh], in the compute dtype (Qwen3's q/k norm before RoPE)."""
     b, t, _ = x.shape
     dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
     q = _proj(p["q_proj"], x, dt).reshape(b, t, h, dh)
@@ -311,10 +310,18 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout:
         norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
         q = norm.apply({"params": p["q_norm"]}, q)
         k = norm.apply({"params": p["k_norm"]}, k)
-    val = _proj(p["v_proj"], x, dt).reshape(b, t, g, dh)
+    v = _proj(p["v_proj"], x, dt).reshape(b, t, g, dh)
     inv_freq = rope_inv_freq(c)
-    q = apply_rope(q, slots, inv_freq).reshape(b, t, g, h // g, dh)
-    k = apply_rope(k, slots, inv_freq)
+    return apply_rope(q, positions, inv_freq).reshape(b, t, g, h // g, dh), apply_rope(k, positions, inv_freq), v
+
+
+def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout: str, write: str):
+    """x [B, T, D] at `slots` [B, T]: writes its keys/values at `write_slots` and attends over the slots
+    <= its own (k_c, v: one layer of a `layout` cache; kv_len [B]: the slots each row attends over after
+    the write, 0 for a row that writes nothing). Returns (out [B, T, D], k_c, v)."""
+    b, t, _ = x.shape
+    dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
+    q, k, val = project_qkv(c, p, x, slots)
     k_axis = 3 if layout == "xla" else 2  # k_c [B, G, Dh, S] ("xla") or [B, G, S, Dh] ("ragged")
     k_c = _write(k_c, k, write_slots, k_axis, write)
     v = _write(v, val, write_slots, 2, write)  # v [B, G, S, Dh]: slots on axis 2

@@ -20,6 +20,14 @@ A sibling copy moves rows between shards (a group's prefix row to rows on other 
                                transient is B windows of one array: the session runs it one layer's K or V
                                at a time (`DecodeSession.copy_rows`).
 
+A token-packed prefill (`sampling.packed`) computes tokens away from their rows and writes them back with
+global row indices and values whole on every shard:
+
+  put_rows(x, new, rows)       x[rows[b]] = new[b]: each shard writes the entries whose rows it owns.
+  put_tokens(x, new, rows, slots, axis)
+                               x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a
+                               layer), likewise; a row past the array (a padding token's -1) is dropped.
+
 `at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). Without a
 mesh in context (`jax.set_mesh`), or with one batch shard, these are the plain jnp ops on global indices.
 """
@@ -161,3 +169,50 @@ def _set_window(x: jax.Array, part: jax.Array, dst: jax.Array) -> jax.Array:
     in-place stand-in: `train.dry_run.inplace_scatter_stand_in`.)"""
     idx = (dst,) + tuple(slice(0, n) for n in part.shape[1:])
     return x.at[idx].set(part.astype(x.dtype), mode="drop")
+
+
+def _owned(rows: jax.Array, n: int) -> jax.Array:
+    """Global row indices as indices into this shard's block of n rows (n = dropped: another shard's or
+    out of range). Inside a `shard_map` over the batch axes."""
+    local = rows - jax.lax.axis_index(BATCH_AXES) * n
+    return jnp.where((local >= 0) & (local < n), local, n)
+
+
+def _tail_spec(at: tuple, ndim: int) -> P:
+    """Whole over the batch axes, `at` after the leading axis (a value every row shard holds)."""
+    return P(None, *(tuple(at) + (None,) * (ndim - 1 - len(at))))
+
+
+def put_rows(x: jax.Array, new: jax.Array, rows: jax.Array, at: tuple = ()) -> jax.Array:
+    """x [R, ...] (row-sharded) with rows[b] set to new[b] (global row indices and values whole on every
+    shard; a row outside [0, R) is dropped)."""
+    mesh = batch_mesh()
+    if mesh is None:
+        safe = jnp.where((rows >= 0) & (rows < x.shape[0]), rows, x.shape[0])
+        return x.at[safe].set(new.astype(x.dtype), mode="drop")
+
+    def f(xl, nl, r):
+        return xl.at[_owned(r, xl.shape[0])].set(nl.astype(xl.dtype), mode="drop")
+
+    return _smap(f, mesh, (_spec(at, x.ndim), _tail_spec(at, new.ndim), P()), _spec(at, x.ndim))(x, new, rows)
+
+
+def _put_token_slots(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
+    if axis == 3:  # [R, G, Dh, S]
+        return x.at[rows, :, :, slots].set(new.astype(x.dtype), mode="drop")
+    return x.at[rows, :, slots, :].set(new.astype(x.dtype), mode="drop")  # [R, G, S, Dh]
+
+
+def put_tokens(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, at: tuple = ()) -> jax.Array:
+    """x [R, G, ., .] (one layer's K or V, its slots on `axis`: 2 or 3) with new[n] ([N, G, Dh]) written at
+    row rows[n], slot slots[n] (global rows, whole on every shard; a row outside [0, R) is dropped)."""
+    mesh = batch_mesh()
+    if mesh is None:
+        safe = jnp.where((rows >= 0) & (rows < x.shape[0]), rows, x.shape[0])
+        return _put_token_slots(x, new, safe, slots, axis)
+
+    def f(xl, nl, r, s):
+        return _put_token_slots(xl, nl, _owned(r, xl.shape[0]), s, axis)
+
+    spec = _spec(at, x.ndim)
+    return _smap(f, mesh, (spec, _tail_spec(at, new.ndim), P(), P()), spec)(x, new, rows, slots)

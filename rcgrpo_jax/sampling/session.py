@@ -58,7 +58,7 @@ from jax.sharding import Mesh
 from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.layers import MLP, RMSNorm
-from rcgrpo_jax.sampling import buckets, decode_step, row_shards
+from rcgrpo_jax.sampling import buckets, decode_step, packed, row_shards
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
 from rcgrpo_jax.sampling.sampler import (
@@ -229,6 +229,7 @@ def _programs(config: ModelConfig, mesh: Mesh | None, layout: str) -> dict[str, 
     return {
         "append_rows": jax.jit(_append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": jax.jit(_append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "prefill_packed": jax.jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
     }
 
 
@@ -245,6 +246,9 @@ class DecodeSession:
     span never exceeds it. span: the initial span (default the smallest bucket). min_span: the
     smallest span a resize goes to. decode_attention: auto | xla | ragged (`decode_step.
     select_decode_attention`): the decode attention, hence the cache's layout, for the session's life.
+    packed_prefill: rows that hold no token yet are prefilled token-packed over every row shard
+    (`sampling.packed`); None = on a mesh of more than one row shard (off one, the sub-batch of the fresh
+    rows already computes about their own tokens).
     """
 
     def __init__(
@@ -263,6 +267,7 @@ class DecodeSession:
         span: int | None = None,
         min_span: int = buckets.MIN_SPAN,
         decode_attention: str = "auto",
+        packed_prefill: bool | None = None,
     ):
         self.config, self.params, self.mesh, self.rules = config, params, mesh, rules
         self.capacity, self.chunk, self.min_span = int(capacity), int(prefill_chunk), int(min_span)
@@ -276,12 +281,15 @@ class DecodeSession:
         self.logits = _logits_maker(rows, config.vocab_size, mesh)()
         self.rng = jax.random.key(0) if rng is None else rng
         self.row_multiple = batch_multiple(mesh)  # a sub-batch's rows: a multiple of the row shards
+        self.packed_prefill = self.row_multiple > 1 if packed_prefill is None else bool(packed_prefill)
         self.stats = {
             "prefill_calls": 0,
             "decode_calls": 0,
             "resizes": 0,
             "prefill_tokens": 0,
             "prefill_rows_computed": 0,  # sub-batch rows x block width over all prefill calls
+            "packed_calls": 0,  # token-packed prefills of fresh rows (`sampling.packed`)
+            "packed_tokens_computed": 0,  # their token slots (row shards x tokens per shard)
             "row_copies": 0,  # in-place sibling-row copies (`copy_rows`)
             "decode_steps": 0,  # while-loop iterations over all decode calls
             "kv_slots_read": 0,  # decode steps x rows x span: what the dense ("xla") decode attention reads
@@ -366,6 +374,28 @@ class DecodeSession:
             return
         self._grow(int((self.lengths + n).max()))
         lengths = self.lengths.copy()
+        if self.packed_prefill:  # rows with no token yet: token-packed over every row shard
+            fresh = {int(r): int(n[r]) for r in np.flatnonzero((n > 0) & (lengths == 0))}
+            for fwd in packed.pack(fresh):
+                a = packed.arrays(fwd, deltas, self.row_multiple, self.rows)
+                args = (self.sampler, self.params, self.cache, self.logits)
+                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots))
+                args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
+                yield self._programs["prefill_packed"], args, len(a.tokens)
+                if run:
+                    lengths = lengths.copy()
+                    lengths[list(fwd.rows)] = fwd.counts
+                    self.lengths = lengths
+                    self.stats["prefill_calls"] += 1
+                    self.stats["packed_calls"] += 1
+                    self.stats["packed_tokens_computed"] += len(a.tokens)
+            if fresh:  # the other rows go through the sub-batch below
+                n = n.copy()
+                n[list(fresh)] = 0
+                if run:
+                    self.stats["prefill_tokens"] += sum(fresh.values())
+            if n.max(initial=0) == 0:
+                return
         for start in range(0, int(n.max()), self.chunk):
             counts = np.clip(n - start, 0, self.chunk)
             live = np.flatnonzero(counts)

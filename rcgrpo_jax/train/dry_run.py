@@ -29,7 +29,8 @@ Phases (each what its program needs beyond the resident buffers it reads, with t
              decode weights] (the KV cache of the step before is gone; this one is not made yet)
   prefill    the session's appends (`sampling.session`): the whole-batch forward (`append_all`, a
              `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
-             forward below it (`append_rows`), the larger of the two           [all four]
+             forward below it (`append_rows`) and the token-packed prefill of one fresh row of a whole
+             context (`prefill_packed`, `sampling.packed`), the largest         [all four]
   session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
              groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
              row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the
@@ -57,7 +58,7 @@ from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, row_shards, sampler, session
+from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, packed, row_shards, sampler, session
 from rcgrpo_jax.sampling.sampler import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
@@ -127,20 +128,21 @@ def _inplace_stand_in(x: jax.Array, update: jax.Array) -> jax.Array:
 @contextlib.contextmanager
 def inplace_scatter_stand_in() -> Iterator[None]:
     """While open, the KV writes of the decode/prefill forwards (`decode_step._write`) and of the session's
-    row programs (`session._put_slots`, `row_shards._set_window`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
+    row programs (`session._put_slots`, `row_shards._set_window`, `row_shards._put_token_slots`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
     its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array: 0.27 GB of
     temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
     donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
     jitted function, whose trace cache would keep the stand-in)."""
 
-    saved = (decode_step._write, session._put_slots, row_shards._set_window)
+    saved = (decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots)
     decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
     session._put_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
     row_shards._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
+    row_shards._put_token_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
     try:
         yield
     finally:
-        decode_step._write, session._put_slots, row_shards._set_window = saved
+        decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots = saved
 
 
 def _fresh_jit(impl, **kw):
@@ -171,6 +173,8 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
         "max_new_tokens": new_tokens,
         "sub_batch_rows": sub if sub < rows else 0,  # 0: no sub-batch below the whole batch
         "copy_rows": buckets.row_bucket(rows - rows // max(int(rl.group_size), 1), rows, m),
+        # the largest token-packed prefill of fresh rows (`sampling.packed`): one row of a whole context
+        "packed_tokens": m * buckets.token_bucket(-(-int(rl.max_context) // m), packed.QUERY_BLOCK),
     }
 
 
@@ -208,6 +212,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     programs = {
         "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "prefill_packed": _fresh_jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
     }
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
@@ -235,6 +240,17 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
                 batch((sub,), jnp.int32),
             )
             out["append_rows_gb"] = beyond(rows_c.compile())
+        # The token-packed prefill of one fresh row of a whole context, split over the row shards.
+        n_packed = shapes["packed_tokens"]
+        packed_c = programs["prefill_packed"].lower(
+            s,
+            weights,
+            cache,
+            logits,
+            *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
+            *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its count
+        )
+        out["prefill_packed_gb"] = beyond(packed_c.compile())
         # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):
         # its transient is the sources' windows of one array, beside the cache.
         n_copy = shapes["copy_rows"]
@@ -275,7 +291,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         "decode_dtype": dtype.name,
         "decode_weights_gb": weights_b / 1e9,
         "kv_cache_gb": (cache_b + logits_b) / 1e9,  # the cache and the session's next-token logits
-        "prefill_gb": max(out["append_all_gb"], out.get("append_rows_gb", 0.0)),
+        "prefill_gb": max(out["append_all_gb"], out.get("append_rows_gb", 0.0), out["prefill_packed_gb"]),
         "session_gb": max(out["copy_rows_gb"], out["take_rows_gb"]),
         "programs_gb": out,
     }

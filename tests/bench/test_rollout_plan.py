@@ -138,7 +138,8 @@ def test_command_on_a_few_real_tasks():
         row = rp.main(["rollout_plan", "--config=configs/rc_grpo.py:qwen2_5_7b", "--tasks=6", "--vocab=2048"])
     lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.startswith("{")]
     assert lines[-1]["kv_read_utilisation"] == pytest.approx(row["kv_read_utilisation"], abs=1e-4)
-    assert [x["design"] for x in lines[:-1]] == ["baseline", "new", "new_whole_steps", "new_ragged", "all_rows_prefill"]
+    designs = ["baseline", "new", "new_whole_steps", "new_ragged", "sub_batch_prefill", "all_rows_prefill"]
+    assert [x["design"] for x in lines[:-1]] == designs
     for f in [row, row["baseline"], *row["variants"].values()]:
         assert 0 < f["kv_read_utilisation"] <= 1 and 0 < f["row_utilisation"] <= 1
         assert f["decode_steps"] > 0 and f["est_rollout_s_per_step"] > 0
@@ -147,9 +148,14 @@ def test_command_on_a_few_real_tasks():
         assert f["est_rollout_s_per_step"] == pytest.approx(total, rel=1e-9)
         assert f["prefill_real_tokens_per_step"] <= f["prefill_tokens_per_step"]
     # Computing only the rows with tokens beats computing all 160 by far, over the same real tokens.
-    every = row["variants"]["all_rows_prefill"]
-    assert every["prefill_real_pflop_per_step"] == pytest.approx(row["prefill_real_pflop_per_step"], rel=1e-9)
+    every, sub = row["variants"]["all_rows_prefill"], row["variants"]["sub_batch_prefill"]
+    assert every["prefill_real_pflop_per_step"] == pytest.approx(sub["prefill_real_pflop_per_step"], rel=1e-9)
+    # (a row sub-batch counts a row's output head in each of its chunks, a packed forward once per row)
+    assert sub["prefill_real_pflop_per_step"] == pytest.approx(row["prefill_real_pflop_per_step"], rel=1e-3)
     assert every["prefill_flop_utilisation"] < row["prefill_flop_utilisation"] / 4
+    # 4 row shards: the packed prefill of each group's prefix beats the row sub-batch (one real row in 4)
+    assert sub["prefill_flop_utilisation"] < row["ragged_prefill_flop_utilisation"]
+    assert sub["est_prefill_s_per_step"] > row["variants"]["new_ragged"]["est_prefill_s_per_step"]
     assert row["tasks"] == 6 and row["rollouts_per_step"] == 1280 and row["rows"] == 160
     assert row["baseline_rows_per_call"] == 256 and 2.5 < row["chars_per_token"] < 6
     # Per-row spans and slices read less than the batch-wide index over the same episodes.
@@ -276,3 +282,75 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
     ragged = rp.replay_streaming(lengths, groups, **kw)
     assert ragged.slots_read == sum(r for _, r in ragged_reads) < t.slots_read
     assert [(rows, n) for rows, _, n in ragged.log] == [(rows, n) for rows, _, n in real]
+
+
+def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
+    """The same on a (data 2, fsdp 2, tensor 2) mesh, 8 rows, where the session prefills each group's prefix
+    token-packed over the 4 row shards (`sampling.packed`) and appends the rest in row sub-batches: the
+    replay with shards=4 and packed_prefill predicts every decode call, the forwards, the packed token slots
+    and the sub-batch slots the session computed."""
+    import jax
+
+    from rcgrpo_jax import chat, sharding
+    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax.sampling import row_shards
+    from rcgrpo_jax.sampling import sampler as sampler_mod
+    from tests.helpers.fake_env import AdderEnv
+
+    _, config, params, tok, parser = tiny_qwen
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
+    limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
+    questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
+    specs = [
+        EpisodeSpec(AdderEnv(questions=questions[k % 2], answers=(0,)), f"adder_{k}", group=k, rollout_index=j)
+        for k in range(4)
+        for j in range(3)
+    ]
+    calls, decode = [], sampler_mod.Sampler.decode
+
+    def recording(self, params, logits, *args, **kw):
+        span = int(args[-4].span)
+        out = decode(self, params, logits, *args, **kw)
+        calls.append((int(logits.shape[0]), span, int(max(out.lengths.tolist()))))
+        return out
+
+    sampler_mod.Sampler.decode = recording
+    try:
+        policy = ModelPolicy(
+            config,
+            placed,
+            stop_ids=chat.end_of_turn_ids(tok),
+            max_step_tokens=limits.max_step_tokens,
+            max_context=limits.max_context,
+            prefill_chunk=limits.prefill_chunk,
+            rng=jax.random.key(0),
+            mesh=mesh,
+            rows=8,
+            slice_tokens=5,
+        )
+        rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
+        episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+    finally:
+        sampler_mod.Sampler.decode = decode
+    stats = policy.session.stats
+    assert policy.session.packed_prefill and stats["packed_calls"] > 0 and policy.stats["refills"] > 0
+    lengths = [rp.EpisodeLengths.of(e) for e in episodes]
+    t = rp.replay_streaming(
+        lengths,
+        [s.group for s in specs],
+        rows=8,
+        limits=limits,
+        slice_tokens=5,
+        row_bucket=lambda n: rp.mult8_rows(n, 4),
+        prefill_rows=lambda live, r: row_shards.sub_batch_rows(live, r, 4),
+        shards=4,
+        packed_prefill=True,
+    )
+    assert t.log == calls
+    packed_log = [p for p in t.prefill_log if p.tokens]
+    rect_log = [p for p in t.prefill_log if not p.tokens]
+    assert len(t.prefill_log) == stats["prefill_calls"] and len(packed_log) == stats["packed_calls"]
+    assert sum(p.tokens for p in packed_log) == stats["packed_tokens_computed"]
+    assert sum(p.rows * p.width for p in rect_log) == stats["prefill_rows_computed"]
+    assert sum(p.real_tokens for p in t.prefill_log) == stats["prefill_tokens"]

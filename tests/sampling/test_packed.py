@@ -1,0 +1,175 @@
+"""The token-packed prefill of fresh rows (`sampling.packed`): the packing and bucket rules by hand, the
+session's values against the row sub-batch's (on a mesh and off one), the writes each row shard owns, and
+XLA's cost analysis of one group's prefix admitted into a 160-row session on 4 row shards."""
+
+import jax
+import numpy as np
+import pytest
+
+from rcgrpo_jax import models, sharding
+from rcgrpo_jax.models import ModelConfig
+from rcgrpo_jax.sampling import SamplingParams, buckets, packed, row_shards
+from rcgrpo_jax.sampling.session import DecodeSession
+
+CONFIG = ModelConfig(  # test_session's tiny Qwen2 sizes
+    model_type="qwen2",
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    attention_bias=True,
+)
+
+
+def test_token_bucket_by_hand():
+    got = [buckets.token_bucket(n) for n in (1, 64, 65, 128, 129, 200, 300, 513, 1500, 4096, 4097)]
+    # steps: 64 up to 256, then a quarter of the power of two (512 -> 128, 1024 -> 256, 4096 -> 1024)
+    assert got == [64, 64, 128, 128, 192, 256, 320, 640, 1536, 4096, 5120]
+    for n in range(65, 5000, 37):
+        b = buckets.token_bucket(n)
+        assert b >= n and b % 64 == 0 and b <= 1.25 * n + 64
+    with pytest.raises(ValueError, match="power of two"):
+        buckets.token_bucket(10, 48)
+
+
+def test_pack_by_hand():
+    got = packed.pack({12: 3000, 3: 100, 9: 600, 7: 1500, 5: 0})
+    assert [(f.rows, f.counts) for f in got] == [((3, 7), (100, 1500)), ((9,), (600,)), ((12,), (3000,))]
+    fwd = got[0]
+    assert fwd.tokens == 1600 and fwd.per_shard(4) == 448 and fwd.per_shard(1) == 1792  # 400 -> 448, 1600 -> 1792
+    a = packed.arrays(fwd, {3: list(range(1, 101)), 7: [5] * 1500}, 4, 16)
+    assert a.tokens.shape == a.rows.shape == a.slots.shape == (4 * 448,)
+    assert a.rows[:100].tolist() == [3] * 100 and a.slots[99] == 99 and a.rows[100] == 7 and a.slots[100] == 0
+    assert (a.rows[1600:] == -1).all() and (a.slots[1600:] == 0).all() and (a.tokens[1600:] == 0).all()
+    assert a.last.tolist() == [99, 1599] and a.last_rows.tolist() == [3, 7] and a.counts.tolist() == [100, 1500]
+
+
+def test_put_rows_and_tokens_write_only_owned_rows():
+    """On 4 row shards a global write lands once, in the owning shard's block; rows -1 and R are dropped."""
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    x = np.zeros((8, 2, 6, 3), np.float32)  # [R, G, S, Dh]
+    new = np.arange(4 * 2 * 3, dtype=np.float32).reshape(4, 2, 3) + 1
+    rows, slots = np.array([5, 0, -1, 7], np.int32), np.array([2, 4, 1, 0], np.int32)
+    want = x.copy()
+    for n in (0, 1, 3):
+        want[rows[n], :, slots[n], :] = new[n]
+    with jax.set_mesh(mesh):
+        placed = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.P(sharding.BATCH_AXES, "tensor")))
+        got = jax.jit(lambda a, b, r, s: row_shards.put_tokens(a, b, r, s, 2, ("tensor",)))(placed, new, rows, slots)
+        lens = jax.jit(row_shards.put_rows)(
+            np.zeros((8,), np.int32), np.array([3, 4, 9], np.int32), np.array([6, 8, 1])
+        )
+    np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(lens), [0, 9, 0, 0, 0, 0, 3, 0])
+
+
+def _session(params, rows, mesh=None, **kw):
+    return DecodeSession(
+        CONFIG,
+        params,
+        rows,
+        512,
+        sampling=SamplingParams(),
+        max_new_tokens=16,
+        prefill_chunk=64,
+        min_span=64,
+        span=64,
+        mesh=mesh,
+        **kw,
+    )
+
+
+def _close(x, y, rel=1e-5):
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    np.testing.assert_allclose(x, y, rtol=0, atol=rel * max(np.abs(y).max(), 1e-30))
+
+
+@pytest.mark.slow
+def test_packed_prefill_equals_the_row_sub_batch():
+    """Eight prompts (one of 300 tokens, over the packing budget of the rest) then a delta to one row: the
+    packed prefill on a (2, 2, 2) mesh and off a mesh gives the K/V, lengths and logits of the row
+    sub-batch without packing, and the same greedy tokens."""
+    params = models.init_params(CONFIG, jax.random.key(0))
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(1, 96, int(rng.integers(5, 40))).tolist() for _ in range(8)]
+    prompts[3] = rng.integers(1, 96, 300).tolist()
+    delta = [[] for _ in range(8)]
+    delta[5] = rng.integers(1, 96, 20).tolist()
+    runs = []
+    for m, p, pk in ((None, params, False), (mesh, placed, None), (None, params, True)):
+        sess = _session(p, 8, mesh=m, packed_prefill=pk)
+        sess.append(prompts)
+        sess.append(delta)
+        runs.append(sess)
+    ref, meshed, flat = runs
+    assert ref.stats["packed_calls"] == 0 and meshed.packed_prefill and not ref.packed_prefill
+    n = sum(map(len, prompts))
+    assert meshed.stats["packed_calls"] == flat.stats["packed_calls"] == 1  # 460 tokens in one forward
+    assert meshed.stats["packed_tokens_computed"] == 4 * buckets.token_bucket(-(-n // 4)) == 512
+    assert flat.stats["packed_tokens_computed"] == buckets.token_bucket(n) == 512 - 64
+    assert meshed.stats["prefill_rows_computed"] == 4 * 32  # the delta: one row per shard, width 32
+    for sess in (meshed, flat):
+        assert sess.lengths.tolist() == ref.lengths.tolist() == np.asarray(sess.cache.lengths).tolist()
+        for i in range(CONFIG.num_layers):
+            for r, n_r in enumerate(ref.lengths):
+                _close(np.asarray(sess.cache.keys(i))[r, :, :n_r], np.asarray(ref.cache.keys(i))[r, :, :n_r])
+                _close(np.asarray(sess.cache.v[i])[r, :, :n_r], np.asarray(ref.cache.v[i])[r, :, :n_r])
+        _close(sess.logits, ref.logits)
+    want = ref.decode([6] * 8, ())
+    for sess in (meshed, flat):
+        assert [o[0] for o in sess.decode([6] * 8, ())] == [w[0] for w in want]
+
+
+BIG = ModelConfig(  # wider layers, so the matmuls outweigh the attention as at 7B (the FLOPs compared)
+    model_type="qwen2",
+    vocab_size=96,
+    hidden_size=256,
+    intermediate_size=1024,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    attention_bias=True,
+)
+
+
+@pytest.mark.slow
+def test_one_prefix_into_160_rows_on_4_row_shards_costs_about_one_row():
+    """XLA's cost analysis (per device, x 8 devices): a 600-token prefix admitted into one row of a 160-row
+    session on (data 2, fsdp 2, tensor 2) computes at most 1.25x the FLOPs of the same prefill in a
+    one-row session off a mesh, where the row sub-batch (one row per row shard) computes about 4x."""
+    params = models.init_params(BIG, jax.random.key(0))
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
+    prefix = np.random.default_rng(1).integers(1, 96, 600).tolist()
+    deltas = [[] for _ in range(160)]
+    deltas[37] = prefix
+
+    def flops(sess, d):
+        return sum(float(p.compile().cost_analysis()["flops"]) for p in sess.lower_append(d))
+
+    def session(p, rows, m, pk):
+        return DecodeSession(
+            BIG,
+            p,
+            rows,
+            1024,
+            sampling=SamplingParams(),
+            max_new_tokens=16,
+            prefill_chunk=256,
+            mesh=m,
+            span=1024,
+            packed_prefill=pk,
+        )
+
+    one = flops(session(params, 1, None, False), [prefix])
+    packed_total = 8 * flops(session(placed, 160, mesh, None), deltas)
+    rect_total = 8 * flops(session(placed, 160, mesh, False), deltas)
+    print(f"prefix flops: one row {one:.4g}, packed on 8 devices {packed_total:.4g}, sub-batch {rect_total:.4g}")
+    assert packed_total <= 1.25 * one
+    assert rect_total >= 3 * one
