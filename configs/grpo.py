@@ -18,7 +18,11 @@ registry, and are validated at start-up):
   --config.rl.advantage.grpo.std=sample           # an option of the entry it belongs to
   --config.rl.loss.name=gspo                      # rcgrpo_jax.rl.losses (ppo_clip, gspo)
   --config.rl.loss.ppo_clip.kl_estimator=k2       # KL estimator, aggregation mode, ratio level: loss options
-  --config.rl.advantage.name=my_module:my_adv     # a formula registered in your own module (imported first)
+  --config.rl.group_filter.name=dapo              # rcgrpo_jax.rl.filters (none, dapo)
+  --config.rl.shaping.name=dapo_overlong          # rcgrpo_jax.rl.shaping (none, dapo_overlong)
+  --config.rl.reward=coverage_fraction            # rcgrpo_jax.envs.rewards
+  --config.rl.advantage.name=my_module:my_adv     # a formula registered in your own module (imported first); the
+                                                  # same for every name above, the KL estimator included
 
   python -m rcgrpo_jax.main --config=configs/grpo.py:tiny --config.model.path=/tmp/sft/hf --workdir=/tmp/grpo
   python -m rcgrpo_jax.main --config=configs/grpo.py:qwen2_5_7b --config.model.path=/ckpt/rctp/hf --workdir=/ckpt/grpo
@@ -67,7 +71,7 @@ def rl_config(
     """The sections of every RL stage with the paper's values; stage files override their own."""
     from rcgrpo_jax import judges
     from rcgrpo_jax.registry import selection
-    from rcgrpo_jax.rl import advantages, losses
+    from rcgrpo_jax.rl import advantages, filters, losses, shaping
 
     c = common.base(stage, preset, lr=1e-6, trainer="rl")
     c.reference = ml_collections.ConfigDict({"path": placeholder(str)})  # None = model.path (the stage-1 policy)
@@ -86,14 +90,14 @@ def rl_config(
     rl.reward_conditioning = conditioning
     rl.p_high = 0.5  # the success share of the RCTP data
     rl.reward_token_mode = "iid"  # iid (paper) | stratified (both tokens in every group)
-    rl.group_filter = "none"  # none | dapo (groups whose rewards are all equal get no loss)
-    rl.filter_atol = 0.0
-    # DAPO's soft overlong punishment on an episode's response length, the tokens the policy sampled (its
-    # loss-mask tokens; prompt, tool results and user turns do not count: rl.filters.response_lengths): 0 up
-    # to max_len - cache_len, a linear ramp to -penalty at max_len (DAPO's L_max, in response tokens; 0 =
-    # rl.max_context, our choice: BFCL's multi-turn episodes have no response budget of their own). Off
-    # unless enabled (configs/dapo.py).
-    rl.overlong = ml_collections.ConfigDict({"enabled": False, "max_len": 0, "cache_len": 0, "penalty": 1.0})
+    # Which groups train (rcgrpo_jax.rl.filters): none | dapo (groups whose rewards are all equal get no loss;
+    # options rl.group_filter.dapo.atol). .name + one option subsection per filter.
+    rl.group_filter = selection(filters.GROUP_FILTERS, "none")
+    # A change to the task rewards before the filter and the estimator (rcgrpo_jax.rl.shaping): none |
+    # dapo_overlong (DAPO's soft overlong punishment on an episode's response length, the tokens the policy
+    # sampled: 0 up to max_len - cache_len, a linear ramp to -penalty at max_len; max_len 0 = rl.max_context,
+    # our choice: BFCL's multi-turn episodes have no response budget of their own; configs/dapo.py selects it).
+    rl.shaping = selection(shaping.REWARD_SHAPING, "none")
     rl.ppo_epochs = 1
     rl.num_minibatches = 4  # optimizer updates per epoch; must divide train.grad_accum
     # Sampling. The log-probs of the update, the reference and the recompute are taken at the sampling
