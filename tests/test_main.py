@@ -167,7 +167,7 @@ def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
     box), naming the override; its --dry_run is allowed (it sizes the run without weights)."""
     import json
 
-    from configs import common
+    from rcgrpo_jax.config_lib import common
 
     hf = tmp_path / "hf"
     hf.mkdir()

@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from configs import awpo, common, dapo, dr_grpo, grpo, rc_grpo
+from configs import awpo, dapo, dr_grpo, grpo, rc_grpo
 from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.train import rl_config as rl
 
 STAGES = {"grpo": grpo, "rc_grpo": rc_grpo, "dr_grpo": dr_grpo, "dapo": dapo, "awpo": awpo}
