@@ -30,13 +30,10 @@ the `rule` judge:
   python -m rcgrpo_jax.main --config=configs/awpo.py:tiny --workdir=/tmp/awpo
 """
 
-import os
-import sys
+from rcgrpo_jax.config_lib import common, rl
+from rcgrpo_jax.config_lib import eval as eval_lib
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common, grpo  # noqa: E402
-
-# Hyperparameters taken over from the RC-GRPO builder (configs/grpo.py: the RC-GRPO paper's Tables 10/12
+# Hyperparameters taken over from the RC-GRPO builder (rcgrpo_jax/config_lib/rl.py: the RC-GRPO paper's Tables 10/12
 # and this project's own choices there), NOT from the AWPO paper, whose values we do not have. They are
 # what a GPU preset runs with until the AWPO paper's own are put in; tests/configs/test_awpo_preset.py
 # checks each still equals the builder's value. (The AWPO estimator's options, rl.advantage.awpo, are
@@ -78,7 +75,7 @@ def get_config(arg: str | None = None):
         return eval_config(preset)
     if mode:
         raise ValueError(f"unknown mode {mode!r} in {arg!r}; use configs/awpo.py:<preset> or :<preset>,eval")
-    c = grpo.rl_config("awpo", preset, estimator="awpo")
+    c = rl.base("awpo", preset, estimator="awpo")
     if preset == "tiny":  # AWPO's backbone family (the papers' Qwen3s), built offline when model.path is unset
         c.model.tiny_arch = "qwen3"
         return c
@@ -94,9 +91,7 @@ def get_config(arg: str | None = None):
 
 def eval_config(preset: str):
     """The eval stage for an AWPO checkpoint: BFCL v4 (multi-turn + single-turn) on every BFCL task."""
-    from configs import eval as eval_cfg
-
-    c = eval_cfg.get_config(preset)
+    c = eval_lib.base(preset)
     c.stage = "awpo_eval"
     if preset == "tiny":  # the CPU world, as configs/eval.py:tiny (BFCL's single-turn sets are GPU work)
         c.model.tiny_arch = "qwen3"

@@ -1,6 +1,7 @@
 """RC-GRPO (stage 2): each rollout's reward token is drawn i.i.d. with p(high) = 0.5 and the rollout is
 conditioned on it; group-normalised advantages over the mixed group; PPO clip 0.2 + KL 0.1 to the
-frozen RCTP-FT policy (paper: lr 1e-6, group 5, batch 256 tasks; see grpo.py for the shared fields).
+frozen RCTP-FT policy (paper: lr 1e-6, group 5, batch 256 tasks; rcgrpo_jax/config_lib/rl.py
+for the shared fields).
 
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:tiny --config.model.path=/tmp/rctp/hf --workdir=/tmp/rc
 
@@ -8,12 +9,8 @@ From an SFT checkpoint (no reward tokens; the paper's SFT+RC-GRPO row) the token
 with mean-initialised embedding rows.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common, grpo  # noqa: E402
+from rcgrpo_jax.config_lib import common, rl
 
 
 def get_config(arg: str | None = None):
-    return grpo.rl_config("rc_grpo", common.parse_preset(arg), estimator="rc_grpo", conditioning="sampled")
+    return rl.base("rc_grpo", common.parse_preset(arg), estimator="rc_grpo", conditioning="sampled")

@@ -7,11 +7,7 @@ are resized before training (paper Table 11: lr 1e-5, batch 16, 5 epochs, AdamW)
   python -m rcgrpo_jax.main --config=configs/rctp_ft.py:tiny --workdir=/tmp/rctp
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # noqa: E402
+from rcgrpo_jax.config_lib import common
 
 
 def get_config(arg: str | None = None):

@@ -1,17 +1,13 @@
 """SFT baseline: fine-tune on expert trajectories only (paper Table 12, the baselines: lr 1e-5, batch 16, 2 epochs,
 AdamW). The optimizer's other settings (warmup 3%, cosine to 0, betas, eps, weight decay 0, clip norm 1.0:
-configs/common.py) are this project's choices; docs/paper_vs_code.md lists them.
+rcgrpo_jax/config_lib/common.py) are this project's choices; docs/paper_vs_code.md lists them.
 
   python -m rcgrpo_jax.main --config=configs/sft.py:tiny --workdir=/tmp/sft
   python -m rcgrpo_jax.main --config=configs/sft.py:qwen2_5_7b --config.model.path=/models/Qwen2.5-7B-Instruct \
       --config.data.path=/data/sft.jsonl --workdir=/ckpt/sft
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # noqa: E402
+from rcgrpo_jax.config_lib import common
 
 
 def get_config(arg: str | None = None):

@@ -1,5 +1,7 @@
 """The one name -> function registry of every part a researcher swaps: advantage estimators, policy losses,
-KL estimators, rewards, step rewards, task sources and judges. It imports nothing of the package.
+KL estimators, group filters, reward shaping, rewards, step rewards, task sources and judges. It imports
+nothing of the package. Every name a config gives may be "module:entry" (`entry_name`, `Registry.lookup`):
+the module, a user's own, is imported first and registers the entry.
 
 A config string picks the function; an optional `default_config` callable gives the function's
 ml_collections defaults, which `resolve` merges with a user's (partial) config; an optional
@@ -37,6 +39,19 @@ def check_choice(cfg: ml_collections.ConfigDict, field: str, choices) -> None:
         raise OptionError(field, f"{cfg[field]!r} is not one of {', '.join(map(str, choices))}")
 
 
+def check_entry(cfg: ml_collections.ConfigDict, field: str, registry: Registry) -> str:
+    """The entry of `registry` that cfg[field] names ("module:entry" imports `module` first); raises OptionError
+    naming `field` when the module does not import or the entry is unknown."""
+    value = str(cfg[field])
+    try:
+        name = entry_name(value)
+    except ImportError as e:
+        raise OptionError(field, f"cannot import the module of {value!r}: {e}") from None
+    if name not in registry:
+        raise OptionError(field, f"{value!r} is not one of {', '.join(registry.names())}")
+    return name
+
+
 class Registry(Generic[F]):
     """Maps names to functions. `register(name)` is a decorator; `get(name)` raises a KeyError
     that lists the known names, so a typo in a config fails at start-up and says what exists."""
@@ -70,6 +85,10 @@ class Registry(Generic[F]):
             return self._fns[name]
         except KeyError:
             raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
+
+    def lookup(self, name: str) -> F:
+        """The entry `name` names; "module:entry" imports `module` first (a user's own entry)."""
+        return self.get(entry_name(name))
 
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._fns))

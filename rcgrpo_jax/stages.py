@@ -1,6 +1,6 @@
 """Stage dispatch as data: one table from a config's trainer kind (`config.trainer`) to its entry points.
 
-A config file sets `trainer` (configs/common.py `base`); `config.stage` is the run's name (logs,
+A config file sets `trainer` (rcgrpo_jax/config_lib/common.py `base`); `config.stage` is the run's name (logs,
 checkpoint metadata), free to choose. Each entry point is "module:function", imported on use:
 
   run(config, workdir) -> summary dict      check(config, num_devices) -> mesh shape (start-up validation)

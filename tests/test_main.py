@@ -68,18 +68,37 @@ def test_every_rl_config_file_takes_every_estimator_with_one_override(stage):
 
 
 def test_dapo_shapes_overlong_episodes_in_its_run(world_ckpt, compile_cache, tmp_path, capsys):
-    """configs/dapo.py wires DAPO's soft overlong punishment (rl.filters.overlong_penalty) into the rewards."""
+    """configs/dapo.py wires DAPO's soft overlong punishment (rl.shaping.dapo_overlong) into the rewards."""
     from rcgrpo_jax.train import logging as log_lib
 
     dapo = os.path.join(REPO, "configs", "dapo.py")
     argv = ["main", f"--config={dapo}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={compile_cache}"]
     # Shaping counts response tokens (the sampled ones, not the prompt or tool output): a ramp from 1 sampled token
     # to L_max = 16, so every episode that samples more than one token is on it.
-    argv += ["--config.rl.max_context=512", "--config.rl.overlong.max_len=16", "--config.rl.overlong.cache_len=15"]
+    overlong = "--config.rl.shaping.dapo_overlong"
+    argv += ["--config.rl.max_context=512", f"{overlong}.max_len=16", f"{overlong}.cache_len=15"]
     argv += ["--config.data.buckets=(256,384,512)"]
     assert main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]) == 0
     (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
     assert -1.0 <= row["overlong_penalty_mean"] < 0.0 and "dapo_frac_dropped" in row
+
+
+def test_a_users_own_entries_run_one_rl_step(world_ckpt, compile_cache, tmp_path, capsys):
+    """A group filter, a reward shaping, a KL estimator and a reward registered in a user's module
+    (tests/helpers/my_entries.py), each selected as module:name on the command line, run one RL step."""
+    from rcgrpo_jax.train import logging as log_lib
+
+    mod = "tests.helpers.my_entries"
+    argv = ["main", f"--config={GRPO}:tiny", *SMALL, f"--config.runtime.compile_cache_dir={compile_cache}"]
+    argv += [
+        f"--config.rl.group_filter.name={mod}:unsolved_groups",
+        f"--config.rl.shaping.name={mod}:sampled_token_cost",
+        f"--config.rl.loss.ppo_clip.kl_estimator={mod}:abs_log_ratio",
+        f"--config.rl.reward={mod}:any_call",
+    ]
+    assert main.cli([*argv, f"--config.model.path={world_ckpt}", f"--workdir={tmp_path}"]) == 0
+    (row,) = log_lib.read_metrics(os.path.join(str(tmp_path), log_lib.METRICS_FILE))
+    assert row["finite"] == 1 and row["token_cost_mean"] > 0.0 and "solved_groups" in row and row["kl"] >= 0.0
 
 
 def _readme_example() -> tuple[str, str]:
@@ -148,7 +167,7 @@ def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
     box), naming the override; its --dry_run is allowed (it sizes the run without weights)."""
     import json
 
-    from configs import common
+    from rcgrpo_jax.config_lib import common
 
     hf = tmp_path / "hf"
     hf.mkdir()

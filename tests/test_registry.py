@@ -87,3 +87,25 @@ def test_module_colon_entry_imports_the_users_module(tmp_path, monkeypatch, reg)
     assert name == "mine" and reg.get(name)() == "mine" and len(options) == 0
     with pytest.raises(ModuleNotFoundError):
         registry.entry_name("no_such_module_here:mine")
+
+
+def test_lookup_and_check_entry_take_module_colon_entry(tmp_path, monkeypatch, reg):
+    """`Registry.lookup` and `check_entry` (an option naming an entry, as a loss's kl_estimator) import a user's
+    module first; a module that does not import or an unknown entry is an OptionError naming the option."""
+    (tmp_path / "my_other_part.py").write_text(
+        "import sys\nreg = sys.modules['tests_registry_target']\nreg.register('theirs')(lambda: 'theirs')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "tests_registry_target", reg)
+    assert reg.lookup("plain")() == "plain" and reg.lookup("my_other_part:theirs")() == "theirs"
+    cfg = ml_collections.ConfigDict({"part": "my_other_part:theirs"})
+    assert registry.check_entry(cfg, "part", reg) == "theirs"
+    for value, message in [
+        ("no_such_module_here:theirs", "part: cannot import the module of 'no_such_module_here:theirs'"),
+        ("my_other_part:nope", "part: 'my_other_part:nope' is not one of plain, theirs, tuned"),
+        ("plian", "part: 'plian' is not one of plain, theirs, tuned"),
+    ]:
+        cfg.part = value
+        with pytest.raises(OptionError, match=message) as e:
+            registry.check_entry(cfg, "part", reg)
+        assert e.value.field == "part"

@@ -13,7 +13,7 @@ when beta > 0), AdamW lr 1e-6, global-norm clip 1.
 Ours: `sampling.generate` (one batch of all prompts x samples), rewards and advantages on the host,
 `rl_batch.pack`, the reference pass (`rl_step.jit_logprobs`) and `rl_step.Updater` (micro-batches of
 `--micro` rows, gradients accumulated exactly) on one CPU device: the trainer's own pieces, with the
-layer loop unrolled as the tiny preset has it (`--unroll`, configs/common.py). `--devices N` (N > 1): the
+layer loop unrolled as the tiny preset has it (`--unroll`, rcgrpo_jax/config_lib/common.py). `--devices N` (N > 1): the
 same pieces on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`: each samples and updates
 its share of the rows, gradients averaged across devices); TRL is unchanged.
 Peer: `trl_peer` in the bench env (`launch/bench_env.sh trl`), a subprocess that runs one TRL step

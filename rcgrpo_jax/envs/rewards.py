@@ -1,4 +1,5 @@
-"""Trajectory rewards for BFCL episodes, registered by name (`rewards.get(config.reward)`).
+"""Trajectory rewards for BFCL episodes, registered by name (`rewards.get(config.reward)`; "module:name" imports a
+user's module first, which registers its own reward).
 
 RC-GRPO's reward is binary: R = state consistency x action coverage.
 - state consistency: the final public state (attributes not starting with "_") of every involved
@@ -44,7 +45,7 @@ class EpisodeOutcome:
 RewardFn = Callable[[EpisodeOutcome], float]
 REWARDS: Registry[RewardFn] = Registry("reward")
 register = REWARDS.register
-get = REWARDS.get
+get = REWARDS.lookup  # a registered name, or "module:name" (the module is imported first)
 names = REWARDS.names
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from rcgrpo_jax.registry import OptionError, Registry, check_choice, resolve
+from rcgrpo_jax.registry import OptionError, Registry, check_choice, check_entry, resolve
 
 Array = jax.Array
 PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]
@@ -49,6 +49,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 #
 # (tests/rl/test_rl_losses.py checks all three against exact gradients on a categorical policy).
 # So k1 is for logging only, and the config check refuses it as a loss term (kl_beta > 0).
+# A loss's `kl_estimator` option may name a user's own estimator as "module:name" (`Registry.lookup`).
 
 
 @kl_estimators.register("k1")
@@ -75,8 +76,9 @@ def kl_k3(logp: Array, ref_logp: Array) -> Array:
 
 
 def kl_penalty(logp: Array, ref_logp: Array, estimator: str, clamp: float | None) -> Array:
-    """Per-token KL estimate, clamped to [-clamp, clamp] when clamp is set (k3's exp can explode)."""
-    kl = kl_estimators.get(estimator)(logp, ref_logp)
+    """Per-token KL estimate, clamped to [-clamp, clamp] when clamp is set (k3's exp can explode). `estimator`
+    is a name of `kl_estimators`, or "module:name" (the module is imported first)."""
+    kl = kl_estimators.lookup(estimator)(logp, ref_logp)
     return kl if clamp is None else jnp.clip(kl, -clamp, clamp)
 
 
@@ -232,8 +234,8 @@ def clipped_validate(cfg: ml_collections.ConfigDict) -> None:
     check_choice(cfg, "agg_mode", AGG_MODES)
     check_choice(cfg, "ratio_level", RATIO_LEVELS)
     check_choice(cfg, "ratio_baseline", RATIO_BASELINES)
-    check_choice(cfg, "kl_estimator", kl_estimators.names())
-    if cfg.kl_beta and cfg.kl_estimator == "k1":
+    kl_estimator = check_entry(cfg, "kl_estimator", kl_estimators)
+    if cfg.kl_beta and kl_estimator == "k1":
         raise OptionError(
             "kl_estimator",
             "k1's expected gradient is zero, so as a penalty (kl_beta > 0) it adds only noise; use k3 (gradient of "

@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from rcgrpo_jax import config_fields, models
 from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.hf_io import load_hf, save_hf
@@ -71,12 +72,7 @@ def model_config(config, path_or_dict) -> Any:
 
 def abstract_model_config(config, *, extra_tokens: int = 0) -> Any:
     """The ModelConfig a dry run sizes: `model.path`'s, else the preset's published architecture."""
-    if config.model.path:
-        hf = config.model.path
-    else:
-        from configs import common
-
-        hf = common.hf_architecture(config.preset)
+    hf = config.model.path or common.hf_architecture(config.preset)
     cfg = model_config(config, hf)
     return dataclasses.replace(cfg, vocab_size=cfg.vocab_size + extra_tokens) if extra_tokens else cfg
 

@@ -7,8 +7,9 @@ One step, as named phases:
      rollout's first user message carries `[Reward Goal: <token>]` exactly as the RCTP-FT data do, the
      token drawn by `rl.reward_tokens.sample` (RC-GRPO) or fixed to the high token;
   2. advantage inputs: rewards (non-finite ones marked, logged, kept out of their group's mean and out of
-     the loss), DAPO's overlong shaping and group filter, the judge's reasoning scores for estimators
-     that need them, advantages and per-rollout loss inputs by `rl.advantage.name`;
+     the loss), the reward shaping by `rl.shaping.name` and the group filter by `rl.group_filter.name`, the
+     judge's reasoning scores for estimators that need them, advantages and per-rollout loss inputs by
+     `rl.advantage.name`;
   3. the batch (`rl_batch.RolloutBatch`), the reference log-probs (when a KL is used or logged) and the
      optional recompute of the behaviour log-probs, all at the sampling temperature;
   4. the PPO update: `rl.ppo_epochs` passes over `rl.num_minibatches` mini-batches, each one optimizer
@@ -35,7 +36,7 @@ from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens
+from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens, shaping
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import state as state_lib
@@ -67,6 +68,18 @@ def finite_rewards(rewards: np.ndarray, episodes, group: int) -> tuple[np.ndarra
         if not valid.reshape(-1)[i]
     ]
     return out.astype(np.float32), valid, bad
+
+
+def shape_and_filter(
+    rewards: np.ndarray, episodes, choices: rl_config.RLChoices, rl
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """(shaped rewards [N, G] float32, the groups kept [N] bool, their metrics): the selected reward shaping
+    (`rl.shaping`, rcgrpo_jax.rl.shaping), then the selected group filter on the shaped rewards (`rl.group_filter`,
+    rcgrpo_jax.rl.filters). `episodes` are the step's N * G episodes, group-major."""
+    shaped, metrics = shaping.get(choices.shaping)(rewards, episodes, rl=rl, config=choices.shaping_options)
+    keep, fm = filters.get(choices.group_filter)(shaped, config=choices.group_filter_options)
+    metrics = {**metrics, **{k: float(v) for k, v in fm.items()}}
+    return np.asarray(shaped, np.float32), np.asarray(keep, bool).reshape(-1), metrics
 
 
 class RLTrainer:
@@ -237,7 +250,8 @@ class RLTrainer:
         return np.asarray(reward_tokens.sample(key, n, g, float(rl.p_high), rl.reward_token_mode))
 
     def advantage_inputs(self, ro: rl_rollouts.Rollouts) -> AdvantageInputs:
-        """Rewards (finite), shaping, the group filter, the judge, then the estimator and its per-rollout inputs."""
+        """Rewards (finite), the shaping and the group filter (`shape_and_filter`), the judge, then the estimator
+        and its per-rollout inputs."""
 
         rl, c = self.config.rl, self.choices
         n, g = self.tasks_per_step, self.group
@@ -246,23 +260,9 @@ class RLTrainer:
         metrics: dict[str, Any] = {"rollout/nonfinite_rewards": len(bad)}
         for line in bad:
             absl_logging.warning("non-finite reward, rollout kept out of the loss: %s", line)
-        if rl.overlong.enabled:
-            lengths = filters.response_lengths(ro.episodes).reshape(n, g)  # the model's own tokens only
-            shaped = filters.overlong_penalty(
-                lengths,
-                max_len=filters.overlong_max_len(rl),
-                cache_len=int(rl.overlong.cache_len),
-                penalty=float(rl.overlong.penalty),
-            )
-            rewards = rewards + np.asarray(shaped, np.float32)
-            metrics["overlong_penalty_mean"] = float(np.mean(shaped))
-        aux: dict[str, Any] = {}
-        keep = np.ones((n,), bool)
-        if rl.group_filter == "dapo":
-            keep_j, fm = filters.dapo_group_filter(rewards, atol=float(rl.filter_atol))
-            keep = np.asarray(keep_j)
-            aux["group_mask"] = keep
-            metrics.update({k: float(v) for k, v in fm.items()})
+        rewards, keep, fm = shape_and_filter(rewards, ro.episodes, c, rl)
+        metrics.update(fm)
+        aux: dict[str, Any] = {"group_mask": keep}
         if ro.reward_tokens is not None:
             aux["reward_tokens"] = ro.reward_tokens
         if self.judge is not None:

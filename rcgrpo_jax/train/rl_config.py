@@ -3,8 +3,9 @@ trainer runs with (`RLChoices`), and the data order (the step is the data positi
 
 Every string option fails here, before a model is loaded, with a ConfigError naming the field: the
 advantage estimator and its options, the policy loss and its options (aggregation mode, KL estimator,
-ratio level), the judge (for estimators that need a reasoning signal), conditioning, the group filter,
-the reward, the task source.
+ratio level), the group filter and the reward shaping and their options, the judge (for estimators that
+need a reasoning signal), conditioning, the reward, the task source. Every registry name may be
+"module:name" (a user's module, imported first, registers the entry).
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ import numpy as np
 from rcgrpo_jax import chat, config_checks, config_fields, judges
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.envs import rewards
-from rcgrpo_jax.registry import OptionError, selected
-from rcgrpo_jax.rl import advantages, filters, losses, reward_tokens
+from rcgrpo_jax.registry import OptionError, check_entry, selected
+from rcgrpo_jax.rl import advantages, filters, losses, reward_tokens, shaping
 
 CONDITIONING = ("sampled", "high", "none", "auto")
-GROUP_FILTERS = ("none", "dapo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,10 @@ class RLChoices:
     loss: str
     loss_options: ml_collections.ConfigDict
     use_ref: bool  # a reference pass: a KL penalty, a ratio against pi_ref, or KL logging
+    group_filter: str  # rcgrpo_jax.rl.filters
+    group_filter_options: ml_collections.ConfigDict
+    shaping: str  # rcgrpo_jax.rl.shaping
+    shaping_options: ml_collections.ConfigDict
 
     @property
     def uses_judge(self) -> bool:
@@ -59,7 +63,12 @@ def _selected(config, dotted: str, registry) -> tuple[str, ml_collections.Config
     except ModuleNotFoundError as e:
         raise ConfigError(f"{dotted}.name", f"cannot import the module of {name!r}: {e}") from None
     except OptionError as e:
-        raise ConfigError(f"{dotted}.{name}.{e.field}", str(e).split(": ", 1)[-1]) from None
+        raise _option_error(f"{dotted}.{registry_name(name)}.{e.field}", e) from None
+
+
+def _option_error(field: str, e: OptionError) -> ConfigError:
+    """A ConfigError naming the option's dotted field, with the option's message."""
+    return ConfigError(field, str(e).split(": ", 1)[-1])
 
 
 def registry_name(name: str) -> str:
@@ -68,13 +77,31 @@ def registry_name(name: str) -> str:
 
 
 def choices(config) -> RLChoices:
-    """The estimator and loss the config selects, validated (ConfigError naming the field)."""
+    """The estimator, loss, group filter and reward shaping the config selects, validated (ConfigError naming
+    the field)."""
 
     estimator, adv_options = _selected(config, "rl.advantage", advantages.REGISTRY)
     loss, loss_options = _selected(config, "rl.loss", losses.REGISTRY)
+    group_filter, filter_options = _selected(config, "rl.group_filter", filters.GROUP_FILTERS)
+    shaping_name, shaping_options = _selected(config, "rl.shaping", shaping.REWARD_SHAPING)
+    try:
+        shaping.check_run(shaping_name, shaping_options, config.rl)
+    except OptionError as e:
+        raise _option_error(f"rl.shaping.{shaping_name}.{e.field}", e) from None
     needs = advantages.spec(estimator).needs
     use_ref = losses.needs_reference(loss_options) or bool(config.rl.log_kl)
-    return RLChoices(estimator, adv_options, needs, loss, loss_options, use_ref)
+    return RLChoices(
+        estimator,
+        adv_options,
+        needs,
+        loss,
+        loss_options,
+        use_ref,
+        group_filter,
+        filter_options,
+        shaping_name,
+        shaping_options,
+    )
 
 
 def resolve_config(config):
@@ -97,18 +124,12 @@ def check(config, num_devices: int) -> dict[str, int]:
     if rl.reward_conditioning == "sampled" and not 0.0 <= float(rl.p_high) <= 1.0:
         raise ConfigError("rl.p_high", f"must be in [0, 1], got {rl.p_high}")
     _choice(rl.reward_token_mode, reward_tokens.MODES, "rl.reward_token_mode")
-    _choice(rl.group_filter, GROUP_FILTERS, "rl.group_filter")
-    _choice(rl.reward, rewards.names(), "rl.reward")
+    try:
+        check_entry(rl, "reward", rewards.REWARDS)  # a registered reward, or "module:name"
+    except OptionError as e:
+        raise _option_error("rl.reward", e) from None
     _choice(rl.slot_mode, ("shrink", "keep"), "rl.slot_mode")
     _choice(rl.render_mode, chat.RENDER_MODES, "rl.render_mode")
-    if rl.overlong.enabled:  # lengths in response tokens (rl.filters.response_lengths)
-        if int(rl.overlong.get("max_len", 0) or 0) < 0:
-            raise ConfigError("rl.overlong.max_len", f"must be >= 0 (0 = rl.max_context), got {rl.overlong.max_len}")
-        if not 0 < int(rl.overlong.cache_len) <= filters.overlong_max_len(rl):
-            raise ConfigError(
-                "rl.overlong.cache_len",
-                f"must be in (0, rl.overlong.max_len or rl.max_context], got {rl.overlong.cache_len}",
-            )
     m = int(rl.num_minibatches)
     if m <= 0 or accum % m:
         raise ConfigError(

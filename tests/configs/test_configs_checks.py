@@ -11,9 +11,10 @@ import ml_collections
 import pytest
 from ml_collections import config_flags  # noqa: F401  (the launcher's loader)
 
-from configs import common, rctp_ft, sft
+from configs import rctp_ft, sft
 from rcgrpo_jax import config_checks
 from rcgrpo_jax.config_fields import ConfigError, MemoryFitError
+from rcgrpo_jax.config_lib import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGE_FILES = {"sft": sft, "rctp_ft": rctp_ft}

@@ -202,7 +202,7 @@ def test_clipped_loss_options_fail_at_start_up():
     bad = [
         ({"kl_beta": 0.1, "kl_estimator": "k1"}, "kl_estimator: k1's expected gradient is zero"),
         ({"agg_mode": "token_mean"}, "agg_mode: 'token_mean' is not one of"),
-        ({"kl_estimator": "k4"}, "kl_estimator: 'k4' is not one of k1, k2, k3"),
+        ({"kl_estimator": "k4"}, "kl_estimator: 'k4' is not one of (.*, )?k1, k2, k3"),  # (+ entries of test modules)
         ({"ratio_level": "seq"}, "ratio_level"),
         ({"dual_clip": 0.5}, "dual_clip"),
     ]

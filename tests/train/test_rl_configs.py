@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from configs import awpo, common, dapo, dr_grpo, grpo, rc_grpo
+from configs import awpo, dapo, dr_grpo, grpo, rc_grpo
 from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.train import rl_config as rl
 
 STAGES = {"grpo": grpo, "rc_grpo": rc_grpo, "dr_grpo": dr_grpo, "dapo": dapo, "awpo": awpo}
@@ -53,8 +54,9 @@ def test_stage_specifics():
     assert rc_grpo.get_config().rl.reward_conditioning == "sampled" and rc_grpo.get_config().rl.p_high == 0.5
     assert grpo.get_config().rl.reward_conditioning == "auto"
     d = dapo.get_config()
-    assert (d.rl.group_filter, d.rl.loss.ppo_clip.eps_high, d.rl.overlong.enabled) == ("dapo", 0.28, True)
-    assert d.rl.overlong.cache_len == d.rl.max_context // 8
+    assert (d.rl.group_filter.name, d.rl.loss.ppo_clip.eps_high, d.rl.shaping.name) == ("dapo", 0.28, "dapo_overlong")
+    assert d.rl.shaping.dapo_overlong.cache_len == d.rl.max_context // 8 and d.rl.shaping.dapo_overlong.max_len == 0
+    assert (grpo.get_config().rl.group_filter.name, grpo.get_config().rl.shaping.name) == ("none", "none")
     assert dr_grpo.get_config().rl.loss.ppo_clip.agg_mode == "seq-mean-token-sum-norm"
     assert awpo.get_config().rl.judge.name == "rule"
 
@@ -103,7 +105,8 @@ def test_unknown_estimator_and_loss_names():
         ("loss.ppo_clip.kl_estimator", "k9", "rl.loss.ppo_clip.kl_estimator"),
         ("loss.ppo_clip.kl_estimator", "k1", "rl.loss.ppo_clip.kl_estimator"),  # k1 as a penalty (kl_beta 0.1)
         ("loss.ppo_clip.ratio_level", "sentence", "rl.loss.ppo_clip.ratio_level"),
-        ("group_filter", "dapo2", "rl.group_filter"),
+        ("group_filter.name", "dapo2", "rl.group_filter.name"),
+        ("shaping.name", "overlong", "rl.shaping.name"),
         ("reward_token_mode", "paired", "rl.reward_token_mode"),
     ],
 )
@@ -119,6 +122,26 @@ def test_every_string_option_fails_at_start_up(path, value, field):
     node[leaf] = value
     e = _err(c)
     assert e.field == field and (repr(value) in str(e) or value == "k1")
+
+
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        ("group_filter.dapo.atol", -0.1, "rl.group_filter.dapo.atol"),
+        ("shaping.dapo_overlong.penalty", -1.0, "rl.shaping.dapo_overlong.penalty"),
+        ("shaping.dapo_overlong.cache_len", 4096, "rl.shaping.dapo_overlong.cache_len"),  # > rl.max_context 1536
+        ("shaping.dapo_overlong.max_len", -1, "rl.shaping.dapo_overlong.max_len"),
+    ],
+)
+def test_the_selected_filter_and_shaping_options_are_checked_at_start_up(path, value, field):
+    c = dapo.get_config("tiny")
+    _check(c)
+    node = c.rl
+    *parents, leaf = path.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+    assert _err(c).field == field
 
 
 def test_options_follow_the_selected_entry():

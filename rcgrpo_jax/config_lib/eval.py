@@ -1,0 +1,61 @@
+"""The eval stage's config (configs/eval.py, and configs/awpo.py's `<preset>,eval`): `base(preset)`, the common
+sections plus the `eval` section (`section()`).
+
+eval.suite: multi_turn (the episodes of `eval.split` of `data.source`), single_turn (BFCL's 13 single-turn
+categories) or bfcl_v4 (both). eval.split: test | train | all for multi-turn (all = the 800 tasks);
+single-turn entries are never trained on, so test and all both mean every entry (train is refused).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+from ml_collections.config_dict import placeholder
+
+from rcgrpo_jax.config_lib import common
+
+
+def base(preset: str) -> ml_collections.ConfigDict:
+    """The eval stage at `preset` (a name of common.PRESETS)."""
+    c = common.base("eval", preset, lr=1e-5, trainer="eval")  # optim/train are unused but keep the checks uniform
+    c.train.batch_size = 1
+    c.train.grad_accum = 1
+    c.model.build_tiny = False  # evaluating a random model means nothing: model.path is required ...
+    c.eval = section()
+    if preset == "tiny":  # the CPU world's episodes: short contexts and steps, one small prefill chunk
+        c.model.build_tiny = True  # ... except for the oracle on tiny, which only needs a tokenizer
+        c.eval.batch_size = 64
+        c.eval.max_context = 2048
+        c.eval.max_step_tokens = 128
+        c.eval.prefill_chunk = 256
+    return c
+
+
+def section() -> ml_collections.ConfigDict:
+    """The `eval` section with its defaults."""
+    c = ml_collections.ConfigDict()
+    c.suite = "multi_turn"  # multi_turn | single_turn | bfcl_v4 (both; overall = BFCL's offline weighting)
+    # model (greedy decoding) | oracle (scripted ground truth: checks the scoring path) | replay (score
+    # raw assistant texts made elsewhere, single- and multi-turn, never calling the model)
+    c.policy = "model"
+    # replay: the folder `bfcl generate` writes (its BFCL_v4_*_result.json files, found recursively), one
+    # such file, or our JSONL {"id": ..., "output": ...}; steps are decoded by the model family's parser
+    c.replay_path = ""
+    # Non-empty: also write this run's outputs as `bfcl generate` does, under DIR/<model>/<group>/, for
+    # `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree` (rcgrpo_jax.eval.bfcl_results)
+    c.bfcl_results_dir = ""
+    # The BFCL model name those files are written for; "" = the family's (hermes: Qwen/Qwen3-0.6B-FC,
+    # whose handler decodes <tool_call> blocks; llama3_json: meta-llama/Llama-3.1-8B-Instruct-FC)
+    c.bfcl_model = ""
+    c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
+    c.split = "test"  # test | train | all (multi-turn: train = tuning on the training split only)
+    c.max_tasks = -1  # > 0: the first N multi-turn tasks of the split, the first N entries of each single-turn category
+    c.batch_size = 32  # episodes per rollout batch
+    c.max_context = 32768  # tokens per episode; past it: truncated
+    c.max_step_tokens = 1024  # decode budget of one assistant step
+    c.prefill_chunk = 2048
+    c.render_mode = "auto"  # append | rerender | auto (as rl.render_mode)
+    c.thinking = placeholder(bool)  # the template's enable_thinking (Qwen3); None = the template's default
+    c.max_steps_per_turn = placeholder(int)  # None = the environment's cap (BFCL: 20); past it the turn ends
+    # Categories reported apart and left out of `overall` (the world's held-out compositions).
+    c.heldout_categories = ("compose_heldout",)
+    return c
