@@ -86,7 +86,11 @@ shards), with the experts' BFCL episodes, rc_grpo.py:qwen2_5_7b:
   block design reaches 0.8 on them; only token packing does (`utilisation_packed` ~0.90, attention still
   dense over the span). A delta's tokens must attend their row's cache, which lives on one shard, so a
   packed delta forward would compute the matmuls on balanced token shards and move q/k/v to the owning
-  shard for attention (an all-gather and a reduce-scatter per layer); not built.
+  shard for attention (an all-gather and a reduce-scatter per layer). That is NOT BUILT; the planner models
+  it (`packed_append_pieces`, the variants `packed_append_dense` and `packed_append_ragged`): with the
+  attention dense over each forward's span the whole reaches ~0.68 (the owners' attention is unbalanced
+  and mostly masked), with a ragged attention (each block over its own context in 128-slot blocks, as the
+  decode kernel reads) ~0.80.
 The whole: 0.28 before the packed prefix, 0.39 with it (`sub_batch_prefill` is the design before), and the
 estimated rollout 37 -> 28 s per step against the 180 s goal.
 
@@ -114,7 +118,10 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
+import jax
+
 from rcgrpo_jax import chat, models
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources, trajectories
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
@@ -209,6 +216,61 @@ class Piece:
     @property
     def slots_read(self) -> int:
         return self.read or self.rows * self.span
+
+
+PACKED_APPEND_TOKENS = 8192  # a (not built) packed append's tokens per forward, all row shards together
+PACKED_APPEND_BLOCK = 32  # its attention's query block: a row's tokens in blocks of this many
+
+
+def packed_append_pieces(
+    counts: dict[int, int],
+    bases: dict[int, int],
+    *,
+    shards: int,
+    rows: int,
+    capacity: int,
+    attention: str = "dense",
+    kind: str = "delta",
+) -> list[Piece]:
+    """The forwards of a token-packed append to rows that hold context (NOT BUILT; what it would compute):
+    the rows' new tokens packed and split evenly over the m row shards for the matmuls (m x Tl token slots,
+    `buckets.token_bucket`), q/k/v moved to the shard that owns each row (an all-gather) and the attention
+    output back (a reduce-scatter), where each row's tokens attend its cache in blocks of
+    PACKED_APPEND_BLOCK queries. A shard's attention is its own blocks': `dense` over the forward's span
+    (span_bucket of its longest row), each shard computing as many blocks as the busiest (row_bucket);
+    `ragged` over each block's own context rounded up to 128 slots (a kernel that skips the rest, as the
+    decode kernel does), plus the block's own W x W, the busiest shard's work counted on every shard.
+    Rows are taken in order into forwards of at most PACKED_APPEND_TOKENS tokens."""
+    w = PACKED_APPEND_BLOCK
+    local = rows // shards
+    out, batch = [], []
+
+    def flush():
+        n = sum(counts[r] for r in batch)
+        tokens = shards * buckets.token_bucket(-(-n // shards))
+        per_shard_blocks = collections.Counter()
+        per_shard_pairs = collections.Counter()
+        for r in batch:
+            for s in range(0, counts[r], w):
+                per_shard_blocks[r // local] += 1
+                per_shard_pairs[r // local] += w * (-(-(bases[r] + s) // 128) * 128) + w * w
+        span = buckets.span_bucket(max(bases[r] + counts[r] for r in batch), capacity)
+        if attention == "ragged":
+            pairs = shards * max(per_shard_pairs.values())
+        else:
+            pairs = shards * buckets.row_bucket(max(per_shard_blocks.values()), 1 << 30, 1) * w * span
+        real_pairs = sum(counts[r] * bases[r] + counts[r] * (counts[r] + 1) // 2 for r in batch)
+        head = buckets.row_bucket(len(batch), rows, 1)
+        out.append(Piece(head, -(-tokens // head), span, len(batch), n, real_pairs, kind, tokens, pairs))
+
+    for r in sorted(counts):
+        if batch and sum(counts[b] for b in batch) + counts[r] > PACKED_APPEND_TOKENS:
+            flush()
+            batch = []
+        batch.append(r)
+    if batch:
+        flush()
+    return out
 
 
 def packed_pieces(counts: dict[int, int], *, shards: int, rows: int, kind: str = "prefix") -> list[Piece]:
@@ -412,6 +474,7 @@ def replay_streaming(
     prefill_rows: Callable[[list[int], int], int] | None = None,
     shards: int = 1,
     packed_prefill: bool = False,
+    packed_append: str = "",
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
 
@@ -423,6 +486,8 @@ def replay_streaming(
     shards: the row shards `RowScheduler` stripes free rows over (ModelPolicy passes the session's m).
     packed_prefill: a group's prefix (into a fresh row) is prefilled token-packed over the `shards` row
       shards (`packed_pieces`, `sampling.packed`: what `DecodeSession` does on a mesh of m > 1).
+    packed_append: "" (the row sub-batch, as the session) | dense | ragged: the other appends through the
+      planner's model of a packed append (`packed_append_pieces`; not built).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -450,6 +515,11 @@ def replay_streaming(
             return
         if packed_prefill and all(bases[r] == 0 for r in counts):  # fresh rows
             for piece in packed_pieces(counts, shards=shards, rows=sched.rows, kind=kind):
+                tally.prefill_piece(piece)
+            return
+        if packed_append:  # not built: the planner's model of a packed append (`packed_append_pieces`)
+            kw = dict(shards=shards, rows=sched.rows, capacity=cap, attention=packed_append, kind=kind)
+            for piece in packed_append_pieces(counts, bases, **kw):
                 tally.prefill_piece(piece)
             return
         need = max([eps[i].length + done.get(i, 0) for i in sched.row_of] + [bases[r] + n for r, n in counts.items()])
@@ -668,15 +738,11 @@ DEFAULT_MFU = 0.4  # the model FLOP utilisation a prefill forward is assumed to 
 
 
 def decode_bytes(preset: str) -> dict[str, int]:
-    """The preset's published architecture (`configs.common.hf_architecture`, so its own family: Qwen2,
+    """The preset's published architecture (`config_lib.common.hf_architecture`, so its own family: Qwen2,
     LLaMA or Qwen3 with q/k norm and head_dim 128), in bf16: the bytes a decode iteration reads (the weights,
     all but the input embedding table, of which one row is gathered; one KV slot: K and V, all layers) and
     the FLOPs a forward computes (`forward_flops`: 2 x the layers' matmul parameters per token, the output
     head per row, and 4 x layers x heads x head_dim per (query, key) pair: q k^T and p v)."""
-    import jax
-
-    from configs import common
-
     cfg = models.ModelConfig.from_hf(common.hf_architecture(preset))
     params = models.abstract_params(cfg)
     count = lambda tree: sum(int(x.size) for x in jax.tree.leaves(tree))  # noqa: E731
@@ -806,6 +872,7 @@ class Design:
     longest_first: bool = False
     sub_batch: bool = True  # prefill/append forwards over the rows with tokens (bucketed), else every row
     packed_prefill: bool = False  # fresh rows (a group's prefix) token-packed over the row shards
+    packed_append: str = ""  # not built: "dense" | "ragged" packed appends (`packed_append_pieces`)
 
 
 def plan(
@@ -848,6 +915,7 @@ def plan(
                     ),
                     shards=batch_multiple,
                     packed_prefill=d.packed_prefill,
+                    packed_append=d.packed_append,
                 )
             )
     return out
@@ -922,6 +990,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # the session before the packed prefill (every append a row sub-batch), and before the sub-batch
     designs["sub_batch_prefill"] = dataclasses.replace(designs[gpu], packed_prefill=False)
     designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False, packed_prefill=False)
+    if pk:  # not built: what packed appends would add (`packed_append_pieces`), beside the session's design
+        designs["packed_append_dense"] = dataclasses.replace(designs[gpu], packed_append="dense")
+        designs["packed_append_ragged"] = dataclasses.replace(designs[gpu], packed_append="ragged")
     tallies = plan(
         episodes,
         designs,

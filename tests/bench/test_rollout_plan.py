@@ -139,6 +139,7 @@ def test_command_on_a_few_real_tasks():
     lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.startswith("{")]
     assert lines[-1]["kv_read_utilisation"] == pytest.approx(row["kv_read_utilisation"], abs=1e-4)
     designs = ["baseline", "new", "new_whole_steps", "new_ragged", "sub_batch_prefill", "all_rows_prefill"]
+    designs += ["packed_append_dense", "packed_append_ragged"]  # not built: the planner's model beside it
     assert [x["design"] for x in lines[:-1]] == designs
     for f in [row, row["baseline"], *row["variants"].values()]:
         assert 0 < f["kv_read_utilisation"] <= 1 and 0 < f["row_utilisation"] <= 1
@@ -354,3 +355,33 @@ def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
     assert sum(p.tokens for p in packed_log) == stats["packed_tokens_computed"]
     assert sum(p.rows * p.width for p in rect_log) == stats["prefill_rows_computed"]
     assert sum(p.real_tokens for p in t.prefill_log) == stats["prefill_tokens"]
+
+
+def test_packed_pieces_by_hand():
+    """Two fresh rows of 100 and 1500 tokens and one of 3000 on 4 row shards: `packed.pack` puts the first two
+    in one forward (1600 tokens -> 400 a shard -> token_bucket 448), the third alone (750 -> 768)."""
+    got = rp.packed_pieces({3: 100, 7: 1500, 12: 3000}, shards=4, rows=160)
+    assert [(p.tokens, p.pairs, p.read, p.rows, p.real_rows, p.real_tokens) for p in got] == [
+        (4 * 448, (4 * 448) ** 2, 4 * 448, 2, 2, 1600),
+        (4 * 768, (4 * 768) ** 2, 4 * 768, 1, 1, 3000),
+    ]
+    assert got[0].real_pairs == 100 * 101 // 2 + 1500 * 1501 // 2 and got[0].computed_tokens == 4 * 448
+    assert got[1].slots_read == 4 * 768 and got[1].computed_pairs == (4 * 768) ** 2
+
+
+def test_packed_append_pieces_by_hand():
+    """Deltas of 40 tokens to row 0 (holding 1000) and 70 to row 41 (holding 300), 160 rows on 4 shards (rows
+    0-39 on shard 0, 40-79 on shard 1): 110 tokens -> 28 a shard -> 64; blocks of 32: shard 0 has 2 (slots
+    1000 and 1032 on), shard 1 has 3 (300, 332, 364)."""
+    counts, bases = {0: 40, 41: 70}, {0: 1000, 41: 300}
+    kw = dict(shards=4, rows=160, capacity=16896)
+    dense, ragged = (rp.packed_append_pieces(counts, bases, attention=a, **kw) for a in ("dense", "ragged"))
+    assert len(dense) == len(ragged) == 1
+    d, r = dense[0], ragged[0]
+    assert d.tokens == r.tokens == 4 * 64 and d.real_tokens == 110 and d.rows == 2
+    span = rp.buckets.span_bucket(1070, 16896)  # 1536
+    assert d.pairs == 4 * 4 * 32 * span  # the busiest shard's 3 blocks -> 4, on every shard
+    shard0 = 32 * 1024 + 32 * 1152 + 2 * 32 * 32  # roundup(1000, 128) = 1024, roundup(1032, 128) = 1152
+    shard1 = 32 * (384 + 384 + 384) + 3 * 32 * 32  # roundup(300 | 332 | 364, 128) = 384
+    assert r.pairs == 4 * max(shard0, shard1)
+    assert d.real_pairs == 40 * 1000 + 40 * 41 // 2 + 70 * 300 + 70 * 71 // 2

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import common
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.models import ModelConfig, abstract_params, forward, init_cache, load_hf, positions_from_mask
 from tests.helpers.hf_models import VOCAB, hf_logits
 
