@@ -8,12 +8,20 @@ The config is locked (a misspelt override fails), validated at start-up (the tra
 the error names the field), and dispatched by `config.trainer` through `rcgrpo_jax.stages.TRAINERS`.
 A run resumes from the latest checkpoint in --workdir. A bad config or flag ends the process with one
 line on stderr (`error: config.<field>: ...`) and exit code 2; `--verbose` keeps the traceback.
+
+A registry entry of the user's own module is selected as `module:entry`
+(`--config.rl.advantage.name=my_module:my_estimator`). The launcher imports every module named so in a
+`--config.<field>=module:entry` override before it builds the config, so the entry is registered when the
+config's selection sections are made (`registry.selection`): its options get their subsection and can be set
+on the same command line (`--config.rl.advantage.my_estimator.alpha=0.3`).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import sys
 from typing import Any, Sequence
 
@@ -97,6 +105,26 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
     return {k: v for k, v in summary.items() if k != "metrics"}
 
 
+_USER_ENTRY = re.compile(r"^--config\.([\w.]+)=([A-Za-z_][\w.]*):([A-Za-z_]\w*)$")
+
+
+def import_user_modules(argv: Sequence[str]) -> list[str]:
+    """Imports the module of every `--config.<field>=module:entry` override in argv (module docstring);
+    returns their names. A module that does not import raises ConfigError naming the field."""
+    names = []
+    for arg in argv[1:]:
+        m = _USER_ENTRY.match(arg)
+        if m is None:
+            continue
+        field, module = m.group(1), m.group(2)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(field, f"module {module!r} of {m.group(2)}:{m.group(3)} does not import: {e}") from e
+        names.append(module)
+    return names
+
+
 def _error_line(e: BaseException) -> str:
     """One line for the user: the message, or for a chained report (a config file that raised while the
     flag was parsed) its first line and its last (the original error)."""
@@ -112,6 +140,7 @@ def _error_line(e: BaseException) -> str:
 def parse_config(argv: Sequence[str]):
     """The config that `argv` (argv[0] the program name) selects, with its overrides applied (raises on a
     bad flag or config file, as the command line does)."""
+    import_user_modules(argv)
     fv = flags.FlagValues()
     define_flags(fv, sys_argv=argv)
     fv(list(argv))
@@ -127,6 +156,7 @@ def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
         define_flags(fv, sys_argv=argv)
     verbose = "--verbose" in argv
     try:
+        import_user_modules(argv)  # so their entries' options exist when the config file is loaded
         try:
             fv(list(argv))  # loads the config file and applies the overrides: every error here is the user's
         except Exception as e:

@@ -95,3 +95,53 @@ def test_a_bad_module_or_entry_fails_at_start_up_naming_the_field(override, fiel
     with pytest.raises(ConfigError) as e:
         _config(override.format(name))
     assert e.value.field == field and name.split(":")[0 if "no_such_module" in name else 1] in str(e.value)
+
+
+_SUBPROCESS = """
+import json, sys
+import numpy as np
+from rcgrpo_jax import main
+from rcgrpo_jax.registry import selected
+from rcgrpo_jax.rl import advantages
+from rcgrpo_jax.train import rl_config
+config = main.parse_config(sys.argv)
+rl_config.check(config, 1)  # the start-up check validates the entry's options
+name, options = selected(advantages.REGISTRY, config.rl.advantage)
+adv, _ = advantages.get(name)(np.array([[0.0, 1.0]], np.float32), config=options)
+print(json.dumps({"name": name, "scale": options.scale, "adv": np.asarray(adv).tolist()}))
+"""
+
+
+def _run_launcher_parse(*overrides: str):
+    import subprocess
+    import sys
+
+    argv = ["main", f"--config={GRPO}:tiny", *(f"--config.{o}" for o in overrides)]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", _SUBPROCESS, *argv[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_a_user_entry_takes_command_line_options():
+    """In a fresh process (the module imported by nobody else): the launcher imports the module named in a
+    `module:entry` override before it builds the config, so the entry's option subsection exists and the
+    command line sets it; the selected estimator runs with it (GRPO's [-1, 1] scaled by 2.5). A bad value
+    fails its check, and so does an option the entry does not have."""
+    mod = "tests.helpers.user_estimator"
+    run = _run_launcher_parse(f"rl.advantage.name={mod}:scaled_grpo", "rl.advantage.scaled_grpo.scale=2.5")
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = __import__("json").loads(run.stdout.strip().splitlines()[-1])
+    assert got["name"] == "scaled_grpo" and got["scale"] == 2.5
+    np.testing.assert_allclose(got["adv"], [[-2.5, 2.5]], rtol=1e-5)
+    bad = _run_launcher_parse(f"rl.advantage.name={mod}:scaled_grpo", "rl.advantage.scaled_grpo.scale=-1")
+    assert bad.returncode != 0 and "scale: must be > 0" in bad.stderr
+    typo = _run_launcher_parse(f"rl.advantage.name={mod}:scaled_grpo", "rl.advantage.scaled_grpo.scael=2")
+    assert typo.returncode != 0 and "scael" in typo.stderr
+
+
+def test_a_user_module_that_does_not_import_names_its_field():
+    with pytest.raises(ConfigError, match="rl.advantage.name.*no_such_module_xyz"):
+        main.import_user_modules(["main", "--config.rl.advantage.name=no_such_module_xyz:est"])
+    assert main.import_user_modules(["main", "--config=configs/grpo.py:tiny", "--config.rl.group_size=4"]) == []

@@ -10,18 +10,9 @@ from rcgrpo_jax import models, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import SamplingParams, buckets, packed, row_shards
 from rcgrpo_jax.sampling.session import DecodeSession
+from tests.helpers.tiny_sizes import TINY_QWEN2
 
-CONFIG = ModelConfig(  # test_session's tiny Qwen2 sizes
-    model_type="qwen2",
-    vocab_size=96,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    attention_bias=True,
-)
+CONFIG = TINY_QWEN2
 
 
 def test_token_bucket_by_hand():

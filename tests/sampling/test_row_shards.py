@@ -11,9 +11,9 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import SamplingParams, row_shards
 from rcgrpo_jax.sampling.session import DecodeSession
+from tests.helpers.tiny_sizes import TINY_QWEN2
 
 MESHES = {"2x2x2": {"data": 2, "fsdp": 2, "tensor": 2}, "1x4x2": {"data": 1, "fsdp": 4, "tensor": 2}}
 R, G, S, D = 16, 2, 12, 3  # rows, kv heads, slots, head dim
@@ -78,17 +78,7 @@ def test_gather_scatter_copy_equal_the_plain_ops(mesh_name):
     np.testing.assert_array_equal(np.asarray(run(x, np.zeros(len(idx), np.int32), new, src, dst)[2]), want_copy)
 
 
-CONFIG = ModelConfig(
-    model_type="qwen2",
-    vocab_size=96,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    attention_bias=True,
-)
+CONFIG = TINY_QWEN2
 _OP = re.compile(r"= (.*?) (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]")
 _BYTES = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "pred": 1, "f16": 2, "s8": 1, "u8": 1}

@@ -11,24 +11,14 @@ import numpy as np
 import pytest
 
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step
 from rcgrpo_jax.sampling import session as session_mod
 from rcgrpo_jax.sampling.session import DecodeSession
+from tests.helpers.tiny_sizes import TINY_QWEN2
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
-CONFIG = ModelConfig(  # test_sampler's tiny Qwen2 sizes
-    model_type="qwen2",
-    vocab_size=96,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    attention_bias=True,
-)
+CONFIG = TINY_QWEN2
 ROWS, SPAN, CHUNK = 16, 256, 64
 
 
