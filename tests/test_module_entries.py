@@ -70,6 +70,16 @@ def test_a_users_kl_estimator_runs_in_the_loss():
         np.testing.assert_allclose(loss_sum / denominator, 0.075, rtol=1e-6)
 
 
+def test_a_users_loss_aggregation_runs_in_the_loss():
+    config = _config(f"rl.loss.ppo_clip.agg_mode={MOD}:per_row_cap", "rl.loss.ppo_clip.kl_beta=0.0")
+    chosen = rl_config.choices(config)
+    logp = jnp.array([[-1.0, -2.0, -0.5, 0.0]])
+    adv, mask = jnp.array([2.0]), jnp.array([[1.0, 1.0, 0.0, 0.0]])
+    loss_sum, denominator, _ = losses.get(chosen.loss)(logp, logp, None, adv, mask, config=chosen.loss_options)
+    # ratio 1, clipped surrogate -A per masked token: -2 - 2 = -4, over a fixed 1 x 4 denominator
+    np.testing.assert_allclose([loss_sum, denominator], [-4.0, 4.0], rtol=1e-6)
+
+
 def test_a_users_reward_scores_the_runs_episodes():
     config = _config(f"rl.reward={MOD}:any_call")
     task = sources.tasks(config.data, "rl")[0]

@@ -34,8 +34,8 @@ default_config = _REGISTRY.default_config
 check = _REGISTRY.check
 
 kl_estimators: Registry[KLEstimator] = Registry("KL estimator")
-
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+Aggregation = Callable[[Array, Array, float], tuple[Array, Array]]
+aggregations: Registry[Aggregation] = Registry("loss aggregation mode")
 
 
 # ---------------------------------------------------------------- KL estimators
@@ -85,27 +85,48 @@ def kl_penalty(logp: Array, ref_logp: Array, estimator: str, clamp: float | None
 # ---------------------------------------------------------------- aggregation
 
 
-def aggregate(per_token: Array, mask: Array, mode: str, norm_const: float = 1.0) -> tuple[Array, Array]:
-    """(sum, denominator) of a [B, T] per-token loss under `mode`; rows with no mask are not sequences.
+# A loss's `agg_mode` option names one (or "module:name", a user's own). Each maps a [B, T] per-token loss l and
+# its mask m to the (sum, denominator) pair that `finalize` divides and micro-batches add up (`train.state`).
 
-    token-mean:               sum_bt m l                      / sum_bt m
-    seq-mean-token-mean:      sum_b (sum_t m l / sum_t m)     / #seqs
-    seq-mean-token-sum:       sum_bt m l                      / #seqs
-    seq-mean-token-sum-norm:  sum_bt m l                      / (#seqs * norm_const)  (Dr.GRPO)
-    """
-    mask = mask.astype(jnp.float32)
-    masked = per_token * mask
-    tokens_per_seq = mask.sum(axis=1)
-    num_seqs = jnp.sum(tokens_per_seq > 0).astype(jnp.float32)
-    if mode == "token-mean":
-        return masked.sum(), mask.sum()
-    if mode == "seq-mean-token-mean":
-        return jnp.sum(masked.sum(axis=1) / jnp.maximum(tokens_per_seq, 1.0)), num_seqs
-    if mode == "seq-mean-token-sum":
-        return masked.sum(), num_seqs
-    if mode == "seq-mean-token-sum-norm":
-        return masked.sum(), num_seqs * norm_const
-    raise ValueError(f"unknown loss aggregation mode {mode!r}; known: {', '.join(AGG_MODES)}")
+
+def _seqs(mask: Array) -> Array:
+    """#seqs: the rows with at least one masked-in token."""
+    return jnp.sum(mask.sum(axis=1) > 0).astype(jnp.float32)
+
+
+@aggregations.register("token-mean")
+def agg_token_mean(per_token: Array, mask: Array, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """sum_bt m l / sum_bt m: every token weighs the same."""
+    return (per_token * mask).sum(), mask.sum()
+
+
+@aggregations.register("seq-mean-token-mean")
+def agg_seq_mean_token_mean(per_token: Array, mask: Array, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """sum_b (sum_t m l / sum_t m) / #seqs: every sequence weighs the same (GRPO's)."""
+    per_seq = (per_token * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+    return jnp.sum(per_seq), _seqs(mask)
+
+
+@aggregations.register("seq-mean-token-sum")
+def agg_seq_mean_token_sum(per_token: Array, mask: Array, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """sum_bt m l / #seqs."""
+    return (per_token * mask).sum(), _seqs(mask)
+
+
+@aggregations.register("seq-mean-token-sum-norm")
+def agg_seq_mean_token_sum_norm(per_token: Array, mask: Array, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """sum_bt m l / (#seqs * norm_const) (Dr.GRPO: a constant in place of each sequence's length)."""
+    return (per_token * mask).sum(), _seqs(mask) * norm_const
+
+
+def aggregate(per_token: Array, mask: Array, mode: str, norm_const: float = 1.0) -> tuple[Array, Array]:
+    """(sum, denominator) of a [B, T] per-token loss under the aggregation `mode` (a name of `aggregations`, or
+    "module:name"); rows with no mask are not sequences. An unknown mode is a ValueError naming the known ones."""
+    try:
+        fn = aggregations.lookup(mode)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    return fn(per_token, mask.astype(jnp.float32), norm_const)
 
 
 def finalize(loss_sum: Array, denominator: Array) -> Array:
@@ -231,7 +252,7 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
 
 def clipped_validate(cfg: ml_collections.ConfigDict) -> None:
     """Start-up checks of a clipped loss's options (`Registry.check`)."""
-    check_choice(cfg, "agg_mode", AGG_MODES)
+    check_entry(cfg, "agg_mode", aggregations)
     check_choice(cfg, "ratio_level", RATIO_LEVELS)
     check_choice(cfg, "ratio_baseline", RATIO_BASELINES)
     kl_estimator = check_entry(cfg, "kl_estimator", kl_estimators)

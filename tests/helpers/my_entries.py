@@ -1,10 +1,11 @@
 """A user's own registry entries, from outside the package: one group filter, one reward shaping, one KL
-estimator and one reward. Each is selected as `tests.helpers.my_entries:<name>` (the module is imported at
+estimator, one loss aggregation and one reward. Each is selected as `tests.helpers.my_entries:<name>` (the module is imported at
 start-up, which registers them):
 
     --config.rl.group_filter.name=tests.helpers.my_entries:unsolved_groups
     --config.rl.shaping.name=tests.helpers.my_entries:sampled_token_cost
     --config.rl.loss.ppo_clip.kl_estimator=tests.helpers.my_entries:abs_log_ratio
+    --config.rl.loss.ppo_clip.agg_mode=tests.helpers.my_entries:per_row_cap
     --config.rl.reward=tests.helpers.my_entries:any_call
 
 `tests/test_module_entries.py` selects each one, checks it at start-up and calls it.
@@ -40,6 +41,12 @@ def sampled_token_cost(rewards, episodes, *, rl, config=None):
 def abs_log_ratio(logp, ref_logp):
     """|log pi - log pi_ref| (an illustration: >= 0, not an unbiased KL estimate)."""
     return jnp.abs(logp - ref_logp)
+
+
+@losses.aggregations.register("per_row_cap", override=True)
+def per_row_cap(per_token, mask, norm_const: float = 1.0):
+    """sum_bt m l / (B * T): every micro-batch row as if it filled its whole width (a fixed denominator)."""
+    return (per_token * mask).sum(), jnp.asarray(float(mask.shape[0] * mask.shape[1]), jnp.float32)
 
 
 @reward_lib.register("any_call", override=True)
