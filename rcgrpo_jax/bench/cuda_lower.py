@@ -12,6 +12,8 @@ shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract pa
                           full-capacity cache of the ragged layout (its attention is `decode_step`'s XLA one)
              prefill_packed  the token-packed prefill of a fresh row (`sampling.packed.prefill_impl`): one
                           row of `rl.max_context` tokens split over the row shards, its K/V gathered on each
+             append_packed   the token-packed append to rows with context (`sampling.packed_append`): as many
+                          tokens, every attention block on one row shard, over the full capacity
              append_rows  the session's append to some rows (`session._append_rows_impl`): the largest
                           sub-batch below the whole batch, each device taking its own rows (`shard_map`)
              copy_rows    the session's sibling copy of one layer's K or V (`row_shards.copy_rows`, a psum
@@ -53,7 +55,7 @@ from rcgrpo_jax import config_checks, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.sampling import SamplingParams, decode_step, packed, row_shards, sampler, session
+from rcgrpo_jax.sampling import SamplingParams, decode_step, packed, packed_append, row_shards, sampler, session
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
@@ -62,6 +64,7 @@ PLATFORM = "cuda"
 RL_PROGRAMS = (
     "prefill",
     "prefill_packed",
+    "append_packed",
     "append_rows",
     "copy_rows",
     "decode",
@@ -231,6 +234,25 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
         with sampler.mesh_context(mesh, decode_rules):
             return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
 
+    n_blocks = m * (dry_run.rollout_shapes(config, mesh)["append_blocks"] if not tiny else 4)
+
+    def append_packed():
+        def fn(w, kv, logits, tokens, rows, slots, b_rows, b_first, b_count, b_start, last, last_rows, lengths):
+            args = (tokens, rows, slots, b_rows, b_first, b_count, b_start, last, last_rows, lengths)
+            return packed_append.append_impl(s, w, kv, logits, *args, span=shapes.capacity)
+
+        args = (
+            weights,
+            cache,
+            _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
+            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),
+            *(_sds((n_blocks,), jnp.int32, b1) for _ in range(4)),
+            *(_sds((1,), jnp.int32, rep) for _ in range(3)),
+        )
+        in_sh = (w_sh, cache_sh, b2) + (b1,) * 7 + (rep,) * 3
+        with sampler.mesh_context(mesh, decode_rules):
+            return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
+
     def copy_rows():
 
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
@@ -296,10 +318,11 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
 
     rollout_at = {"rows": shapes.rows, "capacity": shapes.capacity}
     train_at = {"micro": shapes.micro, "length": shapes.length}
-    builds = (prefill, prefill_packed, append_rows, copy_rows, decode, ref_logprobs, rl_update, rl_apply)
+    builds = (prefill, prefill_packed, append_packed, append_rows, copy_rows, decode, ref_logprobs, rl_update, rl_apply)
     ats = (
         {**rollout_at, "width": shapes.prefill_width},
         {**rollout_at, "packed_tokens": n_packed},
+        {**rollout_at, "packed_tokens": n_packed, "blocks": n_blocks},
         {**rollout_at, "width": shapes.prefill_width, "sub_batch_rows": sub},
         {**rollout_at, "copy_rows": n_copy},
         {**rollout_at, "max_new_tokens": shapes.max_new_tokens},

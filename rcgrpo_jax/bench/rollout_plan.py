@@ -60,9 +60,10 @@ Figures, summed over every decode iteration of every call:
     keys), the head once per row with tokens. The new session (`sampling.session`) computes a forward over
     the rows with tokens in that chunk, taken by each of the m row shards (m = the batch sharding, data x
     fsdp = 4 on 8 GPUs) from its own rows into K = row_bucket(its most live rows, rows / m, 1) rows, so
-    m x K rows in all (`row_shards.shard_local_rows`), except a group's prefix into a fresh row, which on
-    m > 1 row shards is token-packed over all of them (`packed_pieces`: m x Tl token slots, attention over
-    all of them, no cache read); `sub_batch_prefill` is the design without the packing, `all_rows_prefill`
+    m x K rows in all (`row_shards.shard_local_rows`); on m > 1 row shards the session packs every append
+    instead (`packed_pieces`: a fresh row's tokens split over the shards, attention over all of them, no
+    cache read; `packed_append_pieces`: the tokens split over the shards for the matmuls, each owner shard
+    attending its rows' blocks); `sub_batch_prefill` is the design with row sub-batches, `all_rows_prefill`
     the one computing every row (the session before both): about 1/rows for a one-group admission;
   est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs, each forward at its roofline,
     max(bytes / `--hbm_tb_s`, FLOPs / (devices x `--peak_tflops` x `--mfu`)): per decode iteration and per
@@ -76,23 +77,18 @@ Figures, summed over every decode iteration of every call:
 The bound on prefill_flop_utilisation (the last line's `prefill_bound`, per kind of forward: a group's
 prefix into one fresh row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs (m = 4 row
 shards), with the experts' BFCL episodes, rc_grpo.py:qwen2_5_7b:
-- prefixes: a refill admits one group at a time, so a row sub-batch computes 4 rows (one per row shard) for
-  its one real row: ~0.31 real. The session prefills fresh rows token-packed over the row shards instead
-  (`sampling.packed`, `packed_prefill` here): ~0.85, the rest the per-shard token bucket and the dense
-  attention over the gathered keys (N x N pairs for N(N+1)/2 real).
-- deltas (now ~78% of the FLOPs computed): the rows that just ended their step append their tool output in a
-  row sub-batch, each shard computing as many rows as its busiest and every row as wide as the longest
-  delta: ~0.27. With no padding row at all (`utilisation_no_padding_rows`) ~0.45, so no [rows, width]
-  block design reaches 0.8 on them; only token packing does (`utilisation_packed` ~0.90, attention still
-  dense over the span). A delta's tokens must attend their row's cache, which lives on one shard, so a
-  packed delta forward would compute the matmuls on balanced token shards and move q/k/v to the owning
-  shard for attention (an all-gather and a reduce-scatter per layer). That is NOT BUILT; the planner models
-  it (`packed_append_pieces`, the variants `packed_append_dense` and `packed_append_ragged`): with the
-  attention dense over each forward's span the whole reaches ~0.68 (the owners' attention is unbalanced
-  and mostly masked), with a ragged attention (each block over its own context in 128-slot blocks, as the
-  decode kernel reads) ~0.80.
-The whole: 0.28 before the packed prefix, 0.39 with it (`sub_batch_prefill` is the design before), and the
-estimated rollout 37 -> 28 s per step against the 180 s goal.
+- row sub-batches (`sub_batch_prefill`, the session before the packing): a refill admits one group at a
+  time, so a prefix forward computes 4 rows (one per row shard) for its one real row (~0.31 real), and a
+  delta forward computes on every shard as many rows as the busiest holds, each as wide as the longest
+  delta (~0.27; ~0.45 with no padding row at all). Whole: 0.28, est. rollout 37 s per step.
+- token-packed (the session on a mesh): a prefix is split over the row shards with its K/V gathered
+  (`sampling.packed`, ~0.85 real: the per-shard token bucket and the dense attention over the gathered
+  keys); a delta's matmuls are split over the row shards and its attention runs on the shard that owns
+  the row (`sampling.packed_append`, ~0.60: each owner attends its own blocks densely over the forward's
+  span, and the owners' shares are as unbalanced as their rows). Whole: 0.68, est. rollout 18 s.
+- a ragged attention for the packed appends (`ragged_append_attention`; NOT BUILT: each block reading its
+  own context in 128-slot blocks, as the decode kernel reads a row) would make the whole ~0.80 (0.79 for
+  llama3_1_8b, 0.78 for awpo qwen3_8b): that is the remaining gap to the 0.8 goal, and it needs a kernel.
 
 AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
 BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
@@ -127,7 +123,7 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
 from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets, packed, row_shards
+from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -218,10 +214,6 @@ class Piece:
         return self.read or self.rows * self.span
 
 
-PACKED_APPEND_TOKENS = 8192  # a (not built) packed append's tokens per forward, all row shards together
-PACKED_APPEND_BLOCK = 32  # its attention's query block: a row's tokens in blocks of this many
-
-
 def packed_append_pieces(
     counts: dict[int, int],
     bases: dict[int, int],
@@ -232,44 +224,27 @@ def packed_append_pieces(
     attention: str = "dense",
     kind: str = "delta",
 ) -> list[Piece]:
-    """The forwards of a token-packed append to rows that hold context (NOT BUILT; what it would compute):
-    the rows' new tokens packed and split evenly over the m row shards for the matmuls (m x Tl token slots,
-    `buckets.token_bucket`), q/k/v moved to the shard that owns each row (an all-gather) and the attention
-    output back (a reduce-scatter), where each row's tokens attend its cache in blocks of
-    PACKED_APPEND_BLOCK queries. A shard's attention is its own blocks': `dense` over the forward's span
-    (span_bucket of its longest row), each shard computing as many blocks as the busiest (row_bucket);
-    `ragged` over each block's own context rounded up to 128 slots (a kernel that skips the rest, as the
-    decode kernel does), plus the block's own W x W, the busiest shard's work counted on every shard.
-    Rows are taken in order into forwards of at most PACKED_APPEND_TOKENS tokens."""
-    w = PACKED_APPEND_BLOCK
-    local = rows // shards
-    out, batch = [], []
-
-    def flush():
-        n = sum(counts[r] for r in batch)
-        tokens = shards * buckets.token_bucket(-(-n // shards))
-        per_shard_blocks = collections.Counter()
-        per_shard_pairs = collections.Counter()
-        for r in batch:
-            for s in range(0, counts[r], w):
-                per_shard_blocks[r // local] += 1
-                per_shard_pairs[r // local] += w * (-(-(bases[r] + s) // 128) * 128) + w * w
-        span = buckets.span_bucket(max(bases[r] + counts[r] for r in batch), capacity)
-        if attention == "ragged":
-            pairs = shards * max(per_shard_pairs.values())
+    """The forwards of `sampling.packed_append` for rows holding bases[r] tokens getting counts[r] more
+    (`packed_append.pack`): each computes m x Tl token slots through the matmuls and puts a bucket of its rows
+    through the head; its attention is each row shard's own blocks (`AppendForward.blocks`), the busiest
+    shard's work counted on every shard. `dense` (what the session runs): every shard attends K =
+    `blocks_per_shard` blocks of `packed_append.BLOCK` queries over the forward's `span`. `ragged` (NOT BUILT:
+    a kernel that reads each block's own context, as the decode kernel does): a block at slot p reads
+    roundup(p, 128) slots of its row's cache plus its own BLOCK x BLOCK."""
+    if attention not in ("dense", "ragged"):
+        raise ValueError(f"attention must be dense or ragged, got {attention!r}")
+    w, out = packed_append.BLOCK, []
+    for fwd in packed_append.pack(counts, bases):
+        tokens = shards * fwd.per_shard(shards)
+        span = fwd.span(capacity)
+        if attention == "dense":
+            pairs = shards * fwd.blocks_per_shard(shards, rows) * w * span
         else:
-            pairs = shards * buckets.row_bucket(max(per_shard_blocks.values()), 1 << 30, 1) * w * span
-        real_pairs = sum(counts[r] * bases[r] + counts[r] * (counts[r] + 1) // 2 for r in batch)
-        head = buckets.row_bucket(len(batch), rows, 1)
-        out.append(Piece(head, -(-tokens // head), span, len(batch), n, real_pairs, kind, tokens, pairs))
-
-    for r in sorted(counts):
-        if batch and sum(counts[b] for b in batch) + counts[r] > PACKED_APPEND_TOKENS:
-            flush()
-            batch = []
-        batch.append(r)
-    if batch:
-        flush()
+            per_shard = [sum(w * (-(-st // 128) * 128) + w * w for _, _, _, st in b) for b in fwd.blocks(shards, rows)]
+            pairs = shards * max(per_shard)
+        real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
+        head = buckets.row_bucket(len(fwd.rows), rows, 1)
+        out.append(Piece(head, -(-tokens // head), span, len(fwd.rows), fwd.tokens, real_pairs, kind, tokens, pairs))
     return out
 
 
@@ -474,7 +449,7 @@ def replay_streaming(
     prefill_rows: Callable[[list[int], int], int] | None = None,
     shards: int = 1,
     packed_prefill: bool = False,
-    packed_append: str = "",
+    append_attention: str = "dense",
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
 
@@ -484,10 +459,10 @@ def replay_streaming(
       of the m row shards computes as many rows as the one with the most live rows);
       `lambda live, rows: rows` = every row (the session before the sub-batch).
     shards: the row shards `RowScheduler` stripes free rows over (ModelPolicy passes the session's m).
-    packed_prefill: a group's prefix (into a fresh row) is prefilled token-packed over the `shards` row
-      shards (`packed_pieces`, `sampling.packed`: what `DecodeSession` does on a mesh of m > 1).
-    packed_append: "" (the row sub-batch, as the session) | dense | ragged: the other appends through the
-      planner's model of a packed append (`packed_append_pieces`; not built).
+    packed_prefill: appends token-packed over the `shards` row shards, as `DecodeSession` does on a mesh of
+      m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_pieces`), the other appends by
+      `sampling.packed_append` (`packed_append_pieces`); False = row sub-batches.
+    append_attention: the packed appends' attention: dense (the session's) | ragged (not built).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -513,13 +488,13 @@ def replay_streaming(
         counts = {r: n for r, n in counts.items() if n > 0}
         if not counts:
             return
-        if packed_prefill and all(bases[r] == 0 for r in counts):  # fresh rows
-            for piece in packed_pieces(counts, shards=shards, rows=sched.rows, kind=kind):
-                tally.prefill_piece(piece)
-            return
-        if packed_append:  # not built: the planner's model of a packed append (`packed_append_pieces`)
-            kw = dict(shards=shards, rows=sched.rows, capacity=cap, attention=packed_append, kind=kind)
-            for piece in packed_append_pieces(counts, bases, **kw):
+        if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
+            fresh = {r: n for r, n in counts.items() if bases[r] == 0}
+            held = {r: n for r, n in counts.items() if bases[r] > 0}
+            kw = dict(shards=shards, rows=sched.rows, capacity=cap, attention=append_attention, kind=kind)
+            for piece in packed_pieces(fresh, shards=shards, rows=sched.rows, kind=kind) + packed_append_pieces(
+                held, bases, **kw
+            ):
                 tally.prefill_piece(piece)
             return
         need = max([eps[i].length + done.get(i, 0) for i in sched.row_of] + [bases[r] + n for r, n in counts.items()])
@@ -781,8 +756,9 @@ def prefill_bound(tally: Tally, sizes: dict) -> dict:
     """Where the prefill FLOPs go, per kind of forward (prefix / suffix / delta): its share of the FLOPs
     computed, its utilisation, and the utilisation it would have with no padding row (each forward over
     exactly its rows with tokens: the best any row bucketing reaches), and with no padding at all
-    (`utilisation_packed`: only the real tokens computed, as a token-packed forward would, their attention
-    still dense over the span): the arithmetic that bounds `prefill_flop_utilisation` for this design."""
+    (`utilisation_packed`: only the real tokens computed, their attention still dense over the span): the
+    arithmetic that bounds `prefill_flop_utilisation` for this design. A packed forward (`Piece.tokens`) has
+    no padding row: its no-padding-rows figure is its own."""
     kinds: dict[str, list[Piece]] = collections.defaultdict(list)
     for p in tally.prefill_log:
         kinds[p.kind or "other"].append(p)
@@ -793,11 +769,15 @@ def prefill_bound(tally: Tally, sizes: dict) -> dict:
     out = {}
     for kind, ps in kinds.items():
         real = sum(forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs) for p in ps)
-        dense = lambda rows: sum(  # noqa: E731 - FLOPs over `rows(p)` rows x width, attention over the span
-            forward_flops(sizes, tokens=rows(p) * p.width, rows=rows(p), pairs=rows(p) * p.width * p.span) for p in ps
-        )
         computed = sum(forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs) for p in ps)
-        no_pad_rows = dense(lambda p: p.real_rows)
+        no_pad_rows = sum(  # a row block over its real rows x width; a packed forward has no padding row to drop
+            forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs)
+            if p.tokens
+            else forward_flops(
+                sizes, tokens=p.real_rows * p.width, rows=p.real_rows, pairs=p.real_rows * p.width * p.span
+            )
+            for p in ps
+        )
         no_pad = sum(
             forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_tokens * p.span) for p in ps
         )
@@ -871,8 +851,8 @@ class Design:
     slice_tokens: int = 0
     longest_first: bool = False
     sub_batch: bool = True  # prefill/append forwards over the rows with tokens (bucketed), else every row
-    packed_prefill: bool = False  # fresh rows (a group's prefix) token-packed over the row shards
-    packed_append: str = ""  # not built: "dense" | "ragged" packed appends (`packed_append_pieces`)
+    packed_prefill: bool = False  # appends token-packed over the row shards (`sampling.packed`, `packed_append`)
+    append_attention: str = "dense"  # the packed appends' attention: dense (built) | ragged (not built)
 
 
 def plan(
@@ -915,7 +895,7 @@ def plan(
                     ),
                     shards=batch_multiple,
                     packed_prefill=d.packed_prefill,
-                    packed_append=d.packed_append,
+                    append_attention=d.append_attention,
                 )
             )
     return out
@@ -990,9 +970,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # the session before the packed prefill (every append a row sub-batch), and before the sub-batch
     designs["sub_batch_prefill"] = dataclasses.replace(designs[gpu], packed_prefill=False)
     designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False, packed_prefill=False)
-    if pk:  # not built: what packed appends would add (`packed_append_pieces`), beside the session's design
-        designs["packed_append_dense"] = dataclasses.replace(designs[gpu], packed_append="dense")
-        designs["packed_append_ragged"] = dataclasses.replace(designs[gpu], packed_append="ragged")
+    if pk:  # not built: the packed appends with a ragged attention (`packed_append_pieces`)
+        designs["ragged_append_attention"] = dataclasses.replace(designs[gpu], append_attention="ragged")
     tallies = plan(
         episodes,
         designs,

@@ -12,6 +12,12 @@ cache's whole span, which the session keeps at `buckets.span_bucket` of the slot
 so a decode step reads (rows x span) slots, span within a bucket of the longest row, whatever the rows'
 history. Resizing copies one layer's K or V at a time (a transient of one layer, not of the cache).
 
+On a mesh of m > 1 row shards an append is token-packed (`packed_prefill`, on by default there): the rows
+that hold no token yet by `sampling.packed` (their tokens split over the row shards, K/V gathered), the others
+by `sampling.packed_append` (their tokens split over the row shards for the matmuls, each row attended on the
+shard that owns it). What follows is the row sub-batch, which runs off a mesh (where it computes about the
+rows' own tokens) or with packed_prefill=False.
+
 Only the rows that have tokens are computed. Each chunk of an append (a prompt, a tool result, a group's
 shared prefix) takes the rows it writes to into a sub-batch, runs the forward over the sub-batch, and
 writes the new slots' K/V, the lengths and the next-token logits back into those rows of the session's
@@ -58,7 +64,7 @@ from jax.sharding import Mesh
 from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.layers import MLP, RMSNorm
-from rcgrpo_jax.sampling import buckets, decode_step, packed, row_shards
+from rcgrpo_jax.sampling import buckets, decode_step, packed, packed_append, row_shards
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
 from rcgrpo_jax.sampling.sampler import (
@@ -230,6 +236,9 @@ def _programs(config: ModelConfig, mesh: Mesh | None, layout: str) -> dict[str, 
         "append_rows": jax.jit(_append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": jax.jit(_append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "prefill_packed": jax.jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "append_packed": jax.jit(
+            packed_append.append_impl, static_argnums=0, static_argnames=("span",), donate_argnums=(2, 3), **outs
+        ),
     }
 
 
@@ -246,9 +255,9 @@ class DecodeSession:
     span never exceeds it. span: the initial span (default the smallest bucket). min_span: the
     smallest span a resize goes to. decode_attention: auto | xla | ragged (`decode_step.
     select_decode_attention`): the decode attention, hence the cache's layout, for the session's life.
-    packed_prefill: rows that hold no token yet are prefilled token-packed over every row shard
-    (`sampling.packed`); None = on a mesh of more than one row shard (off one, the sub-batch of the fresh
-    rows already computes about their own tokens).
+    packed_prefill: appends are token-packed over the row shards, rows that hold no token yet by
+    `sampling.packed`, the others by `sampling.packed_append`; None = on a mesh of more than one row shard
+    (off one, the sub-batch already computes about its own rows).
     """
 
     def __init__(
@@ -350,18 +359,18 @@ class DecodeSession:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits.
         Only the rows given a delta are computed (module docstring); the others are left bit for bit."""
         with mesh_context(self.mesh, self.rules):
-            for program, args, _ in self._append_calls(deltas):
-                self.cache, self.logits = program(*args)
+            for program, args, kwargs in self._append_calls(deltas):
+                self.cache, self.logits = program(*args, **kwargs)
 
     def lower_append(self, deltas: Sequence[Sequence[int]]) -> list[jax.stages.Lowered]:
         """The programs `append(deltas)` would run, one per chunk, lowered and not run (XLA's cost and
         memory analyses of an admission: `.compile().cost_analysis()`). The span grows as append's would;
         nothing else changes."""
         with mesh_context(self.mesh, self.rules):
-            return [program.lower(*args) for program, args, _ in self._append_calls(deltas, run=False)]
+            return [program.lower(*args, **kw) for program, args, kw in self._append_calls(deltas, run=False)]
 
     def _append_calls(self, deltas: Sequence[Sequence[int]], run: bool = True):
-        """Yields (program, args, rows computed) for each chunk of `deltas` (pieces of at most prefill_chunk
+        """Yields (program, args, keyword args) for each chunk of `deltas` (pieces of at most prefill_chunk
         columns, each of a bucketed width, over the rows that still have tokens in it). With run=True the
         caller runs each before the next is made (its args hold the current cache), and the host-side
         lengths and stats advance with them."""
@@ -381,7 +390,7 @@ class DecodeSession:
                 args = (self.sampler, self.params, self.cache, self.logits)
                 args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots))
                 args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
-                yield self._programs["prefill_packed"], args, len(a.tokens)
+                yield self._programs["prefill_packed"], args, {}
                 if run:
                     lengths = lengths.copy()
                     lengths[list(fwd.rows)] = fwd.counts
@@ -389,13 +398,32 @@ class DecodeSession:
                     self.stats["prefill_calls"] += 1
                     self.stats["packed_calls"] += 1
                     self.stats["packed_tokens_computed"] += len(a.tokens)
-            if fresh:  # the other rows go through the sub-batch below
+            if fresh:
                 n = n.copy()
                 n[list(fresh)] = 0
                 if run:
                     self.stats["prefill_tokens"] += sum(fresh.values())
-            if n.max(initial=0) == 0:
-                return
+            # the rows that hold context: token-packed too, attended on the shards that own them
+            held = {int(r): int(n[r]) for r in np.flatnonzero(n)}
+            bases = {r: int(lengths[r]) for r in held}
+            for fwd in packed_append.pack(held, bases):
+                a = packed_append.arrays(fwd, deltas, self.row_multiple, self.rows)
+                args = (self.sampler, self.params, self.cache, self.logits)
+                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots))
+                blocks = (a.block_rows, a.block_first, a.block_count, a.block_start)
+                args += tuple(put_batch(x, self.mesh) for x in blocks)
+                args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.lengths))
+                span = min(fwd.span(self.capacity, self.min_span), self.span)
+                yield self._programs["append_packed"], args, {"span": span}
+                if run:
+                    lengths = lengths.copy()
+                    lengths[list(fwd.rows)] = a.lengths[: len(fwd.rows)]
+                    self.lengths = lengths
+                    self.stats["prefill_calls"] += 1
+                    self.stats["packed_calls"] += 1
+                    self.stats["packed_tokens_computed"] += len(a.tokens)
+                    self.stats["prefill_tokens"] += fwd.tokens
+            return
         for start in range(0, int(n.max()), self.chunk):
             counts = np.clip(n - start, 0, self.chunk)
             live = np.flatnonzero(counts)
@@ -419,7 +447,7 @@ class DecodeSession:
                 args = (self.sampler, self.params, self.cache, self.logits, put_batch(idx, self.mesh))
                 args += (put_batch(block, self.mesh), put_batch(sub_counts, self.mesh))
                 program = self._programs["append_rows"]
-            yield program, args, sub
+            yield program, args, {}
             if run:
                 lengths = lengths + counts
                 self.lengths = lengths

@@ -30,7 +30,8 @@ Phases (each what its program needs beyond the resident buffers it reads, with t
   prefill    the session's appends (`sampling.session`): the whole-batch forward (`append_all`, a
              `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
              forward below it (`append_rows`) and the token-packed prefill of one fresh row of a whole
-             context (`prefill_packed`, `sampling.packed`), the largest         [all four]
+             context (`prefill_packed`, `sampling.packed`) and the packed append of as many tokens to one
+             row shard's rows (`append_packed`, `sampling.packed_append`), the largest     [all four]
   session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
              groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
              row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the
@@ -58,7 +59,16 @@ from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, packed, row_shards, sampler, session
+from rcgrpo_jax.sampling import (
+    SamplingParams,
+    buckets,
+    decode_step,
+    packed,
+    packed_append,
+    row_shards,
+    sampler,
+    session,
+)
 from rcgrpo_jax.sampling.sampler import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
@@ -173,8 +183,10 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
         "max_new_tokens": new_tokens,
         "sub_batch_rows": sub if sub < rows else 0,  # 0: no sub-batch below the whole batch
         "copy_rows": buckets.row_bucket(rows - rows // max(int(rl.group_size), 1), rows, m),
-        # the largest token-packed prefill of fresh rows (`sampling.packed`): one row of a whole context
+        # the largest token-packed prefill of fresh rows (`sampling.packed`): one row of a whole context; the
+        # largest packed append (`sampling.packed_append`) as many tokens, all of them one shard's blocks
         "packed_tokens": m * buckets.token_bucket(-(-int(rl.max_context) // m), packed.QUERY_BLOCK),
+        "append_blocks": buckets.row_bucket(-(-int(rl.max_context) // packed_append.BLOCK), 1 << 30, 1),
     }
 
 
@@ -213,6 +225,13 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "prefill_packed": _fresh_jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "append_packed": jax.jit(
+            lambda *a, span: packed_append.append_impl(*a, span=span),
+            static_argnums=0,
+            static_argnames=("span",),
+            donate_argnums=(2, 3),
+            **outs,
+        ),
         "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
     }
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
@@ -251,6 +270,19 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its count
         )
         out["prefill_packed_gb"] = beyond(packed_c.compile())
+        # The largest packed append: as many tokens, every block on one row shard, over the whole capacity.
+        n_blocks = batch_multiple(mesh) * shapes["append_blocks"]
+        append_c = programs["append_packed"].lower(
+            s,
+            weights,
+            cache,
+            logits,
+            *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
+            *(batch((n_blocks,), jnp.int32) for _ in range(4)),  # the attention blocks (row-sharded)
+            *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its new length
+            span=capacity,
+        )
+        out["append_packed_gb"] = beyond(append_c.compile())
         # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):
         # its transient is the sources' windows of one array, beside the cache.
         n_copy = shapes["copy_rows"]
@@ -291,7 +323,9 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         "decode_dtype": dtype.name,
         "decode_weights_gb": weights_b / 1e9,
         "kv_cache_gb": (cache_b + logits_b) / 1e9,  # the cache and the session's next-token logits
-        "prefill_gb": max(out["append_all_gb"], out.get("append_rows_gb", 0.0), out["prefill_packed_gb"]),
+        "prefill_gb": max(
+            out["append_all_gb"], out.get("append_rows_gb", 0.0), out["prefill_packed_gb"], out["append_packed_gb"]
+        ),
         "session_gb": max(out["copy_rows_gb"], out["take_rows_gb"]),
         "programs_gb": out,
     }

@@ -1,6 +1,7 @@
-"""The token-packed prefill of fresh rows (`sampling.packed`): the packing and bucket rules by hand, the
-session's values against the row sub-batch's (on a mesh and off one), the writes each row shard owns, and
-XLA's cost analysis of one group's prefix admitted into a 160-row session on 4 row shards."""
+"""The token-packed prefill of fresh rows (`sampling.packed`) and append to rows with context
+(`sampling.packed_append`): the packing and bucket rules by hand, the session's values against the row
+sub-batch's (on a mesh and off one), the writes each row shard owns, and XLA's cost analysis of one group's
+prefix admitted into a 160-row session on 4 row shards."""
 
 import jax
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.models import ModelConfig
-from rcgrpo_jax.sampling import SamplingParams, buckets, packed, row_shards
+from rcgrpo_jax.sampling import SamplingParams, buckets, packed, packed_append, row_shards
 from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.tiny_sizes import TINY_QWEN2
 
@@ -78,11 +79,34 @@ def _close(x, y, rel=1e-5):
     np.testing.assert_allclose(x, y, rtol=0, atol=rel * max(np.abs(y).max(), 1e-30))
 
 
+def test_pack_append_by_hand():
+    """Rows 0 (holding 1000) and 41 (holding 300) of a 160-row session on 4 row shards get 40 and 70 tokens:
+    one forward of 110 tokens (28 a shard -> 64); blocks of 32: shard 0 has rows 0's two (slots 1000, 1032),
+    shard 1 row 41's three (300, 332, 364), so every shard attends 4 (row_bucket of 3)."""
+    (fwd,) = packed_append.pack({41: 70, 0: 40, 7: 0}, {0: 1000, 41: 300, 7: 5})
+    assert (fwd.rows, fwd.counts, fwd.bases, fwd.tokens, fwd.per_shard(4)) == ((0, 41), (40, 70), (1000, 300), 110, 64)
+    assert fwd.blocks(4, 160) == [
+        [(0, 0, 32, 1000), (0, 32, 8, 1032)],
+        [(1, 40, 32, 300), (1, 72, 32, 332), (1, 104, 6, 364)],
+        [],
+        [],
+    ]
+    assert fwd.blocks_per_shard(4, 160) == 4 and fwd.span(16896) == buckets.span_bucket(1070, 16896)
+    a = packed_append.arrays(fwd, {0: list(range(1, 41)), 41: [9] * 70}, 4, 160)
+    assert a.tokens.shape == (256,) and a.block_rows.shape == (16,)
+    assert a.rows[:40].tolist() == [0] * 40 and a.slots[40] == 300 and (a.rows[110:] == -1).all()
+    assert a.block_rows.tolist()[:4] == [0, 0, 40, 40] and a.block_count.tolist()[4:8] == [32, 32, 6, 0]
+    assert a.last.tolist() == [39, 109] and a.last_rows.tolist() == [0, 41] and a.lengths.tolist() == [1040, 370]
+    many = packed_append.pack({r: 3000 for r in range(5)}, {r: 10 for r in range(5)})
+    assert [f.rows for f in many] == [(0, 1), (2, 3), (4,)]  # at most APPEND_TOKENS = 8192 tokens a forward
+
+
 @pytest.mark.slow
-def test_packed_prefill_equals_the_row_sub_batch():
-    """Eight prompts (one of 300 tokens, over the packing budget of the rest) then a delta to one row: the
-    packed prefill on a (2, 2, 2) mesh and off a mesh gives the K/V, lengths and logits of the row
-    sub-batch without packing, and the same greedy tokens."""
+def test_packed_appends_equal_the_row_sub_batch():
+    """Eight prompts (one of 300 tokens, over the packing budget of the rest) then deltas to three rows that
+    hold context (one of 70 tokens: three attention blocks): the packed prefill and the packed append on a
+    (2, 2, 2) mesh and off a mesh give the K/V, lengths and logits of the row sub-batches without packing,
+    and the same greedy tokens."""
     params = models.init_params(CONFIG, jax.random.key(0))
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
@@ -90,7 +114,7 @@ def test_packed_prefill_equals_the_row_sub_batch():
     prompts = [rng.integers(1, 96, int(rng.integers(5, 40))).tolist() for _ in range(8)]
     prompts[3] = rng.integers(1, 96, 300).tolist()
     delta = [[] for _ in range(8)]
-    delta[5] = rng.integers(1, 96, 20).tolist()
+    delta[5], delta[2], delta[6] = (rng.integers(1, 96, k).tolist() for k in (70, 3, 33))
     runs = []
     for m, p, pk in ((None, params, False), (mesh, placed, None), (None, params, True)):
         sess = _session(p, 8, mesh=m, packed_prefill=pk)
@@ -100,10 +124,10 @@ def test_packed_prefill_equals_the_row_sub_batch():
     ref, meshed, flat = runs
     assert ref.stats["packed_calls"] == 0 and meshed.packed_prefill and not ref.packed_prefill
     n = sum(map(len, prompts))
-    assert meshed.stats["packed_calls"] == flat.stats["packed_calls"] == 1  # 460 tokens in one forward
-    assert meshed.stats["packed_tokens_computed"] == 4 * buckets.token_bucket(-(-n // 4)) == 512
-    assert flat.stats["packed_tokens_computed"] == buckets.token_bucket(n) == 512 - 64
-    assert meshed.stats["prefill_rows_computed"] == 4 * 32  # the delta: one row per shard, width 32
+    assert meshed.stats["packed_calls"] == flat.stats["packed_calls"] == 2  # the prompts, then the deltas
+    assert meshed.stats["packed_tokens_computed"] == 4 * buckets.token_bucket(-(-n // 4)) + 4 * 64 == 512 + 256
+    assert flat.stats["packed_tokens_computed"] == buckets.token_bucket(n) + buckets.token_bucket(106) == 448 + 128
+    assert meshed.stats["prefill_rows_computed"] == flat.stats["prefill_rows_computed"] == 0
     for sess in (meshed, flat):
         assert sess.lengths.tolist() == ref.lengths.tolist() == np.asarray(sess.cache.lengths).tolist()
         for i in range(CONFIG.num_layers):

@@ -77,7 +77,8 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     assert report["fits"] == (gb["peak"] <= report["limit_gb"]) and min(gb.values()) > 0
     assert "stand-in" in report["attention"]
     programs = report["programs_gb"]
-    assert gb["prefill"] == max(programs["append_all_gb"], programs["append_rows_gb"], programs["prefill_packed_gb"])
+    prefill = ("append_all_gb", "append_rows_gb", "prefill_packed_gb", "append_packed_gb")
+    assert gb["prefill"] == max(programs[k] for k in prefill)
     assert gb["session"] == max(programs["copy_rows_gb"], programs["take_rows_gb"])
 
     # Hand-computed sizes (the tiny preset's mesh is one device: every buffer is whole on it).
@@ -93,6 +94,7 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
         "sub_batch_rows": 16,  # the largest row bucket (1, 2, 4, ...) below 24
         "copy_rows": 24,  # the 18 siblings of 6 groups of 4 -> bucket 32, capped at the 24 rows
         "packed_tokens": 192,  # one fresh row of max_context tokens, packed (one row shard: token_bucket(192))
+        "append_blocks": 8,  # those tokens in blocks of 32 on one shard: 6 -> row_bucket 8
         "decode_dtype": "float32",  # the tiny preset decodes in its compute dtype
     }
     kv = 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim * capacity * 4 + 4 * rows

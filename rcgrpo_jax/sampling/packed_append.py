@@ -1,0 +1,247 @@
+"""Token-packed append to rows that hold context (tool output after a step, a rollout's suffix), balanced over
+the row shards.
+
+Why. An append's rows differ in how many tokens they get and sit on different row shards; the row sub-batch
+(`session._rows_forward`) computes on every shard as many rows as the busiest one holds, each as wide as the
+longest delta, so a forward of tool outputs is ~0.27 real (`bench.rollout_plan`). Unlike a fresh row
+(`sampling.packed`), a row with context must attend its own cache, which lives on one shard.
+
+How. The matmuls go where the tokens are balanced and the attention where the cache is. The rows' new tokens
+are concatenated and split evenly over the m row shards (Tl = `buckets.token_bucket(ceil(N / m))` each), and
+each layer
+  1. projects q, k, v of each shard's own Tl tokens (RoPE at each token's slot in its row);
+  2. gathers q, k and v of all N tokens on every row shard; each shard writes the new K/V of the rows it owns
+     into its cache block (`row_shards.put_tokens`);
+  3. on the shard that owns each row, attends that row's tokens over the row's cache in blocks of BLOCK
+     queries (a row's tokens split into blocks; each block a query window at slots [start, start + count))
+     over the first `span` slots of its row, causal by slot, ENTRY_BLOCK blocks at a time;
+  4. adds every shard's block outputs into an [N, ...] array and reduce-scatters it over the row shards, so
+     each shard gets back its own Tl tokens' attention output, and goes on with o_proj and the MLP.
+So every shard computes Tl tokens' matmuls; the attention is each owner's own blocks (dense over the forward's
+span, which `span` buckets: the shards' attention is as unbalanced as their rows). Rows are packed into forwards
+of at most APPEND_TOKENS tokens (a longer row goes alone). Off a mesh the same program runs on one device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from rcgrpo_jax.models.layers import MLP, RMSNorm
+from rcgrpo_jax.sampling import buckets, decode_step, packed, row_shards
+from rcgrpo_jax.sampling.decode_step import DecodeCache
+from rcgrpo_jax.sampling.sampler import Sampler, _logits_last
+from rcgrpo_jax.sharding import BATCH_AXES, constrain
+
+APPEND_TOKENS = 8192  # rows share a forward while their tokens add up to at most this many (a longer row: alone)
+BLOCK = 32  # queries per attention block of one row
+ENTRY_BLOCK = 8  # blocks attended at a time (bounds the [blocks, G, BLOCK, R, span] scores)
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendForward:
+    """One packed append: rows[i] (holding bases[i] tokens) gets counts[i] more."""
+
+    rows: tuple[int, ...]
+    counts: tuple[int, ...]
+    bases: tuple[int, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.counts)
+
+    def per_shard(self, m: int) -> int:
+        """Tl: the tokens each of the m row shards computes."""
+        return buckets.token_bucket(-(-self.tokens // m), packed.QUERY_BLOCK)
+
+    def blocks(self, m: int, session_rows: int) -> list[list[tuple[int, int, int, int]]]:
+        """Per row shard, its attention blocks (row index within the shard, first token's index in the
+        packed tokens, count <= BLOCK, first token's slot)."""
+        local = session_rows // m
+        out: list[list[tuple[int, int, int, int]]] = [[] for _ in range(m)]
+        at = 0
+        for r, n, base in zip(self.rows, self.counts, self.bases):
+            for s in range(0, n, BLOCK):
+                out[r // local].append((r % local, at + s, min(BLOCK, n - s), base + s))
+            at += n
+        return out
+
+    def blocks_per_shard(self, m: int, session_rows: int) -> int:
+        """K: the blocks each row shard attends (the busiest shard's, bucketed: 1, 2, 4, ...)."""
+        most = max(len(b) for b in self.blocks(m, session_rows))
+        return buckets.row_bucket(most, max(most, 1) * 2, 1)
+
+    def span(self, capacity: int, minimum: int = buckets.MIN_SPAN) -> int:
+        """The slots its attention reads per row: a span bucket of the longest row after the append."""
+        return buckets.span_bucket(max(b + n for b, n in zip(self.bases, self.counts)), capacity, minimum)
+
+
+def pack(counts: dict[int, int], bases: dict[int, int], budget: int = APPEND_TOKENS) -> list[AppendForward]:
+    """The forwards of rows getting counts[row] tokens after their bases[row] (rows in ascending order): a
+    forward takes the next rows while their tokens add up to at most `budget`; a longer row goes alone."""
+    out: list[AppendForward] = []
+    cur: list[int] = []
+    for r in sorted(r for r, n in counts.items() if n > 0):
+        if cur and sum(counts[c] for c in cur) + counts[r] > budget:
+            out.append(AppendForward(tuple(cur), tuple(counts[c] for c in cur), tuple(bases[c] for c in cur)))
+            cur = []
+        cur.append(int(r))
+    if cur:
+        out.append(AppendForward(tuple(cur), tuple(counts[c] for c in cur), tuple(bases[c] for c in cur)))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendArrays:
+    """Host arrays of one packed append: tokens, rows, slots [m Tl] (split over the row shards in blocks of Tl;
+    padding: row -1, slot 0); the attention blocks [m K] (shard j's K in block j; padding: a row past the
+    shard's, count 0); each row's last token's index, its row (padding: the session's rows) and new length."""
+
+    tokens: np.ndarray
+    rows: np.ndarray
+    slots: np.ndarray
+    block_rows: np.ndarray
+    block_first: np.ndarray
+    block_count: np.ndarray
+    block_start: np.ndarray
+    last: np.ndarray
+    last_rows: np.ndarray
+    lengths: np.ndarray
+
+
+def arrays(fwd: AppendForward, deltas: Sequence[Sequence[int]], m: int, session_rows: int) -> AppendArrays:
+    """The arrays of `fwd`, row r's tokens being deltas[r][:count]."""
+    n = m * fwd.per_shard(m)
+    tokens, rows, slots = np.zeros((n,), np.int32), np.full((n,), -1, np.int32), np.zeros((n,), np.int32)
+    f = buckets.row_bucket(len(fwd.rows), session_rows, 1)
+    last, last_rows, lengths = np.zeros((f,), np.int32), np.full((f,), session_rows, np.int32), np.zeros((f,), np.int32)
+    at = 0
+    for i, (r, c, base) in enumerate(zip(fwd.rows, fwd.counts, fwd.bases)):
+        tokens[at : at + c] = np.asarray(deltas[r][:c], np.int32)
+        rows[at : at + c] = r
+        slots[at : at + c] = base + np.arange(c, dtype=np.int32)
+        at += c
+        last[i], last_rows[i], lengths[i] = at - 1, r, base + c
+    k = fwd.blocks_per_shard(m, session_rows)
+    local = session_rows // m
+    blk = np.zeros((4, m, k), np.int32)
+    blk[0] = local  # padding: a row past the shard's (reads zeros, writes nothing)
+    for j, entries in enumerate(fwd.blocks(m, session_rows)):
+        for e, entry in enumerate(entries):
+            blk[:, j, e] = entry
+    b = blk.reshape(4, m * k)
+    return AppendArrays(tokens, rows, slots, b[0], b[1], b[2], b[3], last, last_rows, lengths)
+
+
+def _owner_attention(q, k_c, v_c, rows, first, count, start, *, span: int, k_axis: int, dt, scatter: bool):
+    """One shard's blocks: q [N, G, R, Dh] (every token's queries), k_c / v_c this shard's cache layer, blocks
+    rows/first/count/start [K]. Returns the [N, G, R, Dh] attention output with this shard's blocks' tokens
+    filled (zero elsewhere), reduce-scattered over the row shards to this shard's [N / m, ...] when `scatter`."""
+    n, g, r, dh = q.shape
+    t = jnp.arange(BLOCK)
+    k_read = jax.lax.slice_in_dim(k_c, 0, span, axis=k_axis)
+    v_read = jax.lax.slice_in_dim(v_c, 0, span, axis=2)
+    score_eq = "ewgrd,egds->egwrs" if k_axis == 3 else "ewgrd,egsd->egwrs"
+
+    def chunk(xs):
+        rw, fi, co, st = xs  # [EB] each
+        idx = jnp.minimum(fi[:, None] + t[None], n - 1)  # [EB, W]
+        qb = jnp.take(q, idx, axis=0)  # [EB, W, G, R, Dh]
+        kb = jnp.take(k_read, rw, axis=0, mode="fill", fill_value=0).astype(dt)
+        vb = jnp.take(v_read, rw, axis=0, mode="fill", fill_value=0).astype(dt)
+        scores = jnp.einsum(score_eq, qb, kb, preferred_element_type=jnp.float32)  # [EB, G, W, R, S]
+        valid = t[None] < co[:, None]  # [EB, W]
+        q_slot = jnp.where(valid, st[:, None] + t[None], 0)  # a padding query sees slot 0 only: finite
+        allowed = jnp.arange(span)[None, None, :] <= q_slot[:, :, None]  # [EB, W, S]
+        scores = jnp.where(allowed[:, None, :, None, :], scores / math.sqrt(dh), -jnp.inf)
+        weights = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out = jnp.einsum("egwrs,egsd->ewgrd", weights, vb)  # [EB, W, G, R, Dh]
+        return out, jnp.where(valid, idx, n)
+
+    kb = rows.shape[0]
+    eb = min(kb, ENTRY_BLOCK)
+    split = lambda x: x.reshape(kb // eb, eb)  # noqa: E731
+    outs, where = jax.lax.map(chunk, (split(rows), split(first), split(count), split(start)))
+    full = jnp.zeros((n, g, r, dh), dt).at[where.reshape(-1)].add(outs.reshape(-1, g, r, dh), mode="drop")
+    if not scatter:
+        return full
+    return jax.lax.psum_scatter(full, BATCH_AXES, scatter_dimension=0, tiled=True)
+
+
+def _attention(q, k_c, v_c, rows, first, count, start, *, span: int, k_axis: int, dt, at: tuple):
+    """`_owner_attention` on each row shard (`shard_map`: the cache and the blocks by row shard, kv heads over
+    `at`), or over the whole cache off a mesh. q [N, G, R, Dh] whole on every shard; returns [N, G, R, Dh],
+    row-sharded."""
+    kw = dict(span=span, k_axis=k_axis, dt=dt)
+    mesh = row_shards.batch_mesh()
+    if mesh is None:
+        return _owner_attention(q, k_c, v_c, rows, first, count, start, scatter=False, **kw)
+    heads = at[0] if at else None
+    cache_spec = P(BATCH_AXES, heads, None, None)
+
+    def f(ql, kl, vl, rw, fi, co, st):
+        return _owner_attention(ql, kl, vl, rw, fi, co, st, scatter=True, **kw)
+
+    in_specs = (P(None, heads, None, None), cache_spec, cache_spec) + (P(BATCH_AXES),) * 4
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=P(BATCH_AXES, heads, None, None), check_vma=False)(
+        q, k_c, v_c, rows, first, count, start
+    )
+
+
+def append_impl(
+    s: Sampler,
+    params,
+    cache: DecodeCache,
+    logits,
+    tokens,
+    rows,
+    slots,
+    block_rows,
+    block_first,
+    block_count,
+    block_start,
+    last,
+    last_rows,
+    lengths,
+    *,
+    span: int,
+):
+    """One packed append (module docstring): tokens, rows, slots [m Tl] and the blocks [m K] row-sharded;
+    last, last_rows, lengths [F] whole on every shard. Writes the rows' K/V at their slots, lengths[last_rows] =
+    lengths and logits[last_rows] = the last tokens' next-token logits. Returns (cache, logits)."""
+    c = s.config
+    mesh = row_shards.batch_mesh()
+    m = row_shards.shards(mesh)
+    at = () if mesh is None else (decode_step.kv_heads_axis(c.num_kv_heads, jax.sharding.get_abstract_mesh()),)
+    weights = decode_step.layer_weights(params)
+    dt, g, dh = c.jnp_dtype, c.num_kv_heads, c.head_dim
+    tl = tokens.shape[0] // m
+    n = m * tl
+    tok2, slots2 = tokens.astype(jnp.int32).reshape(m, tl), slots.astype(jnp.int32).reshape(m, tl)
+    k_rows, k_slots = packed._whole(rows.astype(jnp.int32), ()), packed._whole(slots.astype(jnp.int32), ())
+    blocks = tuple(x.astype(jnp.int32) for x in (block_rows, block_first, block_count, block_start))
+    norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
+    x = constrain(jnp.take(weights["embed"]["embedding"], tok2, axis=0).astype(dt), ("batch", "seq", "hidden"))
+    k_all, v_all = list(cache.k), list(cache.v)
+    for i, p in enumerate(weights["layers"]):
+        h = norm.apply({"params": p["input_norm"]}, x)
+        q, k, v = decode_step.project_qkv(c, p["attn"], h, slots2)
+        k, v = packed._whole(k.reshape(n, g, dh), at), packed._whole(v.reshape(n, g, dh), at)
+        q = packed._whole(q.reshape(n, g, c.num_heads // g, dh), at)
+        k_all[i] = row_shards.put_tokens(k_all[i], k, k_rows, k_slots, cache.k_slot_axis, at)
+        v_all[i] = row_shards.put_tokens(v_all[i], v, k_rows, k_slots, 2, at)
+        out = _attention(q, k_all[i], v_all[i], *blocks, span=span, k_axis=cache.k_slot_axis, dt=dt, at=at)
+        x = x + decode_step._proj(p["attn"]["o_proj"], out.reshape(m, tl, c.num_heads * dh), dt)
+        x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
+        x = constrain(x, ("batch", "seq", "hidden"))
+    x = norm.apply({"params": weights["final_norm"]}, x)
+    new_logits = _logits_last(c, weights, jnp.take(x.reshape(n, x.shape[-1]), last, axis=0))
+    new_lengths = row_shards.put_rows(cache.lengths, lengths.astype(cache.lengths.dtype), last_rows)
+    cache = DecodeCache(k=tuple(k_all), v=tuple(v_all), lengths=new_lengths, layout=cache.layout)
+    return cache, row_shards.put_rows(logits, new_logits, last_rows)
