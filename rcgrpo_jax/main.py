@@ -116,11 +116,11 @@ def import_user_modules(argv: Sequence[str]) -> list[str]:
         m = _USER_ENTRY.match(arg)
         if m is None:
             continue
-        field, module = m.group(1), m.group(2)
+        field, module, value = m.group(1), m.group(2), f"{m.group(2)}:{m.group(3)}"
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            raise ConfigError(field, f"module {module!r} of {m.group(2)}:{m.group(3)} does not import: {e}") from e
+        except ImportError as e:  # the start-up check's words (`registry.check_entry`)
+            raise ConfigError(field, f"cannot import the module of {value!r}: {e}") from e
         names.append(module)
     return names
 
