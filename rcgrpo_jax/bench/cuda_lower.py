@@ -218,38 +218,41 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
 
     n_packed = dry_run.rollout_shapes(config, mesh)["packed_tokens"] if not tiny else m * packed.QUERY_BLOCK
+    n_prefill_pairs = m * (dry_run.rollout_shapes(config, mesh)["prefill_pairs"] if not tiny else 8)
 
     def prefill_packed():
-        def fn(w, kv, logits, tokens, rows, slots, last, last_rows, counts):
-            return packed.prefill_impl(s, w, kv, logits, tokens, rows, slots, last, last_rows, counts)
+        def fn(w, kv, logits, *arrays):
+            return packed.prefill_impl(s, w, kv, logits, *arrays)
 
         args = (
             weights,
             cache,
             _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
-            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),
+            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),  # tokens, rows, slots
+            *(_sds((n_prefill_pairs,), jnp.int32, b1) for _ in range(2)),  # the attention's pairs
             *(_sds((1,), jnp.int32, rep) for _ in range(3)),
         )
-        in_sh = (w_sh, cache_sh, b2, b1, b1, b1, rep, rep, rep)
+        in_sh = (w_sh, cache_sh, b2) + (b1,) * 5 + (rep,) * 3
         with sampler.mesh_context(mesh, decode_rules):
             return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
 
     n_blocks = m * (dry_run.rollout_shapes(config, mesh)["append_blocks"] if not tiny else 4)
+    n_pairs = m * (dry_run.rollout_shapes(config, mesh)["append_pairs"] if not tiny else 8)
 
     def append_packed():
-        def fn(w, kv, logits, tokens, rows, slots, b_rows, b_first, b_count, b_start, last, last_rows, lengths):
-            args = (tokens, rows, slots, b_rows, b_first, b_count, b_start, last, last_rows, lengths)
-            return packed_append.append_impl(s, w, kv, logits, *args, span=shapes.capacity)
+        def fn(w, kv, logits, *arrays):
+            return packed_append.append_impl(s, w, kv, logits, *arrays)
 
         args = (
             weights,
             cache,
             _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
-            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),
-            *(_sds((n_blocks,), jnp.int32, b1) for _ in range(4)),
+            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),  # tokens, rows, slots
+            *(_sds((n_blocks,), jnp.int32, b1) for _ in range(4)),  # the attention blocks
+            *(_sds((n_pairs,), jnp.int32, b1) for _ in range(3)),  # their pairs
             *(_sds((1,), jnp.int32, rep) for _ in range(3)),
         )
-        in_sh = (w_sh, cache_sh, b2) + (b1,) * 7 + (rep,) * 3
+        in_sh = (w_sh, cache_sh, b2) + (b1,) * 10 + (rep,) * 3
         with sampler.mesh_context(mesh, decode_rules):
             return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
 

@@ -82,13 +82,19 @@ shards), with the experts' BFCL episodes, rc_grpo.py:qwen2_5_7b:
   delta forward computes on every shard as many rows as the busiest holds, each as wide as the longest
   delta (~0.27; ~0.45 with no padding row at all). Whole: 0.28, est. rollout 37 s per step.
 - token-packed (the session on a mesh): a prefix is split over the row shards with its K/V gathered
-  (`sampling.packed`, ~0.85 real: the per-shard token bucket and the dense attention over the gathered
-  keys); a delta's matmuls are split over the row shards and its attention runs on the shard that owns
-  the row (`sampling.packed_append`, ~0.60: each owner attends its own blocks densely over the forward's
-  span, and the owners' shares are as unbalanced as their rows). Whole: 0.68, est. rollout 18 s.
-- a ragged attention for the packed appends (`ragged_append_attention`; NOT BUILT: each block reading its
-  own context in 128-slot blocks, as the decode kernel reads a row) would make the whole ~0.80 (0.79 for
-  llama3_1_8b, 0.78 for awpo qwen3_8b): that is the remaining gap to the 0.8 goal, and it needs a kernel.
+  (`sampling.packed`), a delta's matmuls are split over the row shards and its attention runs on the shard
+  that owns the row (`sampling.packed_append`). Both attend through host-made (query block, key block)
+  pairs (`sampling.block_attention`): only the blocks where a query sees a key, so the attention is causal
+  and ragged, not dense over the span. Prefixes ~0.95 real (matmuls 0.95: the per-shard token bucket, eight
+  sizes per octave; attention 0.87: the causal blocks dealt over the shards back and forth), deltas ~0.79
+  (matmuls 0.96; attention 0.37). Whole: 0.85, est. rollout 15.5 s per step (0.84 for llama3_1_8b, 0.83
+  for awpo qwen3_8b).
+- what is left is the deltas' attention (28% of their FLOPs): a row's cache lives on one shard, so each
+  shard attends its own rows' blocks and the busiest shard sets every shard's count (the owners are as
+  unbalanced as the rows that stepped), then the 32-query blocks and 128-slot key blocks round up. Balanced
+  over the shards it would be ~0.87 and the whole ~0.92; that needs the cache blocks moved to the queries
+  (or the rows' placement chosen for it), not built.
+(Dense attention over the span in the packed forwards, the design before the pairs: 0.68, est. 18 s.)
 
 AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
 BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
@@ -221,43 +227,45 @@ def packed_append_pieces(
     shards: int,
     rows: int,
     capacity: int,
-    attention: str = "dense",
     kind: str = "delta",
 ) -> list[Piece]:
     """The forwards of `sampling.packed_append` for rows holding bases[r] tokens getting counts[r] more
     (`packed_append.pack`): each computes m x Tl token slots through the matmuls and puts a bucket of its rows
-    through the head; its attention is each row shard's own blocks (`AppendForward.blocks`), the busiest
-    shard's work counted on every shard. `dense` (what the session runs): every shard attends K =
-    `blocks_per_shard` blocks of `packed_append.BLOCK` queries over the forward's `span`. `ragged` (NOT BUILT:
-    a kernel that reads each block's own context, as the decode kernel does): a block at slot p reads
-    roundup(p, 128) slots of its row's cache plus its own BLOCK x BLOCK."""
-    if attention not in ("dense", "ragged"):
-        raise ValueError(f"attention must be dense or ragged, got {attention!r}")
+    through the head; its attention is each row shard's own (query block, key block) pairs
+    (`AppendForward.pairs`: each block of `packed_append.BLOCK` queries with the key blocks of its row up to
+    its last query), the busiest shard's bucketed count P on every shard: m x P x BLOCK x key block pairs
+    computed, m x P x key block slots read. The cache's span is the forward's span bucket (the session's may
+    be longer; its key block is the same 128 slots on every production span)."""
     w, out = packed_append.BLOCK, []
     for fwd in packed_append.pack(counts, bases):
         tokens = shards * fwd.per_shard(shards)
         span = fwd.span(capacity)
-        if attention == "dense":
-            pairs = shards * fwd.blocks_per_shard(shards, rows) * w * span
-        else:
-            per_shard = [sum(w * (-(-st // 128) * 128) + w * w for _, _, _, st in b) for b in fwd.blocks(shards, rows)]
-            pairs = shards * max(per_shard)
+        bk = packed_append.key_block(span)
+        p = fwd.pairs_per_shard(shards, rows, bk)
         real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
         head = buckets.row_bucket(len(fwd.rows), rows, 1)
-        out.append(Piece(head, -(-tokens // head), span, len(fwd.rows), fwd.tokens, real_pairs, kind, tokens, pairs))
+        out.append(
+            Piece(
+                head, -(-tokens // head), span, len(fwd.rows), fwd.tokens, real_pairs, kind, tokens,
+                shards * p * w * bk, shards * p * bk,
+            )
+        )  # fmt: skip
     return out
 
 
 def packed_pieces(counts: dict[int, int], *, shards: int, rows: int, kind: str = "prefix") -> list[Piece]:
     """The forwards of `sampling.packed` for fresh rows getting counts[r] tokens (`packed.pack`): each
-    computes m x Tl token slots (`PackedForward.per_shard`), attends every query over all of them (dense:
-    (m Tl)^2 pairs), reads no cache, and puts a bucket of its rows through the head."""
-    out = []
+    computes m x Tl token slots (`PackedForward.per_shard`), attends through each shard's (query block, key
+    block) pairs (`PackedForward.pairs`: the causal blocks of each row, dealt over the shards back and forth),
+    the busiest shard's bucketed count P on every shard (m x P x QUERY_BLOCK^2 pairs), reads no cache, and
+    puts a bucket of its rows through the head."""
+    out, qb = [], packed.QUERY_BLOCK
     for fwd in packed.pack(counts):
         n = shards * fwd.per_shard(shards)
         head = buckets.row_bucket(len(fwd.rows), rows, 1)
         real_pairs = sum(c * (c + 1) // 2 for c in fwd.counts)
-        out.append(Piece(head, -(-n // head), n, len(fwd.rows), fwd.tokens, real_pairs, kind, n, n * n, n))
+        pairs = shards * fwd.pairs_per_shard(shards) * qb * qb
+        out.append(Piece(head, -(-n // head), n, len(fwd.rows), fwd.tokens, real_pairs, kind, n, pairs, n))
     return out
 
 
@@ -449,7 +457,6 @@ def replay_streaming(
     prefill_rows: Callable[[list[int], int], int] | None = None,
     shards: int = 1,
     packed_prefill: bool = False,
-    append_attention: str = "dense",
 ) -> Tally:
     """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
 
@@ -462,7 +469,6 @@ def replay_streaming(
     packed_prefill: appends token-packed over the `shards` row shards, as `DecodeSession` does on a mesh of
       m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_pieces`), the other appends by
       `sampling.packed_append` (`packed_append_pieces`); False = row sub-batches.
-    append_attention: the packed appends' attention: dense (the session's) | ragged (not built).
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -491,7 +497,7 @@ def replay_streaming(
         if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
             fresh = {r: n for r, n in counts.items() if bases[r] == 0}
             held = {r: n for r, n in counts.items() if bases[r] > 0}
-            kw = dict(shards=shards, rows=sched.rows, capacity=cap, attention=append_attention, kind=kind)
+            kw = dict(shards=shards, rows=sched.rows, capacity=cap, kind=kind)
             for piece in packed_pieces(fresh, shards=shards, rows=sched.rows, kind=kind) + packed_append_pieces(
                 held, bases, **kw
             ):
@@ -754,40 +760,43 @@ def prefill_figures(tally: Tally, sizes: dict) -> dict[str, float]:
 
 def prefill_bound(tally: Tally, sizes: dict) -> dict:
     """Where the prefill FLOPs go, per kind of forward (prefix / suffix / delta): its share of the FLOPs
-    computed, its utilisation, and the utilisation it would have with no padding row (each forward over
-    exactly its rows with tokens: the best any row bucketing reaches), and with no padding at all
-    (`utilisation_packed`: only the real tokens computed, their attention still dense over the span): the
-    arithmetic that bounds `prefill_flop_utilisation` for this design. A packed forward (`Piece.tokens`) has
-    no padding row: its no-padding-rows figure is its own."""
+    computed and its utilisation, split into the matmuls' (real tokens / token slots computed, the output
+    head's rows included) and the attention's (real (query, key) pairs / pairs computed), with the attention's
+    share of the FLOPs computed, and the utilisation with no padding row (each row-block forward over exactly
+    its rows with tokens: the best any row bucketing reaches; a packed forward has no padding row, so its own):
+    the arithmetic that bounds `prefill_flop_utilisation` for this design."""
     kinds: dict[str, list[Piece]] = collections.defaultdict(list)
     for p in tally.prefill_log:
         kinds[p.kind or "other"].append(p)
     kinds["all"] = list(tally.prefill_log)
-    total = sum(
-        forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs) for p in tally.prefill_log
+    flops = lambda p, real=False: (  # noqa: E731
+        forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs)
+        if real
+        else forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs)
     )
+    total = sum(flops(p) for p in tally.prefill_log)
     out = {}
     for kind, ps in kinds.items():
-        real = sum(forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_pairs) for p in ps)
-        computed = sum(forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs) for p in ps)
+        real, computed = sum(flops(p, True) for p in ps), sum(flops(p) for p in ps)
         no_pad_rows = sum(  # a row block over its real rows x width; a packed forward has no padding row to drop
-            forward_flops(sizes, tokens=p.computed_tokens, rows=p.rows, pairs=p.computed_pairs)
+            flops(p)
             if p.tokens
             else forward_flops(
                 sizes, tokens=p.real_rows * p.width, rows=p.real_rows, pairs=p.real_rows * p.width * p.span
             )
             for p in ps
         )
-        no_pad = sum(
-            forward_flops(sizes, tokens=p.real_tokens, rows=p.real_rows, pairs=p.real_tokens * p.span) for p in ps
-        )
+        attn = sum(sizes["attn_flops_per_pair"] * p.computed_pairs for p in ps)
+        attn_real = sum(sizes["attn_flops_per_pair"] * p.real_pairs for p in ps)
         out[kind] = {
             "flop_share": computed / total if total else 0.0,
             "utilisation": real / computed if computed else 0.0,
+            "matmul_utilisation": (real - attn_real) / (computed - attn) if computed > attn else 0.0,
+            "attention_utilisation": attn_real / attn if attn else 0.0,
+            "attention_flop_share": attn / computed if computed else 0.0,
             "mean_real_rows_per_row": sum(p.real_rows * p.width for p in ps)
             / max(sum(p.rows * p.width for p in ps), 1),
             "utilisation_no_padding_rows": real / no_pad_rows if no_pad_rows else 0.0,
-            "utilisation_packed": real / no_pad if no_pad else 0.0,
             "forwards": len(ps),
         }
     return out
@@ -852,7 +861,6 @@ class Design:
     longest_first: bool = False
     sub_batch: bool = True  # prefill/append forwards over the rows with tokens (bucketed), else every row
     packed_prefill: bool = False  # appends token-packed over the row shards (`sampling.packed`, `packed_append`)
-    append_attention: str = "dense"  # the packed appends' attention: dense (built) | ragged (not built)
 
 
 def plan(
@@ -895,7 +903,6 @@ def plan(
                     ),
                     shards=batch_multiple,
                     packed_prefill=d.packed_prefill,
-                    append_attention=d.append_attention,
                 )
             )
     return out
@@ -970,8 +977,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # the session before the packed prefill (every append a row sub-batch), and before the sub-batch
     designs["sub_batch_prefill"] = dataclasses.replace(designs[gpu], packed_prefill=False)
     designs["all_rows_prefill"] = dataclasses.replace(designs[gpu], sub_batch=False, packed_prefill=False)
-    if pk:  # not built: the packed appends with a ragged attention (`packed_append_pieces`)
-        designs["ragged_append_attention"] = dataclasses.replace(designs[gpu], append_attention="ragged")
     tallies = plan(
         episodes,
         designs,

@@ -33,16 +33,17 @@ def length_bucket(n: int, minimum: int = 16) -> int:
     return b
 
 
-def token_bucket(n: int, minimum: int = 64) -> int:
-    """n rounded up to a multiple of max(minimum, 2^floor(log2 n) / 4): four sizes per octave, at most 25%
-    padding past the first, and always a multiple of `minimum` (64, 128, ..., 512, 640, 768, 896, 1024,
-    1280, ...). `minimum` must be a power of two."""
-    n, minimum = int(n), int(minimum)
-    if minimum < 1 or minimum & (minimum - 1):
-        raise ValueError(f"token_bucket: minimum must be a power of two, got {minimum}")
+def token_bucket(n: int, minimum: int = 64, per_octave: int = 4) -> int:
+    """n rounded up to a multiple of max(minimum, 2^floor(log2 n) / per_octave): `per_octave` sizes per octave,
+    at most 1 / per_octave padding past the first, and always a multiple of `minimum` (with the defaults: 64,
+    128, ..., 512, 640, 768, 896, 1024, 1280, ...). `minimum` and `per_octave` must be powers of two."""
+    n, minimum, per_octave = int(n), int(minimum), int(per_octave)
+    for name, x in (("minimum", minimum), ("per_octave", per_octave)):
+        if x < 1 or x & (x - 1):
+            raise ValueError(f"token_bucket: {name} must be a power of two, got {x}")
     if n <= minimum:
         return minimum
-    step = max(minimum, (1 << (n.bit_length() - 1)) // 4)
+    step = max(minimum, (1 << (n.bit_length() - 1)) // per_octave)
     return -(-n // step) * step
 
 

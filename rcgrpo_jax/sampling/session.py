@@ -236,9 +236,7 @@ def _programs(config: ModelConfig, mesh: Mesh | None, layout: str) -> dict[str, 
         "append_rows": jax.jit(_append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": jax.jit(_append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "prefill_packed": jax.jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_packed": jax.jit(
-            packed_append.append_impl, static_argnums=0, static_argnames=("span",), donate_argnums=(2, 3), **outs
-        ),
+        "append_packed": jax.jit(packed_append.append_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
     }
 
 
@@ -299,6 +297,7 @@ class DecodeSession:
             "prefill_rows_computed": 0,  # sub-batch rows x block width over all prefill calls
             "packed_calls": 0,  # token-packed prefills of fresh rows (`sampling.packed`)
             "packed_tokens_computed": 0,  # their token slots (row shards x tokens per shard)
+            "packed_pairs_computed": 0,  # their attention's (query, key) pairs (row shards x pairs x block sizes)
             "row_copies": 0,  # in-place sibling-row copies (`copy_rows`)
             "decode_steps": 0,  # while-loop iterations over all decode calls
             "kv_slots_read": 0,  # decode steps x rows x span: what the dense ("xla") decode attention reads
@@ -388,7 +387,7 @@ class DecodeSession:
             for fwd in packed.pack(fresh):
                 a = packed.arrays(fwd, deltas, self.row_multiple, self.rows)
                 args = (self.sampler, self.params, self.cache, self.logits)
-                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots))
+                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots, a.pair_block, a.pair_start))
                 args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
                 yield self._programs["prefill_packed"], args, {}
                 if run:
@@ -398,6 +397,7 @@ class DecodeSession:
                     self.stats["prefill_calls"] += 1
                     self.stats["packed_calls"] += 1
                     self.stats["packed_tokens_computed"] += len(a.tokens)
+                    self.stats["packed_pairs_computed"] += len(a.pair_block) * packed.QUERY_BLOCK**2
             if fresh:
                 n = n.copy()
                 n[list(fresh)] = 0
@@ -407,14 +407,11 @@ class DecodeSession:
             held = {int(r): int(n[r]) for r in np.flatnonzero(n)}
             bases = {r: int(lengths[r]) for r in held}
             for fwd in packed_append.pack(held, bases):
-                a = packed_append.arrays(fwd, deltas, self.row_multiple, self.rows)
+                a = packed_append.arrays(fwd, deltas, self.row_multiple, self.rows, self.span)
                 args = (self.sampler, self.params, self.cache, self.logits)
-                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots))
-                blocks = (a.block_rows, a.block_first, a.block_count, a.block_start)
-                args += tuple(put_batch(x, self.mesh) for x in blocks)
+                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots) + a.blocks)
                 args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.lengths))
-                span = min(fwd.span(self.capacity, self.min_span), self.span)
-                yield self._programs["append_packed"], args, {"span": span}
+                yield self._programs["append_packed"], args, {}
                 if run:
                     lengths = lengths.copy()
                     lengths[list(fwd.rows)] = a.lengths[: len(fwd.rows)]
@@ -422,6 +419,8 @@ class DecodeSession:
                     self.stats["prefill_calls"] += 1
                     self.stats["packed_calls"] += 1
                     self.stats["packed_tokens_computed"] += len(a.tokens)
+                    bk = packed_append.key_block(self.span)
+                    self.stats["packed_pairs_computed"] += len(a.pair_block) * packed_append.BLOCK * bk
                     self.stats["prefill_tokens"] += fwd.tokens
             return
         for start in range(0, int(n.max()), self.chunk):

@@ -61,6 +61,7 @@ from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.sampling import (
     SamplingParams,
+    block_attention,
     buckets,
     decode_step,
     packed,
@@ -176,17 +177,23 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
     sub = m  # the largest row_bucket below the whole batch: m x 2^k < rows
     while 2 * sub < rows:
         sub *= 2
+    capacity = int(rl.max_context) + max(int(rl.prefill_chunk), new_tokens)
+    fresh = packed.PackedForward((0,), (int(rl.max_context),))  # one fresh row of a whole context
+    blocks = buckets.row_bucket(-(-int(rl.max_context) // packed_append.BLOCK), 1 << 30, 1)
     return {
         "rows": rows,
-        "capacity": int(rl.max_context) + max(int(rl.prefill_chunk), new_tokens),
+        "capacity": capacity,
         "prefill_width": int(rl.prefill_chunk),
         "max_new_tokens": new_tokens,
         "sub_batch_rows": sub if sub < rows else 0,  # 0: no sub-batch below the whole batch
         "copy_rows": buckets.row_bucket(rows - rows // max(int(rl.group_size), 1), rows, m),
         # the largest token-packed prefill of fresh rows (`sampling.packed`): one row of a whole context; the
         # largest packed append (`sampling.packed_append`) as many tokens, all of them one shard's blocks
-        "packed_tokens": m * buckets.token_bucket(-(-int(rl.max_context) // m), packed.QUERY_BLOCK),
-        "append_blocks": buckets.row_bucket(-(-int(rl.max_context) // packed_append.BLOCK), 1 << 30, 1),
+        "packed_tokens": m * fresh.per_shard(m),
+        "prefill_pairs": fresh.pairs_per_shard(m),
+        # as many blocks on one shard, each seeing a whole-capacity row
+        "append_blocks": blocks,
+        "append_pairs": block_attention.pair_bucket(blocks * (capacity // packed_append.key_block(capacity))),
     }
 
 
@@ -225,13 +232,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "prefill_packed": _fresh_jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_packed": jax.jit(
-            lambda *a, span: packed_append.append_impl(*a, span=span),
-            static_argnums=0,
-            static_argnames=("span",),
-            donate_argnums=(2, 3),
-            **outs,
-        ),
+        "append_packed": _fresh_jit(packed_append.append_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
     }
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
@@ -267,11 +268,15 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             cache,
             logits,
             *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
+            *(
+                batch((batch_multiple(mesh) * shapes["prefill_pairs"],), jnp.int32) for _ in range(2)
+            ),  # its pairs (row-sharded)
             *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its count
         )
         out["prefill_packed_gb"] = beyond(packed_c.compile())
         # The largest packed append: as many tokens, every block on one row shard, over the whole capacity.
         n_blocks = batch_multiple(mesh) * shapes["append_blocks"]
+        n_pairs = batch_multiple(mesh) * shapes["append_pairs"]
         append_c = programs["append_packed"].lower(
             s,
             weights,
@@ -279,8 +284,8 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             logits,
             *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
             *(batch((n_blocks,), jnp.int32) for _ in range(4)),  # the attention blocks (row-sharded)
+            *(batch((n_pairs,), jnp.int32) for _ in range(3)),  # their (block, key block) pairs (row-sharded)
             *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its new length
-            span=capacity,
         )
         out["append_packed_gb"] = beyond(append_c.compile())
         # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):

@@ -9,7 +9,7 @@ import pytest
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.models import ModelConfig
-from rcgrpo_jax.sampling import SamplingParams, buckets, packed, packed_append, row_shards
+from rcgrpo_jax.sampling import SamplingParams, block_attention, buckets, packed, packed_append, row_shards
 from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.tiny_sizes import TINY_QWEN2
 
@@ -31,12 +31,30 @@ def test_pack_by_hand():
     got = packed.pack({12: 3000, 3: 100, 9: 600, 7: 1500, 5: 0})
     assert [(f.rows, f.counts) for f in got] == [((3, 7), (100, 1500)), ((9,), (600,)), ((12,), (3000,))]
     fwd = got[0]
-    assert fwd.tokens == 1600 and fwd.per_shard(4) == 448 and fwd.per_shard(1) == 1792  # 400 -> 448, 1600 -> 1792
+    assert fwd.tokens == 1600 and fwd.per_shard(4) == 448 and fwd.per_shard(1) == 1664  # 400 -> 448, 1600 -> 1664
+    # 28 blocks of 64 tokens, 7 a shard, dealt back and forth: shard 0 computes natural blocks 0, 7, 8, 15, ...
+    order = packed.block_order(4, 7)
+    assert order[0].tolist() == [0, 7, 8, 15, 16, 23, 24] and order[3].tolist() == [3, 4, 11, 12, 19, 20, 27]
     a = packed.arrays(fwd, {3: list(range(1, 101)), 7: [5] * 1500}, 4, 16)
     assert a.tokens.shape == a.rows.shape == a.slots.shape == (4 * 448,)
-    assert a.rows[:100].tolist() == [3] * 100 and a.slots[99] == 99 and a.rows[100] == 7 and a.slots[100] == 0
-    assert (a.rows[1600:] == -1).all() and (a.slots[1600:] == 0).all() and (a.tokens[1600:] == 0).all()
-    assert a.last.tolist() == [99, 1599] and a.last_rows.tolist() == [3, 7] and a.counts.tolist() == [100, 1500]
+    at = lambda i: np.argsort(packed.token_order(4, 448))[i]  # noqa: E731  natural token i's position
+    assert a.rows[at(np.arange(100))].tolist() == [3] * 100 and a.slots[at(99)] == 99
+    assert a.rows[at(100)] == 7 and a.slots[at(100)] == 0 and a.tokens[at(5)] == 6
+    pad = at(np.arange(1600, 1792))
+    assert (a.rows[pad] == -1).all() and (a.slots[pad] == 0).all() and (a.tokens[pad] == 0).all()
+    # row 3's last token (natural 99, block 1: shard 1's first place) and row 7's (1599, block 24: shard 0's last)
+    assert a.last.tolist() == [448 + 35, 6 * 64 + 63] and a.last_rows.tolist() == [3, 7]
+    assert a.counts.tolist() == [100, 1500]
+    # pairs: natural block i (64 tokens from a = 64 i) with the 64-key blocks from its first token's row's start
+    # to block i. Block 0 (row 3) sees key block 0; block 1 (rows 3, 7) blocks 0-1; block i >= 2 (row 7 from
+    # token 100: key block 1) blocks 1..i, i pairs; blocks 25-27 are padding (one pair each: their own keys).
+    pairs = fwd.pairs(4)
+    want = [sum(1 if i == 0 else 2 if i == 1 else 1 if i >= 25 else i for i in order[s]) for s in range(4)]
+    assert [len(p) for p in pairs] == want == [1 + 7 + 8 + 15 + 16 + 23 + 24, 71, 70, 70]
+    assert pairs[0][:3] == [(0, 0, 0), (1, 0, 64), (1, 0, 128)] and pairs[3][-1] == (6, 0, 27 * 64)
+    assert fwd.pairs_per_shard(4) == 96 and a.pair_block.shape == a.pair_start.shape == (4 * 96,)
+    assert a.pair_block[94:96].tolist() == [7, 7]  # shard 0's padding pairs: the block past its last
+    # one fresh row of 1600 tokens alone, contiguous over the shards, would leave shard 2 with 119 pairs
 
 
 def test_put_rows_and_tokens_write_only_owned_rows():
@@ -81,10 +99,12 @@ def _close(x, y, rel=1e-5):
 
 def test_pack_append_by_hand():
     """Rows 0 (holding 1000) and 41 (holding 300) of a 160-row session on 4 row shards get 40 and 70 tokens:
-    one forward of 110 tokens (28 a shard -> 64); blocks of 32: shard 0 has rows 0's two (slots 1000, 1032),
-    shard 1 row 41's three (300, 332, 364), so every shard attends 4 (row_bucket of 3)."""
+    one forward of 110 tokens (28 a shard -> 32); blocks of 32: shard 0 has rows 0's two (slots 1000, 1032),
+    shard 1 row 41's three (300, 332, 364), so every shard attends 4 (row_bucket of 3). Pairs with 128-slot
+    key blocks: row 0's blocks see slots up to 1031 and 1039 (9 key blocks each), row 41's up to 331, 363 and
+    369 (3 each); a padding block gets one pair."""
     (fwd,) = packed_append.pack({41: 70, 0: 40, 7: 0}, {0: 1000, 41: 300, 7: 5})
-    assert (fwd.rows, fwd.counts, fwd.bases, fwd.tokens, fwd.per_shard(4)) == ((0, 41), (40, 70), (1000, 300), 110, 64)
+    assert (fwd.rows, fwd.counts, fwd.bases, fwd.tokens, fwd.per_shard(4)) == ((0, 41), (40, 70), (1000, 300), 110, 32)
     assert fwd.blocks(4, 160) == [
         [(0, 0, 32, 1000), (0, 32, 8, 1032)],
         [(1, 40, 32, 300), (1, 72, 32, 332), (1, 104, 6, 364)],
@@ -92,8 +112,15 @@ def test_pack_append_by_hand():
         [],
     ]
     assert fwd.blocks_per_shard(4, 160) == 4 and fwd.span(16896) == buckets.span_bucket(1070, 16896)
-    a = packed_append.arrays(fwd, {0: list(range(1, 41)), 41: [9] * 70}, 4, 160)
-    assert a.tokens.shape == (256,) and a.block_rows.shape == (16,)
+    assert [len(p) for p in fwd.pairs(4, 160, 128)] == [9 + 9 + 2, 3 + 3 + 3 + 1, 4, 4]
+    assert fwd.pairs(4, 160, 128)[1][:4] == [(0, 1, 0), (0, 1, 128), (0, 1, 256), (1, 1, 0)]
+    assert fwd.pairs_per_shard(4, 160, 128) == 24 and packed_append.key_block(16896) == 128
+    assert packed_append.key_block(80) == 16  # a tiny session's span: the largest power of two dividing it
+    a = packed_append.arrays(fwd, {0: list(range(1, 41)), 41: [9] * 70}, 4, 160, 2048)
+    assert a.tokens.shape == (128,) and a.block_rows.shape == (16,) and a.pair_block.shape == (4 * 24,)
+    assert a.pair_block[20:24].tolist() == [4] * 4 and a.pair_start[:10].tolist() == [128 * j for j in range(9)] + [0]
+    with pytest.raises(ValueError, match="do not fit in the cache's 1024 slots"):
+        packed_append.arrays(fwd, {0: list(range(1, 41)), 41: [9] * 70}, 4, 160, 1024)
     assert a.rows[:40].tolist() == [0] * 40 and a.slots[40] == 300 and (a.rows[110:] == -1).all()
     assert a.block_rows.tolist()[:4] == [0, 0, 40, 40] and a.block_count.tolist()[4:8] == [32, 32, 6, 0]
     assert a.last.tolist() == [39, 109] and a.last_rows.tolist() == [0, 41] and a.lengths.tolist() == [1040, 370]
@@ -125,8 +152,9 @@ def test_packed_appends_equal_the_row_sub_batch():
     assert ref.stats["packed_calls"] == 0 and meshed.packed_prefill and not ref.packed_prefill
     n = sum(map(len, prompts))
     assert meshed.stats["packed_calls"] == flat.stats["packed_calls"] == 2  # the prompts, then the deltas
-    assert meshed.stats["packed_tokens_computed"] == 4 * buckets.token_bucket(-(-n // 4)) + 4 * 64 == 512 + 256
-    assert flat.stats["packed_tokens_computed"] == buckets.token_bucket(n) + buckets.token_bucket(106) == 448 + 128
+    # n = 440 prompt tokens (110 a shard -> 128), then 106 delta tokens (27 a shard -> 32)
+    assert meshed.stats["packed_tokens_computed"] == 4 * 128 + 4 * 32 and n == 440
+    assert flat.stats["packed_tokens_computed"] == 448 + 128
     assert meshed.stats["prefill_rows_computed"] == flat.stats["prefill_rows_computed"] == 0
     for sess in (meshed, flat):
         assert sess.lengths.tolist() == ref.lengths.tolist() == np.asarray(sess.cache.lengths).tolist()
@@ -154,10 +182,12 @@ BIG = ModelConfig(  # wider layers, so the matmuls outweigh the attention as at 
 
 
 @pytest.mark.slow
-def test_one_prefix_into_160_rows_on_4_row_shards_costs_about_one_row():
+def test_one_prefix_into_160_rows_on_4_row_shards_costs_about_one_row(monkeypatch):
     """XLA's cost analysis (per device, x 8 devices): a 600-token prefix admitted into one row of a 160-row
     session on (data 2, fsdp 2, tensor 2) computes at most 1.25x the FLOPs of the same prefill in a
-    one-row session off a mesh, where the row sub-batch (one row per row shard) computes about 4x."""
+    one-row session off a mesh, where the row sub-batch (one row per row shard) computes about 4x. The block
+    attention's scan is unrolled, so that every step is counted (XLA counts a loop's body once)."""
+    monkeypatch.setattr(block_attention, "SCAN_UNROLL", True)
     params = models.init_params(BIG, jax.random.key(0))
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
