@@ -4,6 +4,8 @@
 #                  difference, forward and backward times; --skip attention leaves it out)
 #   ragged_decode  the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s,
 #                  KV slots read, max log-prob difference, cache-sized copies in the program)
+#   packed_attention  the packed append's block-pair attention against dense attention over the span, on one
+#                  row shard at the production decode shapes (times, pairs computed, TFLOP/s, difference)
 #   rl_step        the MFU of one RC-GRPO update step on 8 x 4096 tokens (Qwen2.5-1.5B-shaped)
 #   prod_decode    the production decode (Qwen2.5-7B-shaped, bf16, 40 rows each reading an 8k-slot span)
 #   decode         decode tokens/s of a Qwen2.5-1.5B-shaped model (batch 64; --decode-batches 1,16,64)

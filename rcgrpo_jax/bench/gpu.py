@@ -10,7 +10,7 @@ RC-GRPO KL penalty over chunked token log-probs), AdamW from `rcgrpo_jax.train.o
 
 One JSON line per measurement, each guarded so a failure prints an "error" row and the rest still run,
 in this order (most wanted first; a row not started by --deadline-s is reported as skipped):
-attention, ragged_decode, rl_step, prod_decode, decode.
+attention, ragged_decode, packed_attention, rl_step, prod_decode, decode.
   machine   backend, device, and the peaks the fractions divide by
   decode    per batch size: prefill and decode times (compilation reported apart), decode tokens/s and
             the fraction of the HBM bound. Bytes per decode step = every weight once + the KV cache
@@ -23,6 +23,9 @@ attention, ragged_decode, rl_step, prod_decode, decode.
             blocks; interpret mode off a GPU): tok/s of each, the KV slots each reads, the fraction of the
             HBM bound, and the largest log-prob difference (over tokens both sampled alike, from the same
             random bf16 cache and key) relative to the largest log-prob magnitude
+  packed_attention  the packed append's attention on one row shard at the production decode's shapes
+            (`bench_packed_attention`): the block pairs the session runs against dense attention over the
+            span, times, pairs computed, the pairs' TFLOP/s and the largest difference
   rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
             (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
   attention (with --attention; launch/gpu_check.sh passes it) per sequence length (4k, 16k): one layer of
@@ -35,9 +38,10 @@ attention, ragged_decode, rl_step, prod_decode, decode.
 
 Time on one H200 (an estimate from the shapes; no run on a GPU yet; compilation dominates each row):
 attention ~40 s (small programs per path and length; the dense 16k f32 scores are 30 GB a tensor), ragged_decode
-~150 s (the 7B init, two decode-loop compilations, 4 calls each of 64 steps at ~10 ms), rl_step ~100 s
+~150 s (the 7B init, two decode-loop compilations, 4 calls each of 64 steps at ~10 ms), packed_attention
+~15 s (two small programs; the dense side's f32 scores are 1.4 GB), rl_step ~100 s
 (init, the remat'd update's compilation, 5 steps of ~1 s: 6 * 1.5e9 * 32k = 3e14 FLOP at ~40% MFU),
-prod_decode ~60 s (one more compilation), decode ~50 s per batch size (prefill and loop compilations): ~400 s
+prod_decode ~60 s (one more compilation), decode ~50 s per batch size (prefill and loop compilations): ~415 s
 in all, so launch/gpu_check.sh stops starting rows at 330 s and kills the run at 420 s, leaving time for
 its offline setup within 8 minutes.
 """
@@ -55,7 +59,16 @@ from rcgrpo_jax import models
 from rcgrpo_jax.bench import common
 from rcgrpo_jax.models import ModelConfig, attention
 from rcgrpo_jax.models.cache import attention_mask
-from rcgrpo_jax.sampling import Sampler, SamplingParams, decode_step, decode_weights, new_cache, stop_table
+from rcgrpo_jax.sampling import (
+    Sampler,
+    SamplingParams,
+    block_attention,
+    decode_step,
+    decode_weights,
+    new_cache,
+    packed_append,
+    stop_table,
+)
 from rcgrpo_jax.sampling import sampler as sampler_mod
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.train import optim as optim_lib
@@ -116,6 +129,10 @@ class Plan:
     prod_rows: int = 40
     prod_span: int = 8192
     prod_new: int = 64
+    # The packed append's attention on one row shard of the production decode (`sampling.packed_append`):
+    # packed_rows of its prod_rows rows get packed_tokens each (a tool output), over that span.
+    packed_rows: int = 16
+    packed_tokens: int = 96
 
 
 TINY = Plan(
@@ -132,6 +149,8 @@ TINY = Plan(
     prod_rows=8,
     prod_span=256,  # two 128-slot kernel blocks: the ragged row's rows read one or two
     prod_new=8,
+    packed_rows=4,
+    packed_tokens=40,
 )
 
 
@@ -429,6 +448,92 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
 # ------------------------------------------------------------------------------------------ RL step
 
 
+def bench_packed_attention(plan: Plan) -> dict[str, Any]:
+    """The packed append's attention on one row shard (`sampling.packed_append`), at the production decode's
+    shapes: `plan.packed_rows` of `plan.prod_rows` rows get `plan.packed_tokens` tokens each after contexts
+    spread evenly over [span / 8, span - tokens] of a `plan.prod_span`-slot cache (Qwen2.5-7B's heads, all on
+    this device, bf16, the GPU's [rows, kv heads, slots, head dim] layout). Two ways over the same query
+    blocks (`AppendForward.blocks`: 32 queries of one row each):
+
+      pairs  `block_attention.attend` over the blocks' (block, key block) pairs (`AppendForward.pairs`):
+             what the session runs
+      dense  every block over its row's whole span, masked (the design before the pairs)
+
+    Medians of `plan.repeats` after a warm-up call; (query, key) pairs each computes and the real ones (a
+    token at slot p sees p + 1 keys); the pairs path's TFLOP/s over the pairs it computes and over the real
+    ones (4 x heads x head_dim FLOPs a pair); the largest |pairs - dense| over real queries relative to the
+    dense output's largest magnitude."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    n_heads, g, dh = plan.attn_heads
+    r, w = n_heads // g, packed_append.BLOCK
+    rows, span, count = plan.prod_rows, plan.prod_span, plan.packed_tokens
+    stepping = list(range(0, rows, rows // plan.packed_rows))[: plan.packed_rows]
+    bases = np.linspace(span // 8, span - count, len(stepping)).astype(int)
+    fwd = packed_append.AppendForward(tuple(stepping), (count,) * len(stepping), tuple(int(b) for b in bases))
+    bk = packed_append.key_block(span)
+    (blocks,), (pairs,) = fwd.blocks(1, rows), fwd.pairs(1, rows, bk)
+    k_blocks, p_size = fwd.blocks_per_shard(1, rows), fwd.pairs_per_shard(1, rows, bk)
+    b_rows, _, b_count, b_start = (np.array([b[i] for b in blocks], np.int32) for i in range(4))
+    t = np.arange(w)
+    valid = t[None] < b_count[:, None]
+    q_pos = np.full((k_blocks, w), -1, np.int32)
+    q_pos[: len(blocks)] = np.where(valid, b_start[:, None] + t[None], -1)
+    q_rows = np.full((k_blocks,), rows, np.int32)
+    q_rows[: len(blocks)] = b_rows
+    q_ids = np.repeat(q_rows[:, None], w, 1)
+    pair_q, pair_src, pair_start = block_attention.pad_pairs(*np.asarray(pairs, np.int32).T, p_size, k_blocks)
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.standard_normal((k_blocks, w, g, r, dh), np.float32), jnp.bfloat16)
+    k, v = (jnp.asarray(rng.standard_normal((rows, g, span, dh), np.float32), jnp.bfloat16) for _ in range(2))
+    k_ids = np.repeat(np.arange(rows, dtype=np.int32)[:, None], span, 1)
+    k_pos = np.repeat(np.arange(span, dtype=np.int32)[None], rows, 0)
+
+    @jax.jit
+    def by_pairs(q, k, v):
+        return block_attention.attend(
+            q, q_ids, q_pos, k, v, k_ids, k_pos, pair_q, pair_src, pair_start, block_k=bk, k_axis=2
+        )
+
+    @jax.jit
+    def dense(q, k, v):
+        row = jnp.minimum(jnp.asarray(q_rows), rows - 1)
+        kb, vb = jnp.take(k, row, axis=0), jnp.take(v, row, axis=0)  # [K, G, S, Dh]
+        s = jnp.einsum("bwgrd,bgsd->bgrws", q, kb, preferred_element_type=jnp.float32) / float(np.sqrt(dh))
+        sees = jnp.arange(span)[None, None, :] <= jnp.asarray(q_pos)[:, :, None]  # [K, W, S]
+        s = jnp.where(sees[:, None, None], s, -jnp.inf)
+        p = jnp.where(sees[:, None, None], jax.nn.softmax(s, axis=-1), 0.0).astype(q.dtype)
+        return jnp.einsum("bgrws,bgsd->bwgrd", p, vb)
+
+    row: dict[str, Any] = dict(
+        rows=rows, span=span, stepping_rows=len(stepping), tokens_per_row=count, blocks=k_blocks, block_k=bk
+    )
+    out = {}
+    for name, fn in (("pairs", by_pairs), ("dense", dense)):
+        t0 = time.perf_counter()
+        out[name] = jax.block_until_ready(fn(q, k, v))
+        row[f"{name}_first_call_s"] = time.perf_counter() - t0
+        sec, _ = common.time_call(lambda fn=fn: jax.block_until_ready(fn(q, k, v)), repeats=plan.repeats)
+        row[f"{name}_ms"] = sec * 1e3
+    per_pair = 4 * n_heads * dh
+    real = int(sum(count * b + count * (count + 1) // 2 for b in bases))
+    row.update(
+        real_pairs=real,
+        pairs_computed=p_size * w * bk,
+        dense_pairs_computed=k_blocks * w * span,
+        pairs_tflop_s=per_pair * p_size * w * bk / (row["pairs_ms"] / 1e3) / 1e12,
+        pairs_real_tflop_s=per_pair * real / (row["pairs_ms"] / 1e3) / 1e12,
+        speedup=row["dense_ms"] / row["pairs_ms"],
+    )
+    keep = jnp.asarray(q_pos >= 0)[:, :, None, None, None]
+    ref = out["dense"].astype(jnp.float32)
+    diff = float(jnp.max(jnp.where(keep, jnp.abs(out["pairs"].astype(jnp.float32) - ref), 0.0)))
+    row["max_rel_diff"] = diff / max(float(jnp.max(jnp.abs(ref))), 1e-30)
+    return row
+
+
 def make_rl_step(config, tx, chunk: int, loss_config: dict[str, Any]):
     """`step(state, batch) -> (state, metrics)`: the RL trainer's own update on one micro-batch
     (`train.rl_step`: ppo_clip with the KL to the reference, token log-probs by vocabulary chunks,
@@ -602,7 +707,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU check of this script)")
     ap.add_argument(
-        "--skip", default="", help="comma list of phases to skip: decode,prod_decode,ragged_decode,rl_step,attention"
+        "--skip",
+        default="",
+        help="comma list of phases to skip: decode,prod_decode,ragged_decode,packed_attention,rl_step,attention",
     )
     ap.add_argument("--attention", action="store_true", help="also compare fused (cuDNN) and XLA attention")
     ap.add_argument("--attn-seqs", default=None, help="e.g. 4096,16384")
@@ -658,6 +765,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     prod: dict[str, Any] = {}  # the production model, shared by the two production decode rows
     if "ragged_decode" not in skip:
         measure({"bench": "ragged_decode"}, lambda: bench_ragged_decode(plan, args.hbm_bytes_s, prod))
+    if "packed_attention" not in skip:
+        measure({"bench": "packed_attention"}, lambda: bench_packed_attention(plan))
     if "rl_step" not in skip:
         measure({"bench": "rl_step", "shape": plan.shape}, lambda: bench_rl_step(plan, args.peak_flops))
     if "prod_decode" not in skip:

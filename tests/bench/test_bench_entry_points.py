@@ -103,12 +103,29 @@ def gpu_run():
 def test_gpu_tiny_rows(gpu_run):
     rows, printed = gpu_run
     # most wanted first (bench/gpu.py): the ragged decode and the update before the plain decode sweep
-    want = ["machine", "ragged_decode", "rl_step", "prod_decode", "decode_setup", "decode", "decode", "decode", "done"]
+    want = ["machine", "ragged_decode", "packed_attention", "rl_step", "prod_decode", "decode_setup"]
+    want += ["decode", "decode", "decode", "done"]
     assert [r["bench"] for r in printed] == want
     assert all("error" not in r and "skipped" not in r for r in printed), printed
     assert printed[-1]["errors"] == 0
     assert [r["batch"] for r in printed if r["bench"] == "decode"] == [1, 16, 64]
-    assert len(rows) == 8
+    assert len(rows) == 9
+
+
+def test_gpu_packed_attention_row(gpu_run):
+    """The packed append's attention at the production row's (tiny) shapes: rows 0, 2, 4, 6 of 8 get 40 tokens
+    after 32, 93, 154 and 216 (linspace(32, 216), floored) in a 256-slot span: two blocks each (32 + 8
+    queries), 8 blocks; with 128-slot key blocks they see 1 + 1, 1 + 2, 2 + 2 and 2 + 2 key blocks: 13 pairs
+    -> 16. The pairs equal the dense attention over the span."""
+    _, printed = gpu_run
+    (row,) = [r for r in printed if r["bench"] == "packed_attention"]
+    assert (row["rows"], row["span"], row["stepping_rows"], row["tokens_per_row"]) == (8, 256, 4, 40)
+    assert (row["blocks"], row["block_k"]) == (8, 128)
+    assert row["pairs_computed"] == 16 * 32 * 128 and row["dense_pairs_computed"] == 8 * 32 * 256
+    assert row["real_pairs"] == 40 * (32 + 93 + 154 + 216) + 4 * (40 * 41 // 2)
+    assert _close(row["pairs_tflop_s"], 4 * 4 * 16 * 16 * 32 * 128 / (row["pairs_ms"] / 1e3) / 1e12, 2e-2)
+    assert _close(row["speedup"], row["dense_ms"] / row["pairs_ms"], 2e-2)
+    assert row["max_rel_diff"] < 2e-2  # bf16 queries, keys and values
 
 
 def test_gpu_ragged_decode_row(gpu_run):
@@ -180,12 +197,13 @@ def test_gpu_deadline_skips_rather_than_runs(capsys):
     assert [r["bench"] for r in printed] == [
         "machine",
         "ragged_decode",
+        "packed_attention",
         "prod_decode",
         "decode_setup",
         "decode",
         "done",
     ]
-    assert all("skipped" in r for r in rows) and len(rows) == 5
+    assert all("skipped" in r for r in rows) and len(rows) == 6
 
 
 def test_gpu_check_script_preflight():
@@ -199,7 +217,7 @@ def test_gpu_check_script_preflight():
             os.path.join(ROOT, "launch", "gpu_check.sh"),
             "--tiny",
             "--skip",
-            "decode,prod_decode,ragged_decode,rl_step,attention",
+            "decode,prod_decode,ragged_decode,packed_attention,rl_step,attention",
         ],
         capture_output=True,
         text=True,
