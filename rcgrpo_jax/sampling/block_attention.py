@@ -58,10 +58,14 @@ def chunk_of(pairs: int, chunk: int = CHUNK) -> int:
 
 def pad_pairs(pair_q: np.ndarray, pair_src: np.ndarray, pair_start: np.ndarray, size: int, num_q: int):
     """The pair arrays padded to `size` pairs: the padding pairs join the query block `num_q` (the one past the
-    last, which sees nothing) with slot 0 of source row 0."""
+    last, which sees nothing) with slot 0 of source row 0. The pairs must be sorted by query block, with every
+    block 0..num_q - 1 in at least one (what `attend`'s chunks rely on)."""
     n = len(pair_q)
     if n > size:
         raise ValueError(f"pad_pairs: {n} pairs do not fit in {size}")
+    pq = np.asarray(pair_q)
+    if np.any(np.diff(pq) < 0) or not np.array_equal(np.unique(pq), np.arange(num_q)):
+        raise ValueError(f"pad_pairs: the pairs must be sorted by query block and name every block 0..{num_q - 1}")
     out = np.zeros((3, size), np.int32)
     out[0, n:] = num_q
     out[0, :n], out[1, :n], out[2, :n] = pair_q, pair_src, pair_start

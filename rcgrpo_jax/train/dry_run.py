@@ -34,7 +34,7 @@ Phases (each what its program needs beyond the resident buffers it reads, with t
              row shard's rows (`append_packed`, `sampling.packed_append`), the largest     [all four]
              (the packed programs' block-pair attention gathers bf16 key blocks, which the CPU compiles by
              converting the layer's whole K and V to f32 first: ~1.4 GB a device at rc_grpo qwen2_5_7b's
-             shapes that a GPU's native bf16 gather does not allocate, so these two err high)
+             shapes that a GPU, which gathers bf16 natively, should not allocate: these two err high)
   session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
              groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
              row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the

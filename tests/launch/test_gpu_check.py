@@ -45,7 +45,12 @@ def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
     assert setup == {"bench": "setup_env", "skipped": f"{sys.executable} holds no CUDA jax: running with it as it is"}
     assert not os.path.exists(tmp_path / "venv")
     benches = [r["bench"] for r in rows[3:]]
-    assert benches == ["machine"] + ["attention"] * len(gpu.TINY.attn_seqs) + ["ragged_decode", "packed_attention", "prod_decode", "done"]
+    assert benches == ["machine"] + ["attention"] * len(gpu.TINY.attn_seqs) + [
+        "ragged_decode",
+        "packed_attention",
+        "prod_decode",
+        "done",
+    ]
     attn = [r for r in rows if r["bench"] == "attention"]
     assert [r["seq"] for r in attn] == list(gpu.TINY.attn_seqs)
     for r in attn:

@@ -116,6 +116,10 @@ def test_bfloat16_stays_close_to_float32():
 def test_bad_pair_counts_are_refused_and_buckets_by_hand():
     with pytest.raises(ValueError, match="do not fit"):
         block_attention.pad_pairs(np.zeros(5), np.zeros(5), np.zeros(5), 4, 1)
+    z = np.zeros(3)
+    for blocks in ([1, 0, 2], [0, 2, 2]):  # unsorted; block 1 without a pair
+        with pytest.raises(ValueError, match="sorted by query block and name every block 0..2"):
+            block_attention.pad_pairs(np.array(blocks), z, z, 8, 3)
     got = [block_attention.pair_bucket(n) for n in (0, 1, 9, 64, 65, 130, 300, 513)]
     assert got == [8, 8, 16, 64, 72, 144, 320, 576]
     assert [block_attention.chunk_of(p) for p in (8, 72, 144, 320, 576, 40)] == [8, 8, 16, 64, 64, 8]
