@@ -94,7 +94,9 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
         "sub_batch_rows": 16,  # the largest row bucket (1, 2, 4, ...) below 24
         "copy_rows": 24,  # the 18 siblings of 6 groups of 4 -> bucket 32, capped at the 24 rows
         "packed_tokens": 192,  # one fresh row of max_context tokens, packed (one row shard: token_bucket(192))
+        "prefill_pairs": 8,  # its 3 query blocks of 64 see 1, 2 and 3 key blocks: 6 -> pair_bucket 8
         "append_blocks": 8,  # those tokens in blocks of 32 on one shard: 6 -> row_bucket 8
+        "append_pairs": 16,  # each block over the whole capacity: 8 x 256 / 128 key slots -> 16
         "decode_dtype": "float32",  # the tiny preset decodes in its compute dtype
     }
     kv = 2 * config.num_layers * rows * config.num_kv_heads * config.head_dim * capacity * 4 + 4 * rows
