@@ -106,24 +106,24 @@ def token_order(m: int, per_shard: int) -> np.ndarray:
     return (blocks[..., None] * QUERY_BLOCK + np.arange(QUERY_BLOCK)).reshape(-1)
 
 
-def pack(counts: dict[int, int], budget: int = PACK_TOKENS) -> list[PackedForward]:
-    """The forwards of fresh rows getting counts[row] tokens (rows in ascending order): a forward takes the
-    next rows while their tokens add up to at most `budget`; a row of more tokens than that goes alone."""
-    out: list[PackedForward] = []
-    rows: list[int] = []
-    ns: list[int] = []
-    for r in sorted(counts):
-        n = int(counts[r])
-        if n <= 0:
-            continue
-        if rows and sum(ns) + n > budget:
-            out.append(PackedForward(tuple(rows), tuple(ns)))
-            rows, ns = [], []
-        rows.append(int(r))
-        ns.append(n)
-    if rows:
-        out.append(PackedForward(tuple(rows), tuple(ns)))
+def groups(counts: dict[int, int], budget: int) -> list[list[int]]:
+    """The rows with tokens (counts[row] > 0, in ascending order) cut into forwards: a forward takes the next
+    rows while their tokens add up to at most `budget`; a row of more tokens than that goes alone."""
+    out: list[list[int]] = []
+    total = 0
+    for r in sorted(r for r, n in counts.items() if n > 0):
+        if out and total + counts[r] <= budget:
+            out[-1].append(int(r))
+            total += counts[r]
+        else:
+            out.append([int(r)])
+            total = counts[r]
     return out
+
+
+def pack(counts: dict[int, int], budget: int = PACK_TOKENS) -> list[PackedForward]:
+    """The forwards of fresh rows getting counts[row] tokens (`groups`)."""
+    return [PackedForward(tuple(g), tuple(int(counts[r]) for r in g)) for g in groups(counts, budget)]
 
 
 @dataclasses.dataclass(frozen=True)

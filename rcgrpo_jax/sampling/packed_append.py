@@ -111,18 +111,11 @@ def key_block(span: int) -> int:
 
 
 def pack(counts: dict[int, int], bases: dict[int, int], budget: int = APPEND_TOKENS) -> list[AppendForward]:
-    """The forwards of rows getting counts[row] tokens after their bases[row] (rows in ascending order): a
-    forward takes the next rows while their tokens add up to at most `budget`; a longer row goes alone."""
-    out: list[AppendForward] = []
-    cur: list[int] = []
-    for r in sorted(r for r, n in counts.items() if n > 0):
-        if cur and sum(counts[c] for c in cur) + counts[r] > budget:
-            out.append(AppendForward(tuple(cur), tuple(counts[c] for c in cur), tuple(bases[c] for c in cur)))
-            cur = []
-        cur.append(int(r))
-    if cur:
-        out.append(AppendForward(tuple(cur), tuple(counts[c] for c in cur), tuple(bases[c] for c in cur)))
-    return out
+    """The forwards of rows getting counts[row] tokens after their bases[row] (`packed.groups`)."""
+    return [
+        AppendForward(tuple(g), tuple(int(counts[r]) for r in g), tuple(int(bases[r]) for r in g))
+        for g in packed.groups(counts, budget)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
