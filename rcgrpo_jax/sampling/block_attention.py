@@ -37,7 +37,10 @@ import numpy as np
 
 from rcgrpo_jax.sampling import buckets
 
-CHUNK = 64  # pairs per scan step (bounds the [CHUNK, G, R, B, block_k] f32 scores)
+# Pairs per scan step at most: bounds the [CHUNK, G, R, B, block_k] f32 scores and the accumulators' slice of
+# CHUNK query blocks. On a GPU each step is a handful of small kernels; if gpu_check's packed_attention row
+# shows the steps launch-bound (its pairs_tflop_s far below the matmuls'), a larger CHUNK is the knob.
+CHUNK = 64
 NEG = -1e30  # the score of a key a query does not see (finite: no inf - inf)
 # `lax.scan`'s unroll of the chunk loop. XLA's cost analysis counts a loop's body once, whatever its trip
 # count, so a test that reads a program's FLOPs sets this to True (every step in the program, counted).
