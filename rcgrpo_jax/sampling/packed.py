@@ -129,9 +129,10 @@ def pack(counts: dict[int, int], budget: int = PACK_TOKENS) -> list[PackedForwar
 @dataclasses.dataclass(frozen=True)
 class PackedArrays:
     """Host arrays of one packed forward: tokens, rows (-1: padding) and slots [m * Tl], split over the m
-    row shards in blocks of Tl, each shard's QUERY_BLOCK-token blocks in `block_order`; the attention's pairs [m * P] (`PackedForward.pairs`: query block, first key;
-    shard j's P in block j); each row's last token's index into them (`last`), its row (`last_rows`; the
-    session's row count for padding: dropped) and its count, over a bucket of the forward's rows."""
+    row shards in blocks of Tl, each shard's QUERY_BLOCK-token blocks in `block_order`; the attention's pairs
+    [m * P] (`PackedForward.pairs`: query block, first key; shard j's P in block j); each row's last token's
+    index into them (`last`), its row (`last_rows`; the session's row count for padding: dropped) and its
+    count, over a bucket of the forward's rows."""
 
     tokens: np.ndarray
     rows: np.ndarray

@@ -20,8 +20,8 @@ each layer
      each shard gets back its own Tl tokens' attention output, and goes on with o_proj and the MLP.
 So every shard computes Tl tokens' matmuls; the attention is each owner's own pairs, as many on every shard as
 the busiest has (bucketed: `block_attention.pair_bucket`): the shards' attention is as unbalanced as their
-rows. Rows are packed into forwards
-of at most APPEND_TOKENS tokens (a longer row goes alone). Off a mesh the same program runs on one device.
+rows. Rows are packed into forwards of at most APPEND_TOKENS tokens (a longer row goes alone). Off a mesh the
+same program runs on one device.
 """
 
 from __future__ import annotations
