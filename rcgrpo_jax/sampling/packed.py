@@ -221,9 +221,9 @@ def prefill_impl(
     s: Sampler, params, cache: DecodeCache, logits, tokens, rows, slots, pair_block, pair_start, last, last_rows, counts
 ):
     """One packed forward (module docstring): tokens, rows, slots [m * Tl] and the pairs [m * P] (row-sharded:
-    shard j holds its block of each); last, last_rows, counts [F] whole on every shard. Writes the rows' K/V at their slots,
-    lengths[last_rows] = counts and logits[last_rows] = the last tokens' next-token logits. Returns
-    (cache, logits)."""
+    shard j holds its block of each); last, last_rows, counts [F] whole on every shard. Writes the rows' K/V at
+    their slots, lengths[last_rows] = counts and logits[last_rows] = the last tokens' next-token logits.
+    Returns (cache, logits)."""
     c = s.config
     m = row_shards.shards(row_shards.batch_mesh())
     weights = decode_step.layer_weights(params)
