@@ -219,42 +219,32 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
 
     n_packed = dry_run.rollout_shapes(config, mesh)["packed_tokens"] if not tiny else m * packed.QUERY_BLOCK
     n_prefill_pairs = m * (dry_run.rollout_shapes(config, mesh)["prefill_pairs"] if not tiny else 8)
-
-    def prefill_packed():
-        def fn(w, kv, logits, *arrays):
-            return packed.prefill_impl(s, w, kv, logits, *arrays)
-
-        args = (
-            weights,
-            cache,
-            _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
-            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),  # tokens, rows, slots
-            *(_sds((n_prefill_pairs,), jnp.int32, b1) for _ in range(2)),  # the attention's pairs
-            *(_sds((1,), jnp.int32, rep) for _ in range(3)),
-        )
-        in_sh = (w_sh, cache_sh, b2) + (b1,) * 5 + (rep,) * 3
-        with sampler.mesh_context(mesh, decode_rules):
-            return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
-
     n_blocks = m * (dry_run.rollout_shapes(config, mesh)["append_blocks"] if not tiny else 4)
     n_pairs = m * (dry_run.rollout_shapes(config, mesh)["append_pairs"] if not tiny else 8)
 
-    def append_packed():
+    def export_packed(impl, sizes):
+        """A packed program over the cache and logits, row-sharded int32 arrays of `sizes`, then each row's last
+        token, its row and its count or new length (whole on every shard)."""
+
         def fn(w, kv, logits, *arrays):
-            return packed_append.append_impl(s, w, kv, logits, *arrays)
+            return impl(s, w, kv, logits, *arrays)
 
         args = (
             weights,
             cache,
             _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
-            *(_sds((n_packed,), jnp.int32, b1) for _ in range(3)),  # tokens, rows, slots
-            *(_sds((n_blocks,), jnp.int32, b1) for _ in range(4)),  # the attention blocks
-            *(_sds((n_pairs,), jnp.int32, b1) for _ in range(3)),  # their pairs
+            *(_sds((n,), jnp.int32, b1) for n in sizes),
             *(_sds((1,), jnp.int32, rep) for _ in range(3)),
         )
-        in_sh = (w_sh, cache_sh, b2) + (b1,) * 10 + (rep,) * 3
+        in_sh = (w_sh, cache_sh, b2) + (b1,) * len(sizes) + (rep,) * 3
         with sampler.mesh_context(mesh, decode_rules):
             return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
+
+    def prefill_packed():  # tokens, rows, slots; the attention's pairs
+        return export_packed(packed.prefill_impl, [n_packed] * 3 + [n_prefill_pairs] * 2)
+
+    def append_packed():  # tokens, rows, slots; the attention blocks; their pairs
+        return export_packed(packed_append.append_impl, [n_packed] * 3 + [n_blocks] * 4 + [n_pairs] * 3)
 
     def copy_rows():
 
