@@ -358,18 +358,18 @@ class DecodeSession:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits.
         Only the rows given a delta are computed (module docstring); the others are left bit for bit."""
         with mesh_context(self.mesh, self.rules):
-            for program, args, kwargs in self._append_calls(deltas):
-                self.cache, self.logits = program(*args, **kwargs)
+            for program, args in self._append_calls(deltas):
+                self.cache, self.logits = program(*args)
 
     def lower_append(self, deltas: Sequence[Sequence[int]]) -> list[jax.stages.Lowered]:
         """The programs `append(deltas)` would run, one per chunk, lowered and not run (XLA's cost and
         memory analyses of an admission: `.compile().cost_analysis()`). The span grows as append's would;
         nothing else changes."""
         with mesh_context(self.mesh, self.rules):
-            return [program.lower(*args, **kw) for program, args, kw in self._append_calls(deltas, run=False)]
+            return [program.lower(*args) for program, args in self._append_calls(deltas, run=False)]
 
     def _append_calls(self, deltas: Sequence[Sequence[int]], run: bool = True):
-        """Yields (program, args, keyword args) for each chunk of `deltas` (pieces of at most prefill_chunk
+        """Yields (program, args) for each chunk of `deltas` (pieces of at most prefill_chunk
         columns, each of a bucketed width, over the rows that still have tokens in it). With run=True the
         caller runs each before the next is made (its args hold the current cache), and the host-side
         lengths and stats advance with them."""
@@ -389,7 +389,7 @@ class DecodeSession:
                 args = (self.sampler, self.params, self.cache, self.logits)
                 args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots, a.pair_block, a.pair_start))
                 args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
-                yield self._programs["prefill_packed"], args, {}
+                yield self._programs["prefill_packed"], args
                 if run:
                     lengths = lengths.copy()
                     lengths[list(fwd.rows)] = fwd.counts
@@ -411,7 +411,7 @@ class DecodeSession:
                 args = (self.sampler, self.params, self.cache, self.logits)
                 args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots) + a.blocks)
                 args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.lengths))
-                yield self._programs["append_packed"], args, {}
+                yield self._programs["append_packed"], args
                 if run:
                     lengths = lengths.copy()
                     lengths[list(fwd.rows)] = a.lengths[: len(fwd.rows)]
@@ -446,7 +446,7 @@ class DecodeSession:
                 args = (self.sampler, self.params, self.cache, self.logits, put_batch(idx, self.mesh))
                 args += (put_batch(block, self.mesh), put_batch(sub_counts, self.mesh))
                 program = self._programs["append_rows"]
-            yield program, args, {}
+            yield program, args
             if run:
                 lengths = lengths + counts
                 self.lengths = lengths
