@@ -14,4 +14,7 @@ def get_config(arg: str | None = None):
     preset = common.parse_preset(arg)
     c = common.base("sft", preset, lr=1e-5, trainer="supervised")
     c.data.kind = "expert"
+    # True when the SFT data carry a reward-goal slot (datasets.sft_records(reward_slot="random"): each expert
+    # with a token drawn at random, so the tokens mean nothing yet): the two tokens join the tokenizer.
+    c.add_reward_tokens = False
     return common.supervised_budget(c)

@@ -1,17 +1,56 @@
 #!/usr/bin/env bash
-# The CPU reproduction over 3 seeds (the issue's goal (d)): quickstart.sh with --seeds 3, the `reproduce` budget
-# and its own workdir.
+# The CPU reproduction over 3 seeds of the whole pipeline (stage 1 included): the quickstart's budget, each seed
+# from its own base checkpoint through SFT, exploration, RCTP-FT and the four RL rows; the controls at seed 0.
 #
-#   bash launch/reproduce.sh [--workdir DIR] [any quickstart.sh / pipeline.ablation flag]
+#   bash launch/reproduce.sh [--workdir DIR] [--seeds N] [--jobs J]
 #
-# Stage 1 is trained once (seed 0); every RL row runs with seeds 0, 1, 2 from it. report.json then holds the
-# rows' means over seeds, their per-seed values and the paired comparison of RC-GRPO against GRPO from each
-# stage-1 model (paired bootstrap over seeds and test tasks, and a sign test over seeds). The `reproduce` budget
-# is the quickstart's (pipeline/budgets.py: the same stage 1 and RL rows, so it resumes a quickstart workdir) plus
-# one control pair at seed 0: RCTP-FT+GRPO and RCTP-FT+RC-GRPO at the paper presets' RL settings (temperature
-# 1.0, KL beta 0.1, i.i.d. reward tokens, G 5), with its zero-variance gap beside the budget's. The report lists
-# every RL setting that differs from the paper presets. Default DIR: runs/reproduce.
+# XLA's CPU runtime runs one program's ops mostly one after another (about one core per process), so the seeds
+# run side by side, J at a time (default 2, one per core; `python -m rcgrpo_jax.pipeline.ablation --only_seed S`),
+# then one run over all seeds finds every stage done and writes DIR/report.md and report.json: each row's mean
+# and spread over seeds (stage 1's beside RL's), the paired bootstrap of every RL row against its init and of
+# RC-GRPO against GRPO, the controls and the curves under DIR/plots. Default DIR: runs/reproduce.
 # Measure with:  /usr/bin/time -v bash launch/reproduce.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-exec bash "$ROOT/launch/quickstart.sh" --workdir "$ROOT/runs/reproduce" --seeds 3 --budget reproduce "$@"
+WORKDIR="$ROOT/runs/reproduce"
+SEEDS=3
+JOBS=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workdir) WORKDIR="$2"; shift 2 ;;
+    --workdir=*) WORKDIR="${1#*=}"; shift ;;
+    --seeds) SEEDS="$2"; shift 2 ;;
+    --seeds=*) SEEDS="${1#*=}"; shift ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --jobs=*) JOBS="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "reproduce.sh: unknown option $1 (--workdir, --seeds, --jobs)" >&2; exit 2 ;;
+  esac
+done
+START=$(date +%s)
+source "$ROOT/launch/setup_env.sh"
+cd "$ROOT"
+export JAX_PLATFORMS=cpu TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+mkdir -p "$WORKDIR"
+run_seed() {
+  python -m rcgrpo_jax.pipeline.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS" --only_seed "$1" \
+    > "$WORKDIR/seed_$1.log" 2>&1 || { echo "seed $1 failed: see $WORKDIR/seed_$1.log" >&2; return 1; }
+  echo "seed $1 done ($(( $(date +%s) - START ))s)"
+}
+running=0
+failed=0
+for (( s = 0; s < SEEDS; s++ )); do  # seed 0 first: it also runs the controls, the longest
+  if (( running >= JOBS )); then
+    wait -n || failed=1
+    running=$(( running - 1 ))
+  fi
+  run_seed "$s" &
+  running=$(( running + 1 ))
+done
+while (( running > 0 )); do
+  wait -n || failed=1
+  running=$(( running - 1 ))
+done
+[ "$failed" = 0 ] || exit 1
+python -m rcgrpo_jax.pipeline.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS"
+echo "total: $(( $(date +%s) - START ))s wall; report: $WORKDIR/report.md"

@@ -147,8 +147,8 @@ def check(config, num_devices: int) -> dict[str, int]:
     if "data" in config and "buckets" in config.data:
         if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
             raise ConfigError("data.buckets", f"need strictly increasing lengths > 1, got {buckets}")
-    if get(config, "optim.lr") is not None and not float(config.optim.lr) > 0:
-        raise ConfigError("optim.lr", f"must be positive, got {config.optim.lr}")
+    if get(config, "optim.lr") is not None and not float(config.optim.lr) >= 0:  # 0: a control run that never moves
+        raise ConfigError("optim.lr", f"must be positive (or 0 for a control run), got {config.optim.lr}")
     wr = get(config, "optim.warmup_ratio")
     if wr is not None and not 0 <= float(wr) < 1:
         raise ConfigError("optim.warmup_ratio", f"must be in [0, 1), got {wr}")

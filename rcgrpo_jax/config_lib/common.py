@@ -93,6 +93,9 @@ def data() -> ml_collections.ConfigDict:
     # train_vocab: the train side's names and operands, "narrow" (12 syllables: 1068 stems, 114 folders, operands
     # 2-39) | "wide" (24 syllables: ~12k stems, 534 folders, operands 64-99 too; too many names to memorise, so
     # the model copies them; vocab.WIDE). The test side is the same under both.
+    # iid_test_per_type / dev_per_type > 0: the 'iid' and 'dev' splits, fresh instances of the trained types drawn
+    # as the train split's (same vocabulary, new compositions and arguments; worlds.generate_iid): the i.i.d. test
+    # (the paper's held-out questions) and a small held-out set for RL curves. 'test' keeps names no stage sees.
     c.world = ml_collections.ConfigDict(
         {
             "seed": 0,
@@ -102,6 +105,8 @@ def data() -> ml_collections.ConfigDict:
             "rl_vocab": "train",
             "rl_types": "",
             "train_vocab": "narrow",
+            "iid_test_per_type": 0,
+            "dev_per_type": 0,
         }
     )
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.

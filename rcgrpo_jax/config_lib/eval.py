@@ -47,7 +47,7 @@ def section() -> ml_collections.ConfigDict:
     # whose handler decodes <tool_call> blocks; llama3_json: meta-llama/Llama-3.1-8B-Instruct-FC)
     c.bfcl_model = ""
     c.reward_token = "auto"  # auto (high if the tokenizer has the reward tokens) | high | low | none
-    c.split = "test"  # test | train | all (multi-turn: train = tuning on the training split only)
+    c.split = "test"  # test | train | all | rl | iid | dev (multi-turn; train, dev = tuning on the training side only)
     c.max_tasks = -1  # > 0: the first N multi-turn tasks of the split, the first N entries of each single-turn category
     c.batch_size = 32  # episodes per rollout batch
     c.max_context = 32768  # tokens per episode; past it: truncated

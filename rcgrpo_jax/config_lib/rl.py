@@ -124,6 +124,13 @@ def base(
     # AWPO's reasoning judge (rcgrpo_jax.judges: rule | model | http), used only by estimators that need
     # "reasoning": --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
     rl.judge = judges.default_config("rule")
+    # A control, not a method: the step's advantages permuted at random across all its rollouts (a seeded draw
+    # per step) before the loss, so the update has the same size and shape but no tie to the rollouts' reward.
+    rl.shuffle_advantages = False
+    # Held-out curve: every `heldout.every` steps (and at step 0 and the last) greedy accuracy on the task
+    # source's `heldout.split` (the world's 'dev': fresh tasks of the train distribution), logged as
+    # heldout/accuracy; 0 = off.
+    rl.heldout = ml_collections.ConfigDict({"every": 0, "split": "dev"})
     c.rl = rl
     c.data.kind = "rl"
     c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5

@@ -56,8 +56,28 @@ def failure_records(
     return [r for t in _tasks(ids) for r in trajectories.failure_trajectories(t, names, seed=seed, site=site)]
 
 
-def sft_records(experts: Iterable[dict]) -> list[dict]:
-    return [copy.deepcopy(r) for r in experts if r["kind"] == "expert"]
+SFT_REWARD_SLOTS = ("none", "random")
+
+
+def sft_records(experts: Iterable[dict], *, reward_slot: str = "none", seed: int = 0) -> list[dict]:
+    """The expert records. reward_slot="random": each first user message carries a reward goal whose token is
+    drawn with p(high) = 0.5 independently of the trajectory (every one is an expert), so the slot is there and
+    its token carries no information: an SFT policy that is never taught what the tokens mean, as an instruct
+    model ignores an unknown token (the SFT init of SFT+RC-GRPO)."""
+    if reward_slot not in SFT_REWARD_SLOTS:
+        raise ValueError(f"reward_slot must be one of {SFT_REWARD_SLOTS}, got {reward_slot!r}")
+    rng = random.Random(f"sft-slot:{seed}")
+    out = []
+    for r in experts:
+        if r["kind"] != "expert":
+            continue
+        record = copy.deepcopy(r)
+        if reward_slot == "random":
+            high = rng.random() < 0.5
+            record["messages"] = add_reward_goal(r["messages"], high)
+            record["reward_goal"] = HIGH_REWARD_TOKEN if high else LOW_REWARD_TOKEN
+        out.append(record)
+    return out
 
 
 def rctp_records(experts: Sequence[dict], failures: Sequence[dict], *, seed: int = 0) -> list[dict]:
@@ -107,12 +127,14 @@ def build_all(
     explored: Sequence[dict] = (),
     failure_site: str = "any",
     failure_kinds: str = "all",
+    sft_reward_slot: str = "none",
 ) -> dict[str, Path]:
     """Write expert, failure, SFT, RCTP-FT and RL files for a split (or explicit task ids or tasks), and
     manifest.json with the counts and the failures' mix. `explored`: exploration records
     (`train.exploration.collect`); their failures join the perturbations before the 1:1 RCTP-FT draw.
     `failure_site`: where generated failures leave the expert path (trajectories.FAILURE_SITES);
-    `failure_kinds`: which perturbations are generated (trajectories.failure_kinds)."""
+    `failure_kinds`: which perturbations are generated (trajectories.failure_kinds); `sft_reward_slot`: the SFT
+    examples' reward-goal slot (`sft_records`)."""
     out_dir = Path(out_dir)
     ids = list(ids) if ids is not None else splits.split(split)
     experts = expert_records(ids)
@@ -124,7 +146,7 @@ def build_all(
     paths = {
         "expert": write(out_dir / "expert.jsonl", experts),
         "failure": write(out_dir / "failure.jsonl", failures),
-        "sft": write(out_dir / "sft.jsonl", sft_records(experts)),
+        "sft": write(out_dir / "sft.jsonl", sft_records(experts, reward_slot=sft_reward_slot, seed=seed)),
         "rctp_ft": write(out_dir / "rctp_ft.jsonl", rctp),
         "rl": write(out_dir / "rl.jsonl", rl_records(ids)),
     }
@@ -141,6 +163,7 @@ def build_all(
         "seed": seed,
         "failure_site": failure_site,
         "failure_kinds": list(trajectories.failure_kinds(failure_kinds)),
+        "sft_reward_slot": sft_reward_slot,
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     paths["manifest"] = out_dir / "manifest.json"

@@ -34,11 +34,13 @@ from rcgrpo_jax.data import steps as steps_lib
 from rcgrpo_jax.data.steps import SCHEMA_LINE, StepDataError
 from rcgrpo_jax.envs import bfcl, single_step
 from rcgrpo_jax.registry import Registry, entry_name
-from rcgrpo_jax.worlds import category_of, corpus, generate_rl_pool, generate_world
+from rcgrpo_jax.worlds import category_of, corpus, generate_iid, generate_rl_pool, generate_world
 from rcgrpo_jax.worlds.compose import TRAIN_TYPES
 from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
 
-SPLITS = ("train", "test", "all", "rl")  # rl: the tasks RL trains on (train, unless the source has an RL pool)
+# rl: the tasks RL trains on (train, unless the source has an RL pool). iid / dev: held-out tasks drawn like the
+# train split (the world's data.world.iid_test_per_type / dev_per_type; a source without them refuses).
+SPLITS = ("train", "test", "all", "rl", "iid", "dev")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,8 @@ def _bfcl_rl_env_config(rl_config) -> bfcl.EnvConfig:
 
 
 def _bfcl_tasks(data_config, split: str) -> list[bfcl.Task]:
+    if split in ("iid", "dev"):  # BFCL's test split already holds out whole questions of the train distribution
+        raise ConfigError("eval.split", f"data.source='bfcl' has no {split!r} split: its 'test' split is i.i.d.")
     ids = splits.split("train") + splits.split("test") if split == "all" else splits.split(split)
     return [bfcl.get_task(i) for i in ids]
 
@@ -176,8 +180,21 @@ def _world(
 
 def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
     w = data_config.world
+    if split in ("iid", "dev"):
+        n = int(w.get(f"{'iid_test' if split == 'iid' else 'dev'}_per_type", 0) or 0)
+        if n <= 0:
+            field = "iid_test_per_type" if split == "iid" else "dev_per_type"
+            raise ConfigError(f"data.world.{field}", f"must be positive to evaluate the {split!r} split, got {n}")
+        return list(_world_iid(int(w.seed), int(w.train_per_type), int(w.test_per_type), _train_vocab(w), split, n))
     train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w), _train_vocab(w))
     return list({"train": train, "test": test, "all": train + test}[split])
+
+
+@functools.lru_cache(maxsize=8)
+def _world_iid(seed: int, train_per_type: int, test_per_type: int, train_vocab: str, split: str, n: int) -> tuple:
+    train, _ = _world(seed, train_per_type, test_per_type, "train", train_vocab)
+    entries = generate_iid(seed, split, n, [t.entry for t in train], train_vocab)
+    return tuple(bfcl.Task.from_entry(e) for e in entries)
 
 
 @functools.lru_cache(maxsize=8)
@@ -211,6 +228,9 @@ def _world_check(data_config) -> None:
     for f in ("train_per_type", "test_per_type"):
         if int(w[f]) <= 0:
             raise ConfigError(f"data.world.{f}", f"must be positive, got {w[f]}")
+    for f in ("iid_test_per_type", "dev_per_type"):
+        if int(w.get(f, 0) or 0) < 0:
+            raise ConfigError(f"data.world.{f}", f"must be 0 (no such split) or positive, got {w.get(f)}")
     if int(w.get("rl_per_type", 0) or 0) < 0:
         raise ConfigError(
             "data.world.rl_per_type", f"must be 0 (RL on the train split) or positive, got {w.rl_per_type}"

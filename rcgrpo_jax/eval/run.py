@@ -38,6 +38,8 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+import jax
+
 from rcgrpo_jax import chat, config_checks, models, sharding
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources
@@ -119,11 +121,14 @@ def evaluate(
     mesh=None,
     progress: bool = False,
     source: str = "bfcl",
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> tuple[list[dict], report.Summary]:
     """Greedy (or oracle) episodes of `tasks` in batches of `eval_cfg.batch_size`; returns per-episode
     results and their summary, the same on every process (each process steps only its share of each
     batch's environments: `rollout.distributed`). `params` may be None for the oracle. Environments and
-    the oracle's scripts come from the task source `source` (rcgrpo_jax.data.sources)."""
+    the oracle's scripts come from the task source `source` (rcgrpo_jax.data.sources). temperature > 0
+    samples instead of decoding greedily (pass@k: a task listed k times), each batch's draws from (seed, batch)."""
 
     if policy not in POLICIES:
         raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(POLICIES)}")
@@ -149,7 +154,7 @@ def evaluate(
         def spec(i, chunk=chunk):
             return EpisodeSpec(task_source.make_env(chunk[i], None), chunk[i].id, group=i, reward_token=token)
 
-        def make_policy(rows, chunk=chunk):
+        def make_policy(rows, chunk=chunk, start=start):
             if policy == "oracle":  # scripts only for the rows this process plays
                 return ScriptedPolicy(
                     tokenizer, [oracle_texts(task_source.expert(chunk[i]), parser) for i in rows], stop_ids[0]
@@ -160,10 +165,11 @@ def evaluate(
                 stop_ids=stop_ids,
                 max_step_tokens=rollout_cfg.max_step_tokens,
                 max_context=rollout_cfg.max_context,
-                sampling=SamplingParams(temperature=0.0),
+                sampling=SamplingParams(temperature=float(temperature)),
                 prefill_chunk=int(eval_cfg.prefill_chunk),
                 mesh=mesh,
                 rules=sharding.DECODE_RULES,
+                rng=jax.random.fold_in(jax.random.key(seed), start) if temperature > 0 else None,
             )
 
         # The oracle makes no device calls: each process plays its own rows without lockstep. Results keep
@@ -236,8 +242,8 @@ def check_eval_config(config) -> None:
             raise ConfigError("eval.replay_path", f"no such file or folder: {e.replay_path}")
         if suite != "single_turn" and config.data.get("source", "bfcl") != "bfcl":
             raise ConfigError("eval.policy", "multi-turn replay reads BFCL result files: data.source must be bfcl")
-    if e.split not in ("train", "test", "all", "rl"):
-        raise ConfigError("eval.split", f"{e.split!r} is not one of train, test, all, rl (the RL stage's tasks)")
+    if e.split not in sources.SPLITS:
+        raise ConfigError("eval.split", f"{e.split!r} is not one of {', '.join(sources.SPLITS)}")
     if suite != "multi_turn" and e.split == "train":
         raise ConfigError(
             "eval.split",

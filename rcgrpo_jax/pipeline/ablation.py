@@ -21,6 +21,7 @@ finished (its `DONE` marker exists) is skipped on a rerun, so an interrupted run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -44,10 +45,17 @@ RL_RUNS = {  # row -> (stage-1 init, RL config file)
     "RCTP-FT+GRPO": ("rctp_ft", "grpo"),
     "RCTP-FT+RC-GRPO": ("rctp_ft", "rc_grpo"),
 }
-# The control pair (budget.control): RCTP-FT's two RL rows again, at the paper presets' RL settings, seed 0.
+# The controls (budget.controls, seed 0): name -> (row label, stage-1 init, RL config file, overrides on top of
+# budget.rl). shuffled: the same updates with the advantages permuted across the batch (no reward signal); lr0:
+# two steps at lr 0, which must reproduce the init's evaluation exactly.
 CONTROL_ROWS = {
-    "RCTP-FT+GRPO (paper RL settings)": ("rctp_ft", "grpo"),
-    "RCTP-FT+RC-GRPO (paper RL settings)": ("rctp_ft", "rc_grpo"),
+    "shuffled": ("RCTP-FT+RC-GRPO, shuffled advantages", "rctp_ft", "rc_grpo", {"rl.shuffle_advantages": True}),
+    "lr0": (
+        "RCTP-FT+RC-GRPO, lr 0",
+        "rctp_ft",
+        "rc_grpo",
+        {"optim.lr": 0.0, "train.max_steps": 2, "rl.heldout.every": 0},
+    ),
 }
 DONE = "DONE"
 
@@ -108,14 +116,14 @@ def rl_pool_of(config) -> tuple[str, int]:
 
 def rl_settings_report(budget: budgets_lib.Budget) -> dict[str, dict]:
     """Each group of RL rows against the paper preset of its config file (`summary.compare_settings`): the
-    budget's rows, and the control pair when the budget has one."""
+    budget's rows, and each control."""
     groups = [
         ("SFT+GRPO, RCTP-FT+GRPO", "grpo", dict(budget.rl)),
         ("SFT+RC-GRPO, RCTP-FT+RC-GRPO", "rc_grpo", dict(budget.rl)),
     ]
-    if budget.control:
-        control = {**budget.rl, **budget.control}
-        groups += [(row, rl_file, control) for row, (_, rl_file) in CONTROL_ROWS.items()]
+    for c in budget.controls:
+        label, _, rl_file, extra = CONTROL_ROWS[c]
+        groups.append((label, rl_file, {**budget.rl, **extra}))
     out, papers = {}, {}
     for label, rl_file, overrides in groups:
         run_cfg = stage_config(rl_file, budget, overrides)
@@ -172,26 +180,29 @@ def _fmt(seconds: float) -> str:
 # Stages.
 
 
-def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
-    """The tiny checkpoint (`budget.arch`, Qwen3 for the quickstart), tokenizer trained on the world's train
-    corpus (test names reach the model as pieces of trained tokens)."""
+def build_base(workdir: str, budget: budgets_lib.Budget, seed: int = 0) -> str:
+    """The tiny checkpoint (`budget.arch`, Qwen3 for the quickstart) initialised from `seed`, tokenizer trained
+    on the world's train corpus (test names reach the model as pieces of trained tokens)."""
 
     path = os.path.join(workdir, "base_model")
-    request = {"arch": budget.arch, "model": dict(budget.model), "world": dict(budget.world)}
+    request = {"arch": budget.arch, "model": dict(budget.model), "world": dict(budget.world), "seed": seed}
     if os.path.exists(os.path.join(path, "config.json")):
         cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
     else:
         model_prep.build_tiny(
-            stage_config("sft", budget, {"model.tiny_arch": budget.arch}), path, seed=0, **budget.model
+            stage_config("sft", budget, {"model.tiny_arch": budget.arch}), path, seed=seed, **budget.model
         )
         cache.write_request(path, request)
     return path
 
 
-def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict] | None = None) -> dict[str, str]:
-    """SFT (expert) and RCTP-FT (expert + failures, 1:1, reward goals) JSONL of the world's train split.
-    Without `explored`: generated failures only, in workdir/data; with the exploration stage's records their
-    failures join in, in workdir/data_explored (data/manifest.json records the mix either way)."""
+def build_datasets(
+    workdir: str, budget: budgets_lib.Budget, explored: list[dict] | None = None, *, seed: int = 0
+) -> dict[str, str]:
+    """SFT (expert, with `budget.sft_reward_slot`) and RCTP-FT (expert + failures, 1:1, reward goals) JSONL of
+    the world's train split, their draws from `seed`. Without `explored`: generated failures only, in
+    workdir/data; with the exploration stage's records their failures join in, in workdir/data_explored
+    (data/manifest.json records the mix either way)."""
 
     out = os.path.join(workdir, "data" if explored is None else "data_explored")
     files = {"sft": os.path.join(out, "sft.jsonl"), "rctp_ft": os.path.join(out, "rctp_ft.jsonl")}
@@ -202,6 +213,8 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
         "failure_site": site,
         "failure_kinds": kinds,
         "explored": len(explored or ()),
+        "sft_reward_slot": budget.sft_reward_slot,
+        "seed": seed,
     }
     if all(os.path.exists(f) for f in files.values()):
         cache.check(cache.read_request(out), request, f"the stage-1 data in {out}")
@@ -209,23 +222,33 @@ def build_datasets(workdir: str, budget: budgets_lib.Budget, explored: list[dict
         data = stage_config("sft", budget, {}).data
         tasks = sources.tasks(data, "train")
         built = datasets.build_all(
-            out, split="train", seed=0, ids=tasks, explored=explored or (), failure_site=site, failure_kinds=kinds
+            out,
+            split="train",
+            seed=seed,
+            ids=tasks,
+            explored=explored or (),
+            failure_site=site,
+            failure_kinds=kinds,
+            sft_reward_slot=budget.sft_reward_slot,
         )
         cache.write_request(out, request)
         files = {k: str(built[k]) for k in files}
     return files
 
 
-def explore(workdir: str, budget: budgets_lib.Budget, model_path: str) -> list[dict]:
+def explore(workdir: str, budget: budgets_lib.Budget, model_path: str, seed: int = 0) -> list[dict]:
     """The exploration stage: `budget.explore` rollouts of the policy at `model_path` (cached in
-    workdir/explore.jsonl)."""
+    workdir/explore.jsonl), conditioned on the high reward goal when the policy knows the tokens."""
 
     path = os.path.join(workdir, "explore.jsonl")
     if os.path.exists(path):
         return trajectories.read_jsonl(path)
     e = dict(budget.explore)
     tasks = sources.tasks(stage_config("sft", budget, {}).data, "train")[: int(e.pop("tasks"))]
-    records = exploration.collect(model_path, tasks, keep="failures", source="world", mesh=stage_mesh(budget), **e)
+    token = datasets.HIGH_REWARD_TOKEN if budget.sft_reward_slot != "none" else None
+    records = exploration.collect(
+        model_path, tasks, keep="failures", source="world", mesh=stage_mesh(budget), seed=seed, reward_token=token, **e
+    )
     trajectories.write_jsonl(path, records)
     return records
 
@@ -314,23 +337,63 @@ def evaluate_row(
     return summary
 
 
+def pass_at_k(
+    model_path: str, out_path: str, budget: budgets_lib.Budget, split: str, *, per_type: int | None, seed: int = 0
+) -> dict:
+    """pass@k of the checkpoint on the split's first `per_type` tasks of each type (all with None): each task
+    sampled `budget.passk["k"]` times at `budget.passk["temperature"]` under the evaluation's prompt (the high
+    reward goal when the tokenizer knows it) and limits, scored by BFCL's checker. Returns {k, temperature,
+    tasks, pass_at_k (a task passes when any sample does), pass_at_1 (the samples' mean), per_category};
+    cached in out_path as `evaluate_row` caches."""
+    k, temperature = int(budget.passk["k"]), float(budget.passk["temperature"])
+    request = {"split": split, "per_type": per_type, "k": k, "temperature": temperature, "seed": seed,
+               "eval": dict(budget.eval), "world": dict(budget.world)}  # fmt: skip
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            cached = json.load(f)
+        cache.check(cached.get("request"), request, f"the pass@k probe {out_path}")
+        return cached["summary"]
+    config = stage_config("eval", budget, {}, **{f"eval.{k_}": v for k_, v in budget.eval.items()})
+    mesh = stage_mesh(budget)
+    model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, mesh)
+    tasks = sources.tasks(config.data, split)
+    if per_type is not None:
+        tasks = probe_tasks(tasks, per_type)
+    repeated = [t for t in tasks for _ in range(k)]
+    results, _ = eval_run.evaluate(
+        model_cfg, params, tokenizer, repeated, config.eval, mesh=mesh, temperature=temperature, seed=seed
+    )
+    passed: dict[str, list[bool]] = {}
+    for r in results:
+        passed.setdefault(r["id"], []).append(bool(r["official_pass"]))
+    by_cat: dict[str, list[float]] = {}
+    for t in tasks:
+        by_cat.setdefault(category_of(t.id), []).append(float(any(passed[t.id])))
+    summary = {
+        "k": k,
+        "temperature": temperature,
+        "tasks": len(tasks),
+        "pass_at_k": sum(float(any(v)) for v in passed.values()) / len(passed),
+        "pass_at_1": sum(sum(v) for v in passed.values()) / sum(len(v) for v in passed.values()),
+        "per_category": {c: sum(v) / len(v) for c, v in sorted(by_cat.items())},
+    }
+    report.write_json(out_path, {"model": model_path, "request": cache.plain(request), "summary": summary})
+    return summary
+
+
 def stage1_probe(stage1: Mapping[str, str], budget: budgets_lib.Budget, ev_dir: str) -> dict[str, dict]:
-    """Greedy success of the stage-1 models on `budget.probe_per_type` TRAIN tasks per type: SFT as it is,
-    RCTP-FT asked for a high and for a low reward (goal (a): the reward token must steer success)."""
+    """Greedy success of the stage-1 models on `budget.probe_per_type` TRAIN tasks per type: SFT as it is
+    evaluated, RCTP-FT asked for a high and for a low reward (goal (a): the reward token must steer success)."""
     n = budget.probe_per_type
     runs = {
-        "sft": ("sft", "none", "sft_train.json"),
+        "sft": ("sft", "auto", "sft_train.json"),
         "rctp_ft_high": ("rctp_ft", "high", "rctp_ft_train_high.json"),
         "rctp_ft_low": ("rctp_ft", "low", "rctp_ft_train_low.json"),
     }
-    out = {
+    return {
         k: evaluate_row(stage1[init], os.path.join(ev_dir, f), budget, "train", reward_token=tok, per_type=n)
         for k, (init, tok, f) in runs.items()
     }
-    if rl_pool(budget):  # where RL starts on its own tasks (RCTP-FT as its RL rows condition it: high)
-        for k, init, tok in (("sft_rl_tasks", "sft", "none"), ("rctp_ft_rl_tasks", "rctp_ft", "high")):
-            out[k] = evaluate_row(stage1[init], os.path.join(ev_dir, f"{k}.json"), budget, "rl", reward_token=tok)
-    return out
 
 
 def stage_seconds(workdir: str, timings: Mapping[str, float]) -> dict[str, float]:
@@ -347,23 +410,57 @@ def stage_seconds(workdir: str, timings: Mapping[str, float]) -> dict[str, float
     return merged
 
 
-def rl_pool(budget: budgets_lib.Budget) -> bool:
-    """Whether RL trains on its own pool of fresh tasks (data.world.rl_per_type > 0)."""
-    return int(budget.world.get("rl_per_type", 0) or 0) > 0
+@dataclasses.dataclass
+class Rows:
+    """What the seeds produced, row by row (lists over seeds): headline-split summaries and their eval files,
+    the out-of-distribution column, RL metrics files, stage-1 probes and pass@k."""
+
+    evals: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    paths: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    ood: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    rl_metrics: dict[str, str] = dataclasses.field(default_factory=dict)  # "<row> s<seed>" -> metrics.jsonl
+    probes: list[dict] = dataclasses.field(default_factory=list)
+    passk: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+
+    def add(self, row: str, summary: dict, path: str, ood: dict | None) -> None:
+        self.evals.setdefault(row, []).append(summary)
+        self.paths.setdefault(row, []).append(path)
+        if ood is not None:
+            self.ood.setdefault(row, []).append(ood)
 
 
-def _rl_module():
-    try:
-        pass
-    except ImportError as e:  # the RL trainer or its configs are missing from this checkout
-        raise RuntimeError("the RL trainer (rcgrpo_jax.train.rl) is not available: " + str(e)) from e
-    return rl
+def plan_of(budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None) -> list[tuple[str, float]]:
+    """The console's stages with the budget's planned seconds."""
+    p = budget.plan_s
+    plan: list[tuple[str, float]] = []
+    for s in range(seeds) if only_seed is None else (only_seed,):
+        plan += [
+            (f"seed {s}: world + tiny checkpoint", p["setup"]),
+            *([(f"seed {s}: evaluate base", p["eval"])] if s == 0 else []),
+            (f"seed {s}: SFT", p["sft"]),
+            *([(f"seed {s}: exploration", p.get("explore", 30))] if budget.explore else []),
+            (f"seed {s}: RCTP-FT", p["rctp_ft"]),
+            (f"seed {s}: evaluate stage-1 models", 2 * p["eval"] + (2 * p.get("passk", 0) if budget.passk else 0)),
+            (f"seed {s}: stage-1 train-split probe", p.get("probe", p["eval"])),
+        ]
+        plan += [(f"{row} seed {s}", p["rl"] + p["eval"]) for row in RL_RUNS]
+        if s == 0:
+            plan += [(f"{CONTROL_ROWS[c][0]} seed 0", p["rl"] + p["eval"]) for c in budget.controls]
+    return plan + [("report", 5)]
 
 
 def run(
-    workdir: str, *, budget_name: str = "quickstart", seeds: int = 1, eval_split: str = "test", quiet: bool = False
+    workdir: str,
+    *,
+    budget_name: str = "quickstart",
+    seeds: int = 1,
+    eval_split: str = "iid",
+    quiet: bool = False,
+    only_seed: int | None = None,
 ) -> dict:
-    """The whole ablation; returns the report's payload (also written to workdir/report.json)."""
+    """The whole ablation, every seed from the base checkpoint on (stage 1 included); returns the report's
+    payload (also written to workdir/report.json). `only_seed`: run that seed's stages alone and write no
+    report (launch/reproduce.sh runs seeds side by side, then one run over all of them, cached, reports)."""
     import jax
 
     budget = budgets_lib.get(budget_name)
@@ -373,140 +470,195 @@ def run(
             f"start it with `python -m rcgrpo_jax.pipeline.ablation` (launch/quickstart.sh), or set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
         )
-    rl = _rl_module()  # fail before any training when the RL stage cannot run
     for rl_file in sorted({f for _, f in RL_RUNS.values()}):
         stage_config(rl_file, budget, budget.rl)  # every override names an existing field
-        if budget.control:
-            stage_config(rl_file, budget, {**budget.rl, **budget.control})
+    for c in budget.controls:
+        _, _, rl_file, extra = CONTROL_ROWS[c]
+        stage_config(rl_file, budget, {**budget.rl, **extra})
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    p = budget.plan_s
-    plan = (
-        [
-            ("world + tiny checkpoint", p["setup"]),
-            ("evaluate base", p["eval"]),
-            ("SFT", p["sft"]),
-            *([("exploration", p.get("explore", 30))] if budget.explore else []),
-            ("RCTP-FT", p["rctp_ft"]),
-            ("evaluate stage-1 models", 2 * p["eval"]),
-            ("stage-1 train-split probe", p.get("probe", p["eval"])),
-        ]
-        + [(f"{row} seed {s}", p["rl"] + p["eval"]) for s in range(seeds) for row in RL_RUNS]
-        + ([(f"{row} seed 0", p["rl"] + p["eval"]) for row in CONTROL_ROWS] if budget.control else [])
-        + [("report", 5)]
-    )
-    console = Console(plan, enabled=not quiet)
+    if only_seed is not None and not 0 <= only_seed < seeds:
+        raise ValueError(f"only_seed must be in [0, {seeds}), got {only_seed}")
+    console = Console(plan_of(budget, seeds, only_seed), enabled=not quiet)
     timings: dict[str, float] = {}
-    evals: dict[str, list[dict]] = {}
-    eval_paths: dict[str, list[str]] = {}
-    ev_dir = os.path.join(workdir, "eval")
-
-    t = console.start("world + tiny checkpoint")
-    base = build_base(workdir, budget)
-    data_files = build_datasets(workdir, budget)
-    timings["setup"] = console.end("world + tiny checkpoint", t, base)
-
-    t = console.start("evaluate base")
-    evals["base"] = [evaluate_row(base, os.path.join(ev_dir, "base.json"), budget, eval_split)]
-    eval_paths["base"] = [os.path.join(ev_dir, "base.json")]
-    timings["eval/base"] = console.end("evaluate base", t, summary_lib.one_line(evals["base"][0]))
-
-    stage1 = {}
-    for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
-        label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
-        if name == "rctp_ft" and budget.explore:
-            t = console.start("exploration")
-            explored = explore(workdir, budget, stage1["sft"])
-            data_files = build_datasets(workdir, budget, explored)
-            timings["explore"] = console.end("exploration", t, f"{len(explored)} failed rollouts")
-        t = console.start(label)
-        init = stage1["sft"] if name == "rctp_ft" and budget.rctp_init == "sft" else base
-        config = stage_config(
-            stage_file, budget, overrides, **{"model.path": init, "seed": 0, "data.path": data_files[name]}
-        )
-        out = train_stage(sft.run, config, os.path.join(workdir, name))
-        stage1[name] = os.path.join(workdir, name, "hf")
-        timings[name] = console.end(
-            label, t, f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}"
-        )
-
-    t = console.start("evaluate stage-1 models")
-    for name, label in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
-        evals[label] = [evaluate_row(stage1[name], os.path.join(ev_dir, f"{name}.json"), budget, eval_split)]
-        eval_paths[label] = [os.path.join(ev_dir, f"{name}.json")]
-    timings["eval/stage1"] = console.end(
-        "evaluate stage-1 models", t, "; ".join(f"{k} {summary_lib.one_line(evals[k][0])}" for k in ("SFT", "RCTP-FT"))
-    )
-    t = console.start("stage-1 train-split probe")
-    probe = stage1_probe(stage1, budget, ev_dir)
-    timings["eval/probe"] = console.end(
-        "stage-1 train-split probe", t, "; ".join(f"{k} {v['overall'] * 100:.1f}%" for k, v in probe.items())
-    )
-
-    rl_metrics: dict[str, str] = {}
-    rl_task_evals: dict[str, list[dict]] = {}
-    for seed in range(seeds):
-        for row, (init, rl_file) in RL_RUNS.items():
-            name = f"{row} seed {seed}"
-            t = console.start(name)
-            run_dir = os.path.join(workdir, "rl", f"{init}_{rl_file}_s{seed}")
-            config = stage_config(rl_file, budget, budget.rl, **{"model.path": stage1[init], "seed": seed})
-            if "reference" in config and "path" in config.reference:
-                config.reference.path = stage1[init]  # the frozen stage-1 policy of the KL penalty
-            train_stage(rl.run, config, run_dir)
-            rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
-            ev_path = os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}.json")
-            s = evaluate_row(os.path.join(run_dir, "hf"), ev_path, budget, eval_split)
-            evals.setdefault(row, []).append(s)
-            eval_paths.setdefault(row, []).append(ev_path)
-            if rl_pool(budget):  # the row on the tasks it trained on
-                rl_ev = os.path.join(ev_dir, f"{init}_{rl_file}_s{seed}_rl_tasks.json")
-                rl_task_evals.setdefault(row, []).append(evaluate_row(os.path.join(run_dir, "hf"), rl_ev, budget, "rl"))
-            timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(s))
-
+    rows = Rows()
     control_evals: dict[str, list[dict]] = {}
     control_paths: dict[str, list[str]] = {}
-    for row, (init, rl_file) in CONTROL_ROWS.items() if budget.control else ():
-        name = f"{row} seed 0"
-        t = console.start(name)
-        run_dir = os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0")
-        overrides = {**budget.rl, **budget.control}
-        config = stage_config(rl_file, budget, overrides, **{"model.path": stage1[init], "seed": 0})
-        if "reference" in config and "path" in config.reference:
-            config.reference.path = stage1[init]
-        train_stage(rl.run, config, run_dir)
-        rl_metrics[f"{row} s0"] = os.path.join(run_dir, "metrics.jsonl")
-        ev_path = os.path.join(ev_dir, f"{init}_{rl_file}_control_s0.json")
-        control_evals[row] = [evaluate_row(os.path.join(run_dir, "hf"), ev_path, budget, eval_split)]
-        control_paths[row] = [ev_path]
-        timings[f"rl/{init}_{rl_file}_control_s0"] = console.end(name, t, summary_lib.one_line(control_evals[row][0]))
+    for seed in range(seeds) if only_seed is None else (only_seed,):
+        sdir = os.path.join(workdir, f"s{seed}")
+        seed_timings: dict[str, float] = {}
+        run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows)
+        if seed == 0:
+            for c in budget.controls:
+                name, init, rl_file, extra = CONTROL_ROWS[c]
+                t = console.start(f"{name} seed 0")
+                summary, path, _ = rl_row(sdir, budget, 0, init, rl_file, {**budget.rl, **extra}, eval_split, c)
+                control_evals[name], control_paths[name] = [summary], [path]
+                rows.rl_metrics[f"{name} s0"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{c}", "metrics.jsonl")
+                seed_timings[f"rl/{c}_s0"] = console.end(f"{name} seed 0", t, summary_lib.one_line(summary))
+        timings.update(stage_seconds(sdir, seed_timings))  # the seconds of whichever process ran each stage
+    if only_seed is not None:
+        return {}
 
     t = console.start("report")
     process_s = time.perf_counter() - console.t0
-    stages = stage_seconds(workdir, timings)
+    stages = dict(timings)
     payload = summary_lib.write(
         workdir,
-        evals,
-        rl_metrics,
+        rows.evals,
+        rows.rl_metrics,
         budget=budget,
         seeds=seeds,
         split=eval_split,
         timings=stages,
         total_s=max(process_s, sum(stages.values())),
         process_s=process_s,
-        eval_paths=eval_paths,
-        probe=probe,
-        rl_task_evals=rl_task_evals,
+        eval_paths=rows.paths,
+        probe=mean_probe(rows.probes),
         rl_settings=rl_settings_report(budget),
         control_evals=control_evals,
+        control_paths=control_paths,
+        ood_evals=rows.ood,
+        passk=rows.passk,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:
         print("\n" + payload["table"], flush=True)
         print(payload["verdict"], flush=True)
     return payload
+
+
+def run_seed(
+    sdir: str,
+    budget: budgets_lib.Budget,
+    seed: int,
+    eval_split: str,
+    console: Console,
+    timings: dict[str, float],
+    rows: Rows,
+) -> None:
+    """One seed of the whole pipeline under `sdir`: base checkpoint, SFT, exploration, RCTP-FT, their
+    evaluations and pass@k, then every RL row; adds to `rows` and `timings`."""
+    ev_dir = os.path.join(sdir, "eval")
+    ood_split = "test" if eval_split == "iid" else None  # names no stage sees: the out-of-distribution column
+
+    def evaluate_both(model: str, name: str) -> tuple[dict, str, dict | None]:
+        path = os.path.join(ev_dir, f"{name}.json")
+        summary = evaluate_row(model, path, budget, eval_split)
+        ood = evaluate_row(model, os.path.join(ev_dir, f"{name}_ood.json"), budget, ood_split) if ood_split else None
+        return summary, path, ood
+
+    label = f"seed {seed}: world + tiny checkpoint"
+    t = console.start(label)
+    base = build_base(sdir, budget, seed)
+    data_files = build_datasets(sdir, budget, seed=seed)
+    timings[f"setup_s{seed}"] = console.end(label, t, base)
+
+    if seed == 0:  # the random base, once: it sets no claim and its episodes run to every limit
+        label = f"seed {seed}: evaluate base"
+        t = console.start(label)
+        summary, path, ood = evaluate_both(base, "base")
+        rows.add("base", summary, path, ood)
+        timings[f"eval/base_s{seed}"] = console.end(label, t, summary_lib.one_line(summary))
+
+    stage1 = {}
+    for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
+        label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
+        if name == "rctp_ft" and budget.explore:
+            t = console.start(f"seed {seed}: exploration")
+            explored = explore(sdir, budget, stage1["sft"], seed)
+            data_files = build_datasets(sdir, budget, explored, seed=seed)
+            timings[f"explore_s{seed}"] = console.end(
+                f"seed {seed}: exploration", t, f"{len(explored)} failed rollouts"
+            )
+        t = console.start(f"seed {seed}: {label}")
+        init = stage1["sft"] if name == "rctp_ft" and budget.rctp_init == "sft" else base
+        config = stage_config(
+            stage_file, budget, overrides, **{"model.path": init, "seed": seed, "data.path": data_files[name]}
+        )
+        out = train_stage(sft.run, config, os.path.join(sdir, name))
+        stage1[name] = os.path.join(sdir, name, "hf")
+        timings[f"{name}_s{seed}"] = console.end(
+            f"seed {seed}: {label}",
+            t,
+            f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}",
+        )
+
+    label = f"seed {seed}: evaluate stage-1 models"
+    t = console.start(label)
+    notes = []
+    for name, row in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
+        summary, path, ood = evaluate_both(stage1[name], name)
+        rows.add(row, summary, path, ood)
+        notes.append(f"{row} {summary_lib.one_line(summary)}")
+        if budget.passk:
+            k = pass_at_k(
+                stage1[name], os.path.join(ev_dir, f"{name}_passk.json"), budget, eval_split,
+                per_type=int(budget.passk["per_type"]), seed=seed,
+            )  # fmt: skip
+            rows.passk.setdefault(row, []).append(k)
+            notes.append(f"pass@{k['k']} {k['pass_at_k'] * 100:.1f}%")
+    timings[f"eval/stage1_s{seed}"] = console.end(label, t, "; ".join(notes))
+    label = f"seed {seed}: stage-1 train-split probe"
+    t = console.start(label)
+    probe = stage1_probe(stage1, budget, ev_dir)
+    rows.probes.append(probe)
+    timings[f"eval/probe_s{seed}"] = console.end(
+        label, t, "; ".join(f"{k} {v['overall'] * 100:.1f}%" for k, v in probe.items())
+    )
+
+    for row, (init, rl_file) in RL_RUNS.items():
+        name = f"{row} seed {seed}"
+        t = console.start(name)
+        summary, path, ood = rl_row(sdir, budget, seed, init, rl_file, budget.rl, eval_split, "main", stage1)
+        rows.add(row, summary, path, ood)
+        rows.rl_metrics[f"{row} s{seed}"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_main", "metrics.jsonl")
+        timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(summary))
+
+
+def rl_row(
+    sdir: str,
+    budget: budgets_lib.Budget,
+    seed: int,
+    init: str,
+    rl_file: str,
+    overrides: Mapping[str, Any],
+    eval_split: str,
+    tag: str,
+    stage1: Mapping[str, str] | None = None,
+) -> tuple[dict, str, dict | None]:
+    """One RL row from the seed's stage-1 model `init` (sdir/<init>/hf) with `overrides`, in
+    sdir/rl/<init>_<rl_file>_<tag>; returns its (headline summary, eval file, out-of-distribution summary)."""
+    model = (stage1 or {}).get(init) or os.path.join(sdir, init, "hf")
+    run_dir = os.path.join(sdir, "rl", f"{init}_{rl_file}_{tag}")
+    config = stage_config(rl_file, budget, overrides, **{"model.path": model, "seed": seed})
+    if "reference" in config and "path" in config.reference:
+        config.reference.path = model  # the frozen stage-1 policy of the KL penalty
+    train_stage(rl.run, config, run_dir)
+    ev_dir = os.path.join(sdir, "eval")
+    path = os.path.join(ev_dir, f"{init}_{rl_file}_{tag}.json")
+    summary = evaluate_row(os.path.join(run_dir, "hf"), path, budget, eval_split)
+    ood = None
+    if eval_split == "iid":
+        ood_path = os.path.join(ev_dir, f"{init}_{rl_file}_{tag}_ood.json")
+        ood = evaluate_row(os.path.join(run_dir, "hf"), ood_path, budget, "test")
+    return summary, path, ood
+
+
+def mean_probe(probes: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict]:
+    """The seeds' stage-1 train-split probes averaged: {key: {overall (mean over seeds), n, per_seed}}."""
+    if not probes:
+        return {}
+    return {
+        k: {
+            "overall": sum(p[k]["overall"] for p in probes) / len(probes),
+            "n": probes[0][k]["n"],
+            "per_seed": [p[k]["overall"] for p in probes],
+        }
+        for k in probes[0]
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -516,15 +668,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--budget", default="quickstart", choices=sorted(budgets_lib.BUDGETS))
     ap.add_argument(
         "--eval_split",
-        default="test",
-        choices=["test", "train"],
-        help="train: tune budgets on the training split only, never on test",
+        default="iid",
+        choices=["iid", "test", "train", "dev"],
+        help="the headline split (iid: fresh tasks of the train distribution; the out-of-distribution 'test' "
+        "is a second column); train or dev: tune budgets on the training side only, never on a test split",
+    )
+    ap.add_argument(
+        "--only_seed", type=int, default=None, help="run this seed's stages alone, no report (seeds side by side)"
     )
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
+    if args.only_seed is not None and not 0 <= args.only_seed < args.seeds:
+        ap.error(f"--only_seed must be in [0, {args.seeds})")
     host_devices(budgets_lib.get(args.budget).devices)
-    run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split)
+    run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split, only_seed=args.only_seed)
 
 
 def host_devices(n: int) -> None:

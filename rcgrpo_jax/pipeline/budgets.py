@@ -41,22 +41,30 @@ class Budget:
     # device count before JAX starts). XLA's CPU runtime runs one program's ops mostly one after another, so
     # a second device's program is what puts a second core to work (docs/performance.md).
     devices: int = 1
-    # The control pair (pipeline.ablation.CONTROL_ROWS: RCTP-FT+GRPO and RCTP-FT+RC-GRPO, seed 0): overrides on
-    # top of `rl` that put the RL settings the budget tunes back at the paper presets' own (temperature, KL
-    # beta, i.i.d. reward tokens, G; configs/grpo.py), so the report shows the zero-variance gap at both the
-    # budget's settings and the presets'. Empty = no control pair.
-    control: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The controls that run at seed 0 (pipeline.ablation.CONTROL_ROWS): "shuffled" (RCTP-FT+RC-GRPO with its
+    # advantages permuted across the batch: the same updates without the reward's signal) and "lr0" (the same
+    # row at lr 0 for two steps: it must reproduce its init exactly).
+    controls: tuple[str, ...] = ()
+    # The stage-1 pass@k probe on the i.i.d. test: the first `per_type` tasks of each type, `k` samples each at
+    # `temperature` (train.exploration.collect). Empty = none.
+    passk: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The SFT examples' reward-goal slot (data.datasets.sft_records): "none" or "random" (a token drawn at
+    # random on every expert: the slot is there, its token means nothing).
+    sft_reward_slot: str = "none"
 
     def __post_init__(self):
         if self.rctp_init not in ("base", "sft"):
             raise ValueError(f"budget {self.name}: rctp_init must be 'base' or 'sft', got {self.rctp_init!r}")
+        unknown = [c for c in self.controls if c not in ("shuffled", "lr0")]
+        if unknown:
+            raise ValueError(f"budget {self.name}: unknown controls {unknown}; known: shuffled, lr0")
         if self.devices < 1:
             raise ValueError(f"budget {self.name}: devices must be >= 1, got {self.devices}")
 
 
 # Length buckets: SFT batches fit 256 tokens; RCTP-FT's reward-goal suffixes push most just past it
 # (288 rather than 320 saves ~15% of its step time).
-_COMMON_TRAIN = {
+COMMON_TRAIN = {
     "train.grad_accum": 1,
     "optim.warmup_ratio": 0.05,
     "checkpoint.every_steps": 200,
@@ -66,18 +74,19 @@ _COMMON_TRAIN = {
 
 QUICKSTART = Budget(
     name="quickstart",
-    # The one-command CPU run. 256 train tasks per type; RL trains on its own pool of 8 fresh train-name tasks
-    # per type over three types (fs_read_then_act left out). Probes: docs/experiments.md, "Stage-1 data size"
-    # and "The RL pool".
+    # The one-command CPU run. 256 train tasks per type (wide vocabulary: ~12k stems, too many to memorise).
+    # Headline test 'iid': 40 fresh tasks per type drawn exactly as the train split's (the paper's held-out
+    # questions of the same classes); 'test' keeps names no stage sees as the out-of-distribution column;
+    # 'dev': 8 per type for the RL curves and the SFT-length probe. RL's pool: 40 fresh i.i.d. tasks per type
+    # over all four types, each seen about once. docs/experiments.md has the probes.
     world={
         "seed": 0,
         "train_per_type": 256,
-        "test_per_type": 32,
-        "rl_per_type": 8,
-        "rl_types": "fs_move,fs_count_math,math_chain",
-        # The wide train vocabulary (vocab.WIDE: ~12k stems and 534 folders of 24 syllables, operands 64-99 too).
-        # Probe: docs/experiments.md, "Train vocabulary".
+        "test_per_type": 16,
+        "rl_per_type": 40,
         "train_vocab": "wide",
+        "iid_test_per_type": 40,
+        "dev_per_type": 8,
     },
     # d=128, 3 layers (about 0.6M parameters), Qwen3's architecture with head_dim 48, RoPE theta 1e4.
     # Probes: docs/experiments.md, "Model".
@@ -91,49 +100,75 @@ QUICKSTART = Budget(
         "tokenizer_vocab_size": 512,
         "rope_theta": 10000.0,
     },
-    # 800 SFT steps of 16 at lr 3e-3. Probe: docs/experiments.md, "SFT".
-    sft={**_COMMON_TRAIN, "train.batch_size": 16, "train.max_steps": 800, "optim.lr": 3e-3, "optim.end_lr_ratio": 0.1},
-    # RCTP-FT: 400 steps from the SFT model at lr 1e-3 on the 1:1 mix, failures leaving the expert path at their
-    # first possible place, no wrong-parameter failures. Probes: docs/experiments.md, "RCTP-FT".
-    rctp={
-        **_COMMON_TRAIN,
+    # SFT: the length the train-split probe chose (docs/experiments.md, "SFT length": the largest pass@8 - greedy
+    # on 'dev' with greedy >= 20%), lr 3e-3; every example carries a reward-goal slot with a random token, so the
+    # SFT policy has seen the slot and learned nothing from its token (`sft_reward_slot`).
+    sft={
+        **COMMON_TRAIN,
         "train.batch_size": 16,
-        "train.max_steps": 400,
-        "optim.lr": 1e-3,
+        "train.max_steps": 320,
+        "optim.lr": 3e-3,
+        "optim.end_lr_ratio": 0.1,
+        "add_reward_tokens": True,
+    },
+    # RCTP-FT from the base checkpoint (the paper's order) on experts and failures 1:1, the failures the SFT
+    # policy's own failed rollouts (exploration) and generated ones leaving the expert path at their first
+    # place; twice SFT's steps, as it sees twice the examples.
+    rctp={
+        **COMMON_TRAIN,
+        "train.batch_size": 16,
+        "train.max_steps": 640,
+        "optim.lr": 3e-3,
         "optim.end_lr_ratio": 0.1,
         "data.failure_site": "first",
         "data.failure_kinds": "wrong_tool,premature_termination,skipped_turn",
     },
-    rctp_init="sft",
-    # One XLA device; the run on two is in docs/experiments.md, "Devices".
+    rctp_init="base",
+    sft_reward_slot="random",
+    explore={"tasks": 128, "group_size": 2, "max_step_tokens": 64, "max_context": 1024, "temperature": 1.0},
+    probe_per_type=8,
+    passk={"per_type": 4, "k": 8, "temperature": 1.0},
     devices=1,
-    # Every RL row: 8 tasks x group 8 per step, lr 1e-4, temperature 0.3, KL beta 0.5, stratified reward tokens,
-    # finished episodes kept in the decode batch, 4 steps per turn. Probes: docs/experiments.md, "RL".
+    # Every RL row at the presets' RL settings (configs/grpo.py, configs/rc_grpo.py): temperature 1.0, KL beta
+    # 0.1, i.i.d. reward tokens with p(high) 0.5, clip 0.2, G 5. 8 tasks x 5 rollouts a step, 20 steps x 4
+    # mini-batches = 80 updates; lr 1e-4 (the tiny model's, not the 7B's 1e-6) with a 10% warmup and a floor at
+    # 10%. Held-out 'dev' accuracy every 4 steps.
     rl={
         "rl.slot_mode": "keep",
         "optim.lr": 1e-4,
-        "rl.temperature": 0.3,
-        "rl.loss.ppo_clip.kl_beta": 0.5,
-        "rl.reward_token_mode": "stratified",
-        "train.max_steps": 12,
-        "rl.group_size": 8,
-        "train.batch_size": 64,
-        "train.grad_accum": 2,
-        "rl.num_minibatches": 2,
+        "optim.warmup_ratio": 0.1,
+        "optim.end_lr_ratio": 0.1,
+        "rl.temperature": 1.0,
+        "rl.loss.ppo_clip.kl_beta": 0.1,
+        "rl.reward_token_mode": "iid",
+        "train.max_steps": 20,
+        "rl.group_size": 5,
+        "train.batch_size": 40,
+        "train.grad_accum": 4,
+        "rl.num_minibatches": 4,
         "rl.max_context": 512,
         "rl.max_step_tokens": 64,
         "rl.max_steps_per_turn": 4,
+        "rl.heldout.every": 4,
         "data.buckets": (256, 320, 384, 512),
         "log.tensorboard": False,
-        "checkpoint.every_steps": 4,
+        "checkpoint.every_steps": 5,
     },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"setup": 30, "eval": 25, "sft": 350, "rctp_ft": 180, "rl": 170},
+    plan_s={"setup": 30, "eval": 40, "sft": 110, "explore": 40, "rctp_ft": 240, "passk": 60, "rl": 110},
+    controls=("shuffled", "lr0"),
 )
 
 SMOKE = Budget(
     name="smoke",
-    world={"seed": 0, "train_per_type": 4, "test_per_type": 2, "rl_per_type": 2},
+    world={
+        "seed": 0,
+        "train_per_type": 4,
+        "test_per_type": 2,
+        "rl_per_type": 2,
+        "iid_test_per_type": 2,
+        "dev_per_type": 1,
+    },
     model={
         "hidden_size": 32,
         "num_layers": 1,
@@ -142,48 +177,29 @@ SMOKE = Budget(
         "intermediate_size": 64,
         "tokenizer_vocab_size": 512,
     },
-    sft={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
-    rctp={**_COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "data.failure_site": "first"},
+    sft={**COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "add_reward_tokens": True},
+    rctp={**COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "data.failure_site": "first"},
     rl={
         "train.max_steps": 1,
         "train.batch_size": 8,
         "train.grad_accum": 2,
         "rl.num_minibatches": 1,
+        "rl.heldout.every": 1,
         "log.tensorboard": False,
     },
     eval={"batch_size": 16, "max_step_tokens": 16, "max_context": 1536},
     plan_s={"setup": 10, "eval": 5, "sft": 10, "rctp_ft": 10, "rl": 10},
     explore={"tasks": 4, "group_size": 2, "max_step_tokens": 16, "max_context": 1024},
     probe_per_type=2,
-    rctp_init="sft",
-    # The control pair's plumbing at the smoke scale: the presets' RL settings, 2 tasks x G 5 per step.
-    control={
-        "rl.temperature": 1.0,
-        "rl.loss.ppo_clip.kl_beta": 0.1,
-        "rl.reward_token_mode": "iid",
-        "rl.group_size": 5,
-        "train.batch_size": 10,
-        "train.grad_accum": 1,
-    },
+    controls=("shuffled", "lr0"),
+    sft_reward_slot="random",
+    passk={"per_type": 1, "k": 2, "temperature": 1.0},
     devices=2,  # the pipeline test runs every stage on a data mesh (the path of a budget with devices > 1)
 )
 
-# The quickstart with its control pair (launch/reproduce.sh): RCTP-FT+GRPO and RCTP-FT+RC-GRPO at the paper
-# presets' RL settings (configs/grpo.py: temperature 1.0, KL beta 0.1, i.i.d. reward tokens with p(high) 0.5,
-# G 5) and the quickstart's steps, lr and pool; 8 tasks x 5 rollouts a step, so each pool task is seen as often
-# as in the quickstart's rows (8 tasks x 8). Stage 1 and the RL rows are the quickstart's own (a reproduce run
-# resumes a quickstart workdir); the pair adds two RL rows at seed 0.
-REPRODUCE = dataclasses.replace(
-    QUICKSTART,
-    name="reproduce",
-    control={
-        "rl.temperature": 1.0,
-        "rl.loss.ppo_clip.kl_beta": 0.1,
-        "rl.reward_token_mode": "iid",
-        "rl.group_size": 5,
-        "train.batch_size": 40,
-    },
-)
+# The quickstart, run for 3 seeds of the whole pipeline by launch/reproduce.sh (stage 1 included); the controls
+# run at seed 0 only.
+REPRODUCE = dataclasses.replace(QUICKSTART, name="reproduce")
 
 BUDGETS = {b.name: b for b in (QUICKSTART, REPRODUCE, SMOKE)}
 

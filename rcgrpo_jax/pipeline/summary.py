@@ -21,6 +21,8 @@ RL_ROWS = PAPER_ROWS[1:]
 GOALS = {"sft_train": 0.5, "rctp_high_train": 0.6, "rctp_low_train": 0.1, "rl_gain": 0.10, "zero_var_drop": 0.30}
 # RL diagnostics summarised per run (names as rcgrpo_jax.rl.diagnostics logs them; absent ones are skipped).
 DIAGNOSTICS = ("reward_mean", "frac_zero_var_groups", "adv_std", "entropy_mean", "kl")
+# The curves drawn per RL run (plots/<metric>.png): held-out accuracy on 'dev' beside the training signals.
+CURVES = ("heldout/accuracy", "reward_mean", "frac_zero_var_groups", "entropy_mean")
 # The preset whose RL settings stand for the paper's (Qwen2.5-7B, the paper's main model): each RL config file
 # at this preset holds the paper's stated values and, where the paper states none, this project's choices
 # (docs/paper_vs_code.md tells them apart).
@@ -29,13 +31,10 @@ PAPER_PRESET = "qwen2_5_7b"
 # report.json rows.<name>.note).
 ROW_NOTES = {
     "SFT+RC-GRPO": (
-        "does not stand for the paper's row. As in the paper, SFT trains on expert trajectories only, without "
-        "reward tokens, so this SFT model has never read the `[Reward Goal: ...]` suffix that RC-GRPO appends to "
-        "the first user message (in its rollouts and at evaluation, `<|high_reward|>`); the two reward tokens are "
-        "added at the start of RL with mean-initialised embeddings. The paper's 7B instruct model reads the "
-        "unfamiliar suffix as plain text, and its SFT+RC-GRPO (46.25%) is within 2.5 points of SFT+GRPO "
-        "(48.75%); a tiny model trained on the world's episodes alone is thrown off its expert path by text it "
-        "never saw, and a few RL steps do not teach it the suffix."
+        "starts from an SFT policy that was never taught what the reward tokens mean, as the paper's does: every SFT "
+        "example carries the `[Reward Goal: ...]` slot with a token drawn at random (`sft_reward_slot=random`), so the "
+        "slot is familiar and its token uninformative, as an instruct model reads an unknown token. RC-GRPO then "
+        "samples a token per rollout; any meaning the tokens gain comes from RL alone."
     ),
 }
 
@@ -126,30 +125,25 @@ def _settings_md(settings: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def control_payload(
     control_evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    control_paths: Mapping[str, Sequence[str]],
     control_metrics: Mapping[str, Sequence[str]],
-    rows: Mapping[str, Mapping[str, Any]],
+    init_paths: Mapping[str, Sequence[str]],
 ) -> dict[str, Any]:
-    """The control pair: each row's test overall and zero-variance share, and the pair's zero-variance gap
-    (GRPO minus RC-GRPO) beside the gap of the budget's own RCTP-FT rows."""
+    """The controls (seed 0): each one's test overall, its init's (RCTP-FT, seed 0), the paired difference with
+    its bootstrap interval over test tasks (`paired.compare`), whether every episode equals the init's, and its
+    zero-variance share. `init_paths`: "RCTP-FT" -> that row's eval files (seed 0 first)."""
     out: dict[str, Any] = {"rows": {}}
+    init = list(init_paths.get("RCTP-FT", ()))[:1]
     for name, runs in control_evals.items():
         zv = [metric_mean(p, "frac_zero_var_groups") for p in control_metrics.get(name, ())]
-        per_seed = [float(r["overall"]) for r in runs]
-        out["rows"][name] = {
-            "test_overall": _mean(per_seed),
-            "test_overall_per_seed": per_seed,
-            "zero_var_mean": _mean(zv),
-        }
-
-    def gap(grpo: Mapping[str, Any] | None, rc: Mapping[str, Any] | None) -> float | None:
-        a, b = (grpo or {}).get("zero_var_mean"), (rc or {}).get("zero_var_mean")
-        return None if a is None or b is None else a - b
-
-    names = list(control_evals)
-    grpo = next((n for n in names if "+GRPO" in n), None)
-    rc = next((n for n in names if "+RC-GRPO" in n), None)
-    out["zero_var_gap"] = gap(out["rows"].get(grpo), out["rows"].get(rc))
-    out["budget_zero_var_gap"] = gap(rows.get("RCTP-FT+GRPO"), rows.get("RCTP-FT+RC-GRPO"))
+        row: dict[str, Any] = {"test_overall": float(runs[0]["overall"]), "zero_var_mean": _mean(zv)}
+        paths = list(control_paths.get(name, ()))
+        if init and paths:
+            (mc, _, cats), (mi, _, _) = pass_matrix(paths[:1]), pass_matrix(init)
+            row["init_overall"] = float(paired.overall(mi, cats)[0])
+            row["vs_init"] = dataclasses.asdict(paired.compare(mc, mi, cats))
+            row["identical_to_init"] = bool((mc == mi).all())
+        out["rows"][name] = row
     return out
 
 
@@ -157,28 +151,74 @@ def _control_md(control: Mapping[str, Any]) -> list[str]:
     if not control.get("rows"):
         return []
     md = [
-        "## Control pair: RCTP-FT at the paper presets' RL settings",
+        "## Controls (seed 0)",
         "",
-        "The same stage-1 model, pool, steps and lr as the RCTP-FT rows above, with temperature, KL beta, "
-        "reward-token mode and G set back to the presets' (the differences are listed above): the mechanism "
-        "(RC-GRPO's reward tokens give groups a spread) at both settings. Seed 0.",
+        "Against their init, RCTP-FT at seed 0, on the same test tasks. *Shuffled advantages*: the same updates "
+        "with each rollout's advantage taken from another rollout of the step (the gain must come from the "
+        "reward, so this row should stay within its init's interval). *lr 0*: two RL steps at learning rate 0 "
+        "(the pipeline must hand back its init unchanged: every episode equal).",
         "",
-        "| row | test overall | zero-variance groups |",
-        "|---|---:|---:|",
+        "| control | test overall | init | difference [95% interval] | every episode equal to init | zero-variance groups |",
+        "|---|---:|---:|---:|---|---:|",
     ]
     for name, v in control["rows"].items():
-        md.append(f"| {name} | {_pct(v['test_overall'])} | {_pct(v['zero_var_mean'])} |")
+        c = v.get("vs_init")
+        diff = (
+            "-"
+            if c is None
+            else f"{c['mean_diff'] * 100:+.1f} [{c['bootstrap_ci95'][0] * 100:+.1f}, {c['bootstrap_ci95'][1] * 100:+.1f}]"
+        )
+        same = "-" if "identical_to_init" not in v else ("yes" if v["identical_to_init"] else "no")
+        md.append(
+            f"| {name} | {_pct(v['test_overall'])} | {_pct(v.get('init_overall'))} | {diff} | {same} | "
+            f"{_pct(v['zero_var_mean'])} |"
+        )
+    return md + [""]
 
-    def pts(x: float | None) -> str:
-        return "-" if x is None else f"{x * 100:+.1f} points"
 
-    md += [
+SPLIT_TEXT = {
+    "iid": "fresh tasks drawn exactly as the training tasks are, never seen by any stage: the paper's held-out "
+    "questions of the same API classes",
+    "test": "fresh instances whose names and numbers no stage has seen: out of distribution",
+    "train": "the training tasks themselves",
+    "dev": "the small held-out set of the train distribution that tunes settings",
+}
+
+
+def _ood_md(ood: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    if not ood:
+        return []
+    md = [
+        "## Out of distribution: names and numbers no stage has seen (the world's `test` split)",
         "",
-        f"Zero-variance gap (GRPO minus RC-GRPO): {pts(control['zero_var_gap'])} at the presets' settings, "
-        f"{pts(control['budget_zero_var_gap'])} at the budget's (RCTP-FT+GRPO against RCTP-FT+RC-GRPO).",
-        "",
+        "| row | overall | per seed |",
+        "|---|---:|---|",
     ]
-    return md
+    for r, v in ood.items():
+        md.append(f"| {r} | {_pct(v['overall'])} | " + ", ".join(_pct(x) for x in v["per_seed"]) + " |")
+    return md + [""]
+
+
+def _passk_md(passk: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    if not passk:
+        return []
+    md = [
+        "## Stage 1: what sampling finds that greedy decoding misses",
+        "",
+        "pass@k on the first tasks of each type of the headline split (a task passes when any of k samples at "
+        "temperature 1 does; pass@1 = the samples' mean), mean over seeds. What RL can gain is bounded by pass@k "
+        "minus greedy.",
+        "",
+        "| model | tasks | pass@1 (sampled) | pass@k | per seed |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r, v in passk.items():
+        md.append(
+            f"| {r} | {v['tasks']} | {_pct(v['pass_at_1'])} | {_pct(v['pass_at_k'])} (k={v['k']}) | "
+            + ", ".join(_pct(x) for x in v["per_seed"])
+            + " |"
+        )
+    return md + [""]
 
 
 def _row_notes_md(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
@@ -316,7 +356,7 @@ def _profiles_md(profiles: Mapping[str, EpisodeProfile], rows: Mapping[str, Mapp
         "",
         "Shares of calls, except the first-action and last columns (shares of episodes). A made-up argument is a "
         "string or number that no user or tool message before the call contains: a name or operand the model "
-        "invented or miscopied (the test's names and numbers are ones it never trained on). No expert step has one.",
+        "invented or miscopied (copying them is the skill: many of the test's file names occur in no training task). No expert step has one.",
         "",
         "| row | episodes | first action is a call | calls / episode | unknown function | invalid arguments "
         "| tool error | made-up argument | reward | failed episodes with a made-up argument |",
@@ -396,16 +436,19 @@ def results_payload(
         if name in rows:
             stage1[key]["test_overall"] = rows[name]["test_overall"]
     comparisons = {}
-    for init in STAGE1_ROWS:
-        a, b = f"{init}+RC-GRPO", f"{init}+GRPO"
-        if eval_paths.get(a) and eval_paths.get(b):
+    pairs = [(f"{i}+RC-GRPO", f"{i}+GRPO") for i in STAGE1_ROWS] + [(r, r.split("+")[0]) for r in RL_ROWS]
+    for a, b in pairs:  # RC-GRPO against GRPO from each init, then each RL row against its own init
+        if eval_paths.get(a) and eval_paths.get(b) and len(eval_paths[a]) == len(eval_paths[b]):
             (ma, _, cats), (mb, _, _) = pass_matrix(eval_paths[a]), pass_matrix(eval_paths[b])
             comparisons[f"{a} vs {b}"] = dataclasses.asdict(paired.compare(ma, mb, cats))
-    return {"rows": rows, "stage1": stage1, "comparisons": comparisons, "goals": goals(rows, stage1)}
+    return {"rows": rows, "stage1": stage1, "comparisons": comparisons, "goals": goals(rows, stage1, comparisons)}
 
 
-def goals(rows: Mapping[str, Mapping[str, Any]], stage1: Mapping[str, Any]) -> dict[str, Any]:
-    """The issue's goals (a)-(c), each with its measured value and whether it is met (None: not measured)."""
+def goals(
+    rows: Mapping[str, Mapping[str, Any]], stage1: Mapping[str, Any], comparisons: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The issue's goals (a)-(c), each with its measured value and whether it is met (None: not measured). (b)
+    needs the best RL row's gain over its init at >= GOALS["rl_gain"] with its paired 95% interval above 0."""
     g = GOALS
 
     def met(value, ok):
@@ -422,12 +465,20 @@ def goals(rows: Mapping[str, Mapping[str, Any]], stage1: Mapping[str, Any]) -> d
         "a_sft_train_success": met(stage1["sft"]["train_success"], lambda v: v >= g["sft_train"]),
         "a_rctp_high_train_success": met(stage1["rctp_ft"]["train_success_high"], lambda v: v >= g["rctp_high_train"]),
         "a_rctp_low_train_success": met(stage1["rctp_ft"]["train_success_low"], lambda v: v <= g["rctp_low_train"]),
-        "b_best_rl_gain": met(max(gains.values()) if gains else None, lambda v: v >= g["rl_gain"]),
+        "b_best_rl_gain": met(
+            max(gains.values()) if gains else None,
+            lambda v: v >= g["rl_gain"] and _interval_above_zero(comparisons, max(gains, key=gains.get)),
+        ),
         "b_rl_gains": gains,
         "c_zero_var_drop": met(
             None if zv_g is None or zv_rc is None else zv_g - zv_rc, lambda v: v >= g["zero_var_drop"]
         ),
     }
+
+
+def _interval_above_zero(comparisons: Mapping[str, Any] | None, row: str) -> bool:
+    c = (comparisons or {}).get(f"{row} vs {row.split('+')[0]}")
+    return c is not None and c["bootstrap_ci95"][0] > 0
 
 
 def _pct(x: float | None) -> str:
@@ -505,20 +556,26 @@ def write(
     rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     rl_settings: Mapping[str, Mapping[str, Any]] | None = None,
     control_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    control_paths: Mapping[str, Sequence[str]] | None = None,
+    ood_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    passk: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
     train-split probe (`ablation.stage1_probe`); rl_task_evals: RL row -> its evals on its own RL tasks
     (the world's RL pool), one per seed. rl_settings: group of RL rows -> `compare_settings` against the paper
     preset (`ablation.rl_settings_report`); control_evals: the control pair's rows (`ablation.CONTROL_ROWS`),
-    whose metrics are in rl_metrics under "<row> s0". total_s: the run's wall time over every process that worked on it
+    whose metrics are in rl_metrics under "<row> s0", and control_paths their eval files; ood_evals: row -> its
+    out-of-distribution summaries (the world's fresh-name 'test'), one per seed; passk: stage-1 row -> its pass@k
+    probes (`ablation.pass_at_k`), one per seed. total_s: the run's wall time over every process that worked on it
     (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run)."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
     table = eval_run.summary_table(paper_rows)
     stage1_table = eval_run.summary_table(stage1_rows) if stage1_rows else ""
     text_verdict = verdict(evals)
-    written = plots.plot_runs(rl_metrics, os.path.join(workdir, "plots"), metrics=DIAGNOSTICS) if rl_metrics else {}
+    metrics = tuple(dict.fromkeys(CURVES + DIAGNOSTICS))
+    written = plots.plot_runs(rl_metrics, os.path.join(workdir, "plots"), metrics=metrics) if rl_metrics else {}
     correlation = plots.plot_entropy_reward(rl_metrics, os.path.join(workdir, "plots")) if rl_metrics else None
     if correlation:
         written["entropy_reward_correlation"] = correlation
@@ -533,18 +590,22 @@ def write(
     control_metrics = {
         r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in control_evals or {}
     }
-    results["control"] = control_payload(control_evals or {}, control_metrics, results["rows"])
+    results["control"] = control_payload(control_evals or {}, control_paths or {}, control_metrics, eval_paths or {})
+    results["ood"] = {r: {"overall": _mean([x["overall"] for x in v]), "per_seed": [x["overall"] for x in v]}
+                      for r, v in (ood_evals or {}).items()}  # fmt: skip
+    results["passk"] = {r: {"pass_at_k": _mean([x["pass_at_k"] for x in v]), "pass_at_1": _mean([x["pass_at_1"] for x in v]),
+                            "k": v[0]["k"], "tasks": v[0]["tasks"], "per_seed": [x["pass_at_k"] for x in v]}
+                        for r, v in (passk or {}).items()}  # fmt: skip
     results["rl_settings"] = dict(rl_settings or {})
 
     md = [
         f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
         "",
-        f"Accuracy (%) by BFCL's official multi-turn checker on the world's {split} split "
-        "(fresh instances: names and numbers never seen in training). Overall = unweighted mean over the trained "
-        "task types; `compose_heldout` (task types composed in orders never trained) is a separate "
-        "generalisation column, not in Overall. Reward = our reward (state consistency x action coverage), mean "
-        f"over episodes. RL rows: {seeds} seed{'s' if seeds > 1 else ''} each"
-        + (" (mean ± sample std)." if seeds > 1 else "."),
+        f"Accuracy (%) by BFCL's official multi-turn checker on the world's {split} split ({SPLIT_TEXT.get(split, '')}). "
+        "Overall = unweighted mean over the task types; `compose_heldout` (types composed in orders never "
+        "trained, fresh-name test only) is a separate column, not in Overall. Reward = our reward (state "
+        f"consistency x action coverage), mean over episodes. Every row: {seeds} seed{'s' if seeds > 1 else ''} of "
+        "the whole pipeline, stage 1 included" + (" (mean ± sample std)." if seeds > 1 else "."),
         "",
         "## The paper's five rows",
         "",
@@ -557,6 +618,7 @@ def write(
     ]
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
+    md += _ood_md(results["ood"]) + _passk_md(results["passk"])
     md += _settings_md(results["rl_settings"])
     md += _control_md(results["control"])
     md += _results_md(results)
@@ -581,7 +643,8 @@ def write(
         "",
         "## Run",
         "",
-        f"- Total wall time: {total_s / 60:.1f} min"
+        f"- Stage time: {total_s / 60:.1f} min (the stages' seconds added up, or this process's wall time if "
+        "longer; seeds run side by side by launch/reproduce.sh take less wall time)"
         + (
             f" ({process_s / 60:.1f} min in this process, which resumed the run)"
             if _resumed(total_s, process_s)
@@ -593,7 +656,7 @@ def write(
         f"- SFT {dict(budget.sft)}",
         f"- RCTP-FT {dict(budget.rctp)}",
         f"- RL (every row) {dict(budget.rl)}",
-        *([f"- Control pair: the RL rows' settings with {dict(budget.control)}"] if control_evals else []),
+        *([f"- Controls (seed 0): {', '.join(budget.controls)}"] if control_evals else []),
         "",
     ]
     with open(os.path.join(workdir, "report.md"), "w") as f:

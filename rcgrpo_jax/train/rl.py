@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 from absl import logging as absl_logging
 
@@ -35,6 +36,7 @@ from rcgrpo_jax import chat, config_checks, judges, multihost, runtime
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources
+from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens, shaping
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
@@ -105,6 +107,8 @@ class RLTrainer:
                 f"{len(self.tasks)} train tasks of data.source={config.data.source!r}",
             )
         self.total_steps = rl_config.total_steps(config, len(self.tasks), self.tasks_per_step)
+        self.heldout_every = int(rl.heldout.every)
+        self.heldout_tasks = sources.tasks(config.data, str(rl.heldout.split)) if self.heldout_every > 0 else []
 
         self._load_models(config, workdir)
         self.parser = chat.get_parser(chat.family_for(self.model_cfg.model_type))
@@ -195,6 +199,9 @@ class RLTrainer:
 
     def step(self, state: state_lib.TrainState, step: int):
         """Rollouts -> advantage inputs -> batch and reference -> PPO updates -> metrics."""
+        heldout = {}  # the policy before this step's update (outside the step's timing)
+        if self.heldout_every > 0 and step % self.heldout_every == 0:
+            heldout["heldout/accuracy"] = self.heldout_accuracy(state.params)
         t0, (c0, c0_s) = time.perf_counter(), runtime.compile_totals()
         base = jax.random.wrap_key_data(np.asarray(jax.device_get(state.rng), np.uint32))
         k_tokens, k_sample = jax.random.split(jax.random.fold_in(base, step))
@@ -206,7 +213,7 @@ class RLTrainer:
             self.reward_token_draw(k_tokens),
             k_sample,
         )
-        adv = self.advantage_inputs(ro)
+        adv = self.advantage_inputs(ro, step)
         batch, owner, plan, timing = self.batch_and_reference(state, ro, adv, step)
         state, updates, row_stats, t_update = self.ppo_update(state, batch, plan)
         metrics = self.step_metrics(state, ro, adv, batch, owner, plan, updates, row_stats)
@@ -215,7 +222,38 @@ class RLTrainer:
         metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
         c1, c1_s = runtime.compile_totals()  # new shapes (rows, cache length, buckets) compile inside the step
         metrics.update({"time/compiles": c1 - c0, "time/compile_s": c1_s - c0_s})
+        metrics.update(heldout)
+        if self.heldout_every > 0 and step == self.total_steps - 1:  # the final policy, after the last update
+            metrics["heldout/final_accuracy"] = self.heldout_accuracy(state.params)
         return state, metrics
+
+    def heldout_accuracy(self, params) -> float:
+        """Greedy accuracy (BFCL's checker) of `params` on the held-out tasks, prompted as the final evaluation
+        is (the high reward goal when the run conditions on reward tokens), with the run's rollout limits."""
+        rl = self.config.rl
+        eval_cfg = ml_collections.ConfigDict(
+            {
+                "reward_token": "none" if self.conditioning == "none" else "high",
+                "max_context": int(rl.max_context),
+                "max_step_tokens": int(rl.max_step_tokens),
+                "max_steps_per_turn": rl.max_steps_per_turn,
+                "render_mode": rl.render_mode,
+                "thinking": rl.thinking,
+                "batch_size": len(self.heldout_tasks),
+                "prefill_chunk": int(rl.prefill_chunk),
+            }
+        )
+        with jax.set_mesh(self.mesh):
+            _, summary = eval_run.evaluate(
+                self.model_cfg,
+                params,
+                self.tokenizer,
+                self.heldout_tasks,
+                eval_cfg,
+                mesh=self.mesh,
+                source=self.config.data.source,
+            )
+        return float(summary["overall"])
 
     # -- phases ---------------------------------------------------------------------------------------------
 
@@ -249,7 +287,7 @@ class RLTrainer:
         rl = self.config.rl
         return np.asarray(reward_tokens.sample(key, n, g, float(rl.p_high), rl.reward_token_mode))
 
-    def advantage_inputs(self, ro: rl_rollouts.Rollouts) -> AdvantageInputs:
+    def advantage_inputs(self, ro: rl_rollouts.Rollouts, step: int = 0) -> AdvantageInputs:
         """Rewards (finite), the shaping and the group filter (`shape_and_filter`), the judge, then the estimator
         and its per-rollout inputs."""
 
@@ -278,7 +316,10 @@ class RLTrainer:
         extras = advantages.per_rollout(c.estimator, rewards, aux=aux, config=c.advantage_options)
         metrics.update({f"estimator/{k}": float(v) for k, v in est.items()})
         per_rollout = {k: np.asarray(v, np.float32) for k, v in extras.items()}
-        return AdvantageInputs(rewards, valid, keep, np.asarray(adv, np.float32), per_rollout, metrics)
+        adv = np.asarray(adv, np.float32)
+        if rl.shuffle_advantages:
+            adv, per_rollout = shuffled(adv, per_rollout, int(self.config.seed), step)
+        return AdvantageInputs(rewards, valid, keep, adv, per_rollout, metrics)
 
     def batch_and_reference(self, state, ro, adv: AdvantageInputs, step: int):
         """The host batch (one row per training sample; rows of dropped groups and invalid rollouts carry no
@@ -373,6 +414,17 @@ class RLTrainer:
         )
         metrics.update(diagnostics.rollout_metrics(ro.episodes))
         return metrics
+
+
+def shuffled(
+    adv: np.ndarray, per_rollout: dict[str, np.ndarray], seed: int, step: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The shuffled-advantage control: one permutation of all the step's rollouts (drawn from (seed, step)) applied
+    to the advantages and to every per-rollout loss input alike, so each rollout trains on another's advantage.
+    The multiset of values, and so the update's scale, is unchanged; its tie to each rollout's reward is gone."""
+    perm = np.random.default_rng([seed, step, 23]).permutation(adv.size)
+    out = {k: np.asarray(v).reshape(-1)[perm].reshape(np.shape(v)) for k, v in per_rollout.items()}
+    return adv.reshape(-1)[perm].reshape(adv.shape), out
 
 
 def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update_s: float, updates, ppo_epochs: int) -> dict[str, float]:

@@ -4,6 +4,7 @@ from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, READS_RESULTS, TRAIN_TYPES
 from rcgrpo_jax.worlds.generate import (
     category_of,
     corpus,
+    generate_iid,
     generate_rl_pool,
     generate_world,
     render_episode,
@@ -22,6 +23,7 @@ __all__ = [
     "corpus",
     "format_call",
     "format_result",
+    "generate_iid",
     "generate_rl_pool",
     "generate_world",
     "parse_call",

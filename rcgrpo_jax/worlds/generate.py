@@ -81,6 +81,38 @@ def generate_rl_pool(
     return [_build(seed, cat, b, vocab, start + i) for cat, b in TRAIN_TYPES.items() for i in range(n_per_type)]
 
 
+# Index bases of the i.i.d. splits: far above any train, test or pool index, so their rng streams and ids are
+# their own (`_build` seeds on the index).
+IID_INDEX_BASE = {"iid": 1_000_000, "dev": 2_000_000}
+
+
+def generate_iid(
+    seed: int, split: str, n_per_type: int, train_tasks: list[dict], train_vocab: str = "narrow"
+) -> list[dict]:
+    """Fresh instances of the trained types drawn exactly as stage 1's are (the stage-1 vocabulary, new
+    compositions and arguments): the world's i.i.d. test ("iid", the paper's held-out questions of the same
+    classes) or its small held-out set for RL curves ("dev"). A draw whose user turns equal a training task's is
+    skipped, so no stage has seen one."""
+    if split not in IID_INDEX_BASE:
+        raise ValueError(f"i.i.d. split must be one of {sorted(IID_INDEX_BASE)}, got {split!r}")
+    stage1, _ = sides(train_vocab, "train")
+    seen = {_questions_key(t) for t in train_tasks}
+    out = []
+    for cat, b in TRAIN_TYPES.items():
+        index, kept = IID_INDEX_BASE[split], 0
+        while kept < n_per_type:
+            entry = _build(seed, cat, b, stage1, index)
+            index += 1
+            if _questions_key(entry) not in seen:
+                out.append(entry)
+                kept += 1
+    return out
+
+
+def _questions_key(entry: dict) -> str:
+    return json.dumps([entry["question"], entry["initial_config"]], sort_keys=True)
+
+
 @functools.cache
 def _func_docs(class_name: str) -> dict[str, dict]:
     path = (

@@ -268,3 +268,31 @@ def test_sft_and_rctp_data_tokenise_with_the_official_templates(sample_tasks, sa
         )
         assert [qwen.decode(t[m == 1]) for t, m in samples] == want
         assert all("[Reward Goal:" in qwen.decode(t) for t, _ in samples) == ("reward_goal" in r)
+
+
+def test_sft_records_reward_slot_random_carries_an_uninformative_token():
+    """reward_slot="random": every expert's first user message ends with a reward goal, the token drawn at
+    random (both appear, about half each), nothing else changes; "none" leaves the experts as they are."""
+    from rcgrpo_jax.config_lib import common
+    from rcgrpo_jax.data import sources
+
+    d = common.data()
+    d.source = "world"
+    d.world.update({"train_per_type": 16, "test_per_type": 1})
+    experts = datasets.expert_records(sources.tasks(d, "train"))
+    plain = datasets.sft_records(experts)
+    slotted = datasets.sft_records(experts, reward_slot="random", seed=3)
+    assert plain == experts and len(slotted) == len(experts) == 64
+    tokens = [r["reward_goal"] for r in slotted]
+    assert 16 <= tokens.count(datasets.HIGH_REWARD_TOKEN) <= 48 and set(tokens) == {
+        datasets.HIGH_REWARD_TOKEN,
+        datasets.LOW_REWARD_TOKEN,
+    }
+    for r, e in zip(slotted, experts):
+        want = datasets.add_reward_goal(e["messages"], r["reward_goal"] == datasets.HIGH_REWARD_TOKEN)
+        assert r["messages"] == want and {k: v for k, v in r.items() if k not in ("messages", "reward_goal")} == {
+            k: v for k, v in e.items() if k != "messages"
+        }
+    assert datasets.sft_records(experts, reward_slot="random", seed=3) == slotted  # seeded
+    with pytest.raises(ValueError, match="reward_slot must be one of"):
+        datasets.sft_records(experts, reward_slot="high")

@@ -23,52 +23,56 @@ def smoke_run(tmp_path_factory):
 def test_end_to_end_smoke(smoke_run):
     workdir, payload = smoke_run
     assert list(payload["runs"]) == [*ablation.ROWS, "SFT", "RCTP-FT"]  # the paper's five rows, then stage 1
-    n_test = 4 * 2  # four trained task types x test_per_type=2
+    n_iid = 4 * budgets.SMOKE.world["iid_test_per_type"]  # the headline split: i.i.d. with training
     for row, runs in payload["runs"].items():
         assert len(runs) == 1
         s = runs[0]
-        assert s["n"] == n_test and set(s["categories"]) == {
+        assert s["n"] == n_iid and set(s["categories"]) == {
             "fs_move",
             "fs_read_then_act",
             "math_chain",
             "fs_count_math",
         }
-        assert s["heldout"]["n"] == 2 and 0.0 <= s["overall"] <= 1.0
-    for d in ("sft", "rctp_ft") + tuple(f"rl/{i}_{a}_s0" for i in ("sft", "rctp_ft") for a in ("grpo", "rc_grpo")):
-        assert os.path.exists(os.path.join(workdir, d, "hf", "config.json")), d
-        assert os.path.exists(os.path.join(workdir, d, ablation.DONE)), d
+        assert s["heldout"] is None and 0.0 <= s["overall"] <= 1.0  # no held-out composition in the i.i.d. split
+    s0 = os.path.join(workdir, "s0")
+    runs = ("sft", "rctp_ft") + tuple(f"rl/{i}_{a}_main" for i in ("sft", "rctp_ft") for a in ("grpo", "rc_grpo"))
+    for d in runs + ("rl/rctp_ft_rc_grpo_shuffled", "rl/rctp_ft_rc_grpo_lr0"):
+        assert os.path.exists(os.path.join(s0, d, "hf", "config.json")), d
+        assert os.path.exists(os.path.join(s0, d, ablation.DONE)), d
     md = open(os.path.join(workdir, "report.md")).read()
     for row in ablation.ROWS:
         assert f"| {row} |" in md
     assert "## Verdict" in md and "at this scale" in md
-    assert (
-        "## On the RL tasks themselves" in md and "## What the test episodes did" in md and "| base | 10 |" in md
-    )  # every row's profile
+    assert "## Out of distribution" in md and "## Stage 1: what sampling finds" in md and "## Controls (seed 0)" in md
+    assert "## What the test episodes did" in md and f"| base | {n_iid} |" in md  # every row's profile
     assert payload["plots"], "the RL runs logged none of the diagnostics"
     assert payload["plots"]["entropy_reward_correlation"].endswith("entropy_reward_correlation.png")
+    assert payload["plots"]["heldout/accuracy"].endswith("heldout_accuracy.png")  # the held-out curve
     assert "| RCTP-FT+RC-GRPO s0 |" in md.split("## Entropy-reward correlation", 1)[1]
     assert "## RL settings that differ from the paper presets" in md and "lr 1e-06 -> " in md
-    assert "## Control pair: RCTP-FT at the paper presets' RL settings" in md and "Zero-variance gap" in md
-    assert "- **SFT+RC-GRPO** does not stand for the paper's row" in md
-    for row, (init, rl_file) in ablation.CONTROL_ROWS.items():
-        assert os.path.exists(os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0", ablation.DONE)), row
-        with open(os.path.join(workdir, "rl", f"{init}_{rl_file}_control_s0", "metrics.jsonl")) as f:
-            logged = [json.loads(line) for line in f]
-        assert all(-1.0 <= r["entropy_reward_pearson_across_steps"] <= 1.0 for r in logged), row
+    assert "- **SFT+RC-GRPO** starts from an SFT policy that was never taught" in md
     for path in payload["plots"].values():
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(os.path.join(workdir, "report.json")) as f:
         written = json.load(f)
     _check_report_json(written, payload)
-    # RCTP-FT data: experts and failures 1:1, each with its reward goal; the exploration stage's failed
-    # rollouts (the SFT policy's own) joined the generated failures, and the manifest records the mix.
-    with open(os.path.join(workdir, "data_explored", "rctp_ft.jsonl")) as f:
+    # The held-out curve: 'dev' accuracy logged at every step (heldout.every=1) and after the last one.
+    with open(os.path.join(s0, "rl", "rctp_ft_rc_grpo_main", "metrics.jsonl")) as f:
+        logged = [json.loads(line) for line in f]
+    assert all(0.0 <= r["heldout/accuracy"] <= 1.0 for r in logged) and "heldout/final_accuracy" in logged[-1]
+    # SFT data: every expert carries the reward-goal slot, its token drawn at random; RCTP-FT data: experts and
+    # failures 1:1; the exploration stage's failed rollouts (the SFT policy's own) joined the generated failures.
+    with open(os.path.join(s0, "data", "sft.jsonl")) as f:
+        sft = [json.loads(line) for line in f]
+    assert all("[Reward Goal: " in r["messages"][1]["content"] or "[Reward Goal: " in r["messages"][0]["content"]
+               for r in sft)  # fmt: skip
+    with open(os.path.join(s0, "data_explored", "rctp_ft.jsonl")) as f:
         goals = [json.loads(line)["reward_goal"] for line in f]
     assert goals.count("<|high_reward|>") == goals.count("<|low_reward|>") > 0
-    with open(os.path.join(workdir, "explore.jsonl")) as f:
+    with open(os.path.join(s0, "explore.jsonl")) as f:
         explored = [json.loads(line) for line in f]
-    with open(os.path.join(workdir, "data_explored", "manifest.json")) as f:
+    with open(os.path.join(s0, "data_explored", "manifest.json")) as f:
         manifest = json.load(f)
     assert manifest["failures"].get("exploration", 0) == sum(r["kind"] == "failure" for r in explored) > 0
 
@@ -84,32 +88,34 @@ def _check_report_json(written: dict, payload: dict) -> None:
         assert 0.0 <= row["made_up_argument"] <= 1.0 and 0.0 <= row["failed_with_made_up"] <= 1.0, name
         if name in summary.RL_ROWS:
             assert 0.0 <= row["zero_var_mean"] <= 1.0, name
+        assert 0.0 <= written["ood"][name]["overall"] <= 1.0, name  # the out-of-distribution column
     s1 = written["stage1"]
     for v in (s1["sft"]["train_success"], s1["rctp_ft"]["train_success_high"], s1["rctp_ft"]["train_success_low"]):
         assert 0.0 <= v <= 1.0
     assert s1["probe_tasks"] == 4 * budgets.SMOKE.probe_per_type
+    for row in ("SFT", "RCTP-FT"):
+        k = written["passk"][row]
+        assert k["k"] == budgets.SMOKE.passk["k"] and k["tasks"] == 4 * budgets.SMOKE.passk["per_type"]
+        assert 0.0 <= k["pass_at_1"] <= k["pass_at_k"] <= 1.0
     for name, c in written["comparisons"].items():
         assert len(c["per_seed_diff"]) == 1 and c["bootstrap_ci95"][0] <= c["mean_diff"] <= c["bootstrap_ci95"][1]
-    assert set(written["comparisons"]) == {"SFT+RC-GRPO vs SFT+GRPO", "RCTP-FT+RC-GRPO vs RCTP-FT+GRPO"}
-    for row in summary.RL_ROWS:  # the smoke world's RL pool: 2 fresh tasks per trained type
-        v = written["rl_tasks"][row]
-        assert v["tasks"] == 4 * 2 and 0.0 <= v["after"] <= 1.0 and v["after_per_seed"] == [v["after"]]
-        assert 0.0 <= v["before"] <= 1.0
-    # The RL settings against the paper presets, for the budget's rows and the control pair.
+    assert set(written["comparisons"]) == {
+        "SFT+RC-GRPO vs SFT+GRPO",
+        "RCTP-FT+RC-GRPO vs RCTP-FT+GRPO",
+        *(f"{r} vs {r.split('+')[0]}" for r in summary.RL_ROWS),
+    }
     settings = written["rl_settings"]
-    assert set(settings) == {"SFT+GRPO, RCTP-FT+GRPO", "SFT+RC-GRPO, RCTP-FT+RC-GRPO", *ablation.CONTROL_ROWS}
+    labels = [ablation.CONTROL_ROWS[c][0] for c in budgets.SMOKE.controls]
+    assert set(settings) == {"SFT+GRPO, RCTP-FT+GRPO", "SFT+RC-GRPO, RCTP-FT+RC-GRPO", *labels}
     for label, c in settings.items():
         differs = {d["setting"]: (d["paper"], d["run"]) for d in c["differences"]}
         assert differs["lr"][0] == 1e-6 and differs["pool"][0] == "BFCL v4 multi-turn train split"
-        assert differs["steps"][1] == budgets.SMOKE.rl["train.max_steps"] and differs["pool tasks"] == (720, 4 * 2)
-        # the smoke rows keep the tiny preset's temperature and KL beta and move G; the control pair moves neither
-        assert ("group size G" in differs) == (label not in ablation.CONTROL_ROWS)
-        assert label not in ablation.CONTROL_ROWS or not {"temperature", "KL beta", "reward-token mode"} & set(differs)
     assert written["rows"]["SFT+RC-GRPO"]["note"] == summary.ROW_NOTES["SFT+RC-GRPO"]
-    control = written["control"]
-    assert set(control["rows"]) == set(ablation.CONTROL_ROWS)
-    zv = [control["rows"][r]["zero_var_mean"] for r in ablation.CONTROL_ROWS]
-    assert all(0.0 <= v <= 1.0 for v in zv) and control["zero_var_gap"] == pytest.approx(zv[0] - zv[1])
+    control = written["control"]["rows"]
+    assert set(control) == set(labels)
+    lr0 = control["RCTP-FT+RC-GRPO, lr 0"]
+    assert lr0["identical_to_init"] and lr0["test_overall"] == lr0["init_overall"]  # lr 0 hands back its init
+    assert lr0["vs_init"]["mean_diff"] == 0.0
     g = written["goals"]
     assert g["a_sft_train_success"]["value"] == s1["sft"]["train_success"]
     rows = written["rows"]
@@ -120,14 +126,13 @@ def _check_report_json(written: dict, payload: dict) -> None:
 @pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_rerun_resumes_without_training(smoke_run):
     workdir, payload = smoke_run
-    stamps = {
-        d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in ("sft", "rctp_ft", "rl/sft_grpo_s0")
-    }
+    dirs = ("s0/sft", "s0/rctp_ft", "s0/rl/sft_grpo_main")
+    stamps = {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in dirs}
     again = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
     assert again["table"] == payload["table"]
     assert stamps == {d: os.path.getmtime(os.path.join(workdir, d, ablation.DONE)) for d in stamps}
     # the resumed report counts the first run's stage times, not only its own few seconds
-    assert again["timings"]["sft"] == payload["timings"]["sft"] > 0
+    assert again["timings"]["sft_s0"] == payload["timings"]["sft_s0"] > 0
     assert again["process_minutes"] < again["minutes"] and again["minutes"] >= sum(payload["timings"].values()) / 60
 
 
@@ -136,7 +141,7 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     """Cached outputs are reused only for the settings that made them; another budget in the same workdir stops
     with the fields that differ and rewrites nothing."""
     workdir, _ = smoke_run
-    dirs = ("base_model", "data_explored", "sft", "rctp_ft", "rl/sft_grpo_s0")
+    dirs = ("s0/base_model", "s0/data_explored", "s0/sft", "s0/rctp_ft", "s0/rl/sft_grpo_main")
     files = [os.path.join(workdir, d, n) for d in dirs for n in (ablation.DONE, cache.REQUEST_FILE, "config.json")]
     stamps = {f: os.path.getmtime(f) for f in files if os.path.exists(f)}
     assert len(stamps) >= 6
@@ -148,36 +153,42 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     # The same stage 1, another RL learning rate: everything up to the first RL row is reused, that row stops.
     other_rl = dataclasses.replace(smoke, rl={**smoke.rl, "optim.lr": 0.123})
     monkeypatch.setitem(budgets.BUDGETS, "smoke", other_rl)
-    with pytest.raises(cache.StaleCacheError, match=r"stage in .*rl/sft_grpo_s0.*optim\.lr: .* -> 0\.123"):
+    with pytest.raises(cache.StaleCacheError, match=r"stage in .*rl/sft_grpo_main.*optim\.lr: .* -> 0\.123"):
         ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
     assert stamps == {f: os.path.getmtime(f) for f in stamps}
 
 
-def test_the_control_pair_runs_at_the_paper_presets_rl_settings():
-    """Every budget's control pair puts temperature, KL beta, reward-token mode, p(high) and G back at the
-    paper preset's values (read from configs/*.py, not restated here); the budget's own rows move them."""
-    with_control = [b for b in budgets.BUDGETS.values() if b.control]
-    assert {b.name for b in with_control} == {"reproduce", "smoke"} and not budgets.QUICKSTART.control
-    assert budgets.REPRODUCE.rl == budgets.QUICKSTART.rl and budgets.REPRODUCE.world == budgets.QUICKSTART.world
-    for b in with_control:
-        for rl_file in ("grpo", "rc_grpo"):
-            paper = ablation.paper_config(rl_file).rl
-            control = ablation.stage_config(rl_file, b, {**b.rl, **b.control}).rl
-            keys = lambda r: (r.temperature, r.loss.ppo_clip.kl_beta, r.reward_token_mode, r.p_high, r.group_size)  # noqa: E731
-            assert keys(control) == keys(paper), (b.name, rl_file)
-    quick = ablation.stage_config("rc_grpo", budgets.QUICKSTART, budgets.QUICKSTART.rl).rl
-    assert (quick.temperature, quick.reward_token_mode, quick.group_size) == (0.3, "stratified", 8)
+def test_every_rl_row_runs_at_the_paper_presets_rl_settings():
+    """The quickstart's RL rows keep temperature, KL beta, reward-token mode, p(high), clip and G at the paper
+    preset's values (read from configs/*.py, not restated here), with a warmup, a floor under the learning rate,
+    >= 60 optimizer updates and a pool seen about once; the controls differ from the rows by their own switch."""
+    b = budgets.QUICKSTART
+    assert b.rctp_init == "base" and b.sft_reward_slot == "random" and b.explore  # stage 1 as the paper runs it
+    for rl_file in ("grpo", "rc_grpo"):
+        paper = ablation.paper_config(rl_file)
+        cfg = ablation.stage_config(rl_file, b, b.rl)
+
+        def keys(c):
+            r = c.rl
+            return (r.temperature, r.loss.ppo_clip.kl_beta, r.reward_token_mode, r.p_high, r.group_size,
+                    r.loss.ppo_clip.eps_low, r.loss.ppo_clip.eps_high)  # fmt: skip
+
+        assert keys(cfg) == keys(paper), rl_file
+        assert cfg.optim.warmup_ratio > 0 and cfg.optim.end_lr_ratio > 0
+        assert cfg.train.max_steps * cfg.rl.num_minibatches * cfg.rl.ppo_epochs >= 60
+        tasks = cfg.train.batch_size // cfg.rl.group_size
+        pool = len(ablation.sources.tasks(cfg.data, "rl"))
+        assert cfg.train.max_steps * tasks == pool  # every pool task seen once
     report = ablation.rl_settings_report(budgets.REPRODUCE)
-    rc = {d["setting"]: (d["paper"], d["run"]) for d in report["SFT+RC-GRPO, RCTP-FT+RC-GRPO"]["differences"]}
-    assert rc["temperature"] == (1.0, 0.3) and rc["KL beta"] == (0.1, 0.5) and rc["group size G"] == (5, 8)
-    assert rc["reward-token mode"] == ("iid", "stratified") and rc["tasks per step"] == (256, 8)
-    assert rc["steps"] == (1125, 12) and rc["pool tasks"] == (720, 24) and rc["passes over the pool"] == (400, 4)
-    ctl = {d["setting"] for d in report["RCTP-FT+RC-GRPO (paper RL settings)"]["differences"]}
-    assert not ctl & {"temperature", "KL beta", "reward-token mode", "p(high)", "group size G"}
-    assert {"lr", "steps", "pool"} <= ctl  # the pair keeps the budget's lr, steps and pool
+    rc = {d["setting"] for d in report["SFT+RC-GRPO, RCTP-FT+RC-GRPO"]["differences"]}
+    assert not rc & {"temperature", "KL beta", "reward-token mode", "p(high)", "group size G", "clip (low, high)"}
+    assert budgets.REPRODUCE.rl == budgets.QUICKSTART.rl and budgets.REPRODUCE.world == budgets.QUICKSTART.world
+    shuffled = ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["shuffled"][3]})
+    assert shuffled.rl.shuffle_advantages and not ablation.stage_config("rc_grpo", b, b.rl).rl.shuffle_advantages
+    assert ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["lr0"][3]}).optim.lr == 0.0
 
 
-def test_compare_settings_and_control_by_hand(tmp_path):
+def test_compare_settings_and_controls_by_hand(tmp_path):
     paper = {"temperature": 1.0, "KL beta": 0.1, "clip (low, high)": [0.2, 0.2], "reward-token mode": None}
     run = {"temperature": 0.3, "KL beta": 0.1 + 1e-12, "clip (low, high)": [0.2, 0.28], "reward-token mode": None}
     c = summary.compare_settings("configs/x.py", paper, run)
@@ -187,28 +198,54 @@ def test_compare_settings_and_control_by_hand(tmp_path):
     ]
     md = "\n".join(summary._settings_md({"rows": c}))
     assert "- **rows** (`configs/x.py`): temperature 1 -> 0.3; clip (low, high) (0.2, 0.2) -> (0.2, 0.28)." in md
-    paths = {}
-    for name, zv in (("A+GRPO (paper RL settings)", [1.0, 0.5]), ("A+RC-GRPO (paper RL settings)", [0.25, 0.25])):
-        paths[name] = str(tmp_path / f"{len(paths)}.jsonl")
-        with open(paths[name], "w") as f:
-            f.writelines(json.dumps({"step": i + 1, "frac_zero_var_groups": v}) + "\n" for i, v in enumerate(zv))
-    evals = {name: [_s(0.5)] for name in paths}
-    rows = {"RCTP-FT+GRPO": {"zero_var_mean": 0.9}, "RCTP-FT+RC-GRPO": {"zero_var_mean": 0.5}}
-    out = summary.control_payload(evals, {k: [v] for k, v in paths.items()}, rows)
-    assert out["rows"]["A+GRPO (paper RL settings)"]["zero_var_mean"] == 0.75
-    assert out["zero_var_gap"] == 0.5 and out["budget_zero_var_gap"] == pytest.approx(0.4)
+
+    def eval_file(name, passes):
+        path = tmp_path / f"{name}.json"
+        eps = [{"id": f"t{i}", "category": "ab"[i % 2], "official_pass": p} for i, p in enumerate(passes)]
+        path.write_text(json.dumps({"episodes": eps}))
+        return str(path)
+
+    init = eval_file("init", [True, False, True, False])
+    same = eval_file("same", [True, False, True, False])
+    moved = eval_file("moved", [True, True, True, False])  # a: 2/2, b: 1/2 -> overall 0.75 against 0.5
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(
+        "".join(json.dumps({"step": i, "frac_zero_var_groups": v}) + "\n" for i, v in enumerate([1.0, 0.5]))
+    )
+    out = summary.control_payload(
+        {"lr 0": [_s(0.5)], "shuffled": [_s(0.75)]},
+        {"lr 0": [same], "shuffled": [moved]},
+        {"shuffled": [str(metrics)]},
+        {"RCTP-FT": [init]},
+    )
+    assert out["rows"]["lr 0"]["identical_to_init"] and out["rows"]["lr 0"]["vs_init"]["mean_diff"] == 0.0
+    shuffled = out["rows"]["shuffled"]
+    assert not shuffled["identical_to_init"] and shuffled["init_overall"] == 0.5
+    assert shuffled["vs_init"]["mean_diff"] == pytest.approx(0.25) and shuffled["zero_var_mean"] == 0.75
     text = "\n".join(summary._control_md(out))
-    assert "| A+GRPO (paper RL settings) | 50.0% | 75.0% |" in text
-    assert "+50.0 points at the presets' settings, +40.0 points at the budget's" in text
+    assert (
+        "| shuffled | 75.0% | 50.0% | +25.0 [" in text and "| lr 0 | 50.0% | 50.0% | +0.0 [+0.0, +0.0] | yes |" in text
+    )
 
 
-def test_the_sft_rc_grpo_row_says_it_is_not_the_papers():
+def test_the_sft_rc_grpo_row_says_what_its_init_is():
     md = "\n".join(
         summary._row_notes_md({"SFT+GRPO": [_s(0.25), _s(0.5)], "SFT+RC-GRPO": [_s(0.0)], "base": [_s(0.1)]})
     )
-    assert md.startswith("- **SFT+RC-GRPO** does not stand for the paper's row.")
-    assert "never read the `[Reward Goal: ...]` suffix" in md and md.endswith("Here 0.00% against SFT+GRPO's 37.50%.\n")
+    assert md.startswith("- **SFT+RC-GRPO** starts from an SFT policy that was never taught what the reward tokens")
+    assert md.endswith("Here 0.00% against SFT+GRPO's 37.50%.\n")
     assert summary._row_notes_md({"SFT+GRPO": [_s(0.5)]}) == []  # only rows that have a note
+
+
+def test_goal_b_needs_the_gain_and_its_interval_above_zero():
+    rows = {"SFT": {"test_overall": 0.3}, "SFT+GRPO": {"test_overall": 0.45}, "RCTP-FT": {"test_overall": 0.2}}
+    stage1 = {"sft": {"train_success": 0.6}, "rctp_ft": {"train_success_high": 0.7, "train_success_low": 0.0}}
+    above = {"SFT+GRPO vs SFT": {"bootstrap_ci95": (0.02, 0.3)}}
+    across = {"SFT+GRPO vs SFT": {"bootstrap_ci95": (-0.01, 0.3)}}
+    assert summary.goals(rows, stage1, above)["b_best_rl_gain"] == {"value": pytest.approx(0.15), "met": True}
+    assert summary.goals(rows, stage1, across)["b_best_rl_gain"]["met"] is False
+    small = {**rows, "SFT+GRPO": {"test_overall": 0.35}}
+    assert summary.goals(small, stage1, above)["b_best_rl_gain"]["met"] is False  # +5 points < +10
 
 
 def test_stage_seconds_keep_the_run_that_did_the_stage(tmp_path):
@@ -362,15 +399,15 @@ def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_rep
     from rcgrpo_jax.pipeline import awpo_ablation
 
     workdir, _ = smoke_run
-    sft_done = os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE))
+    sft_done = os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE))
     payload = awpo_ablation.run(workdir, budget_name="smoke", quiet=True)
-    assert os.path.getmtime(os.path.join(workdir, "sft", ablation.DONE)) == sft_done
+    assert os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE)) == sft_done
     for d in (awpo_ablation.BASE_DIR, os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
         with open(os.path.join(workdir, d, "config.json")) as f:
             hf = json.load(f)
         assert hf["model_type"] == "qwen3" and hf["architectures"] == ["Qwen3ForCausalLM"], d
         assert hf["head_dim"] != hf["hidden_size"] // hf["num_attention_heads"], d
-    with open(os.path.join(workdir, "sft", "hf", "config.json")) as f:
+    with open(os.path.join(workdir, "s0", "sft", "hf", "config.json")) as f:
         assert json.load(f)["model_type"] == budgets.SMOKE.arch  # the RC-GRPO ablation's own stage 1, untouched
     assert list(payload["rows"]) == ["SFT", *awpo_ablation.ROWS]
     for r in payload["rows"].values():

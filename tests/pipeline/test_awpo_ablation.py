@@ -49,15 +49,15 @@ def test_without_the_gate_a_saturated_group_learns_from_the_mixed_reward():
     np.testing.assert_allclose(adv["AWPO w/o gate"][0], expected, rtol=1e-5)
 
 
-def test_awpo_budget_is_the_quickstart_on_a_qwen3_with_fewer_rl_steps():
+def test_awpo_budget_is_a_qwen3_with_the_settings_it_was_measured_with():
     a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
     assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
-    # the same stage 1 on the narrow train side, with the RL pool of every type, as the AWPO rows were measured
-    assert a.sft == q.sft and a.world == {**q.world, "test_per_type": 16, "rl_types": "", "train_vocab": "narrow"}
+    # stage 1 on the narrow train side, with the RL pool of every type, as the AWPO rows were measured
+    assert a.world["train_vocab"] == "narrow" and a.world["rl_types"] == "" and a.sft["train.max_steps"] == 800
     assert (
         a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
     )
-    assert a.rl == {**q.rl, "train.max_steps": 3, "rl.group_size": 4, "rl.slot_mode": "shrink"}
+    assert (a.rl["train.max_steps"], a.rl["rl.group_size"], a.rl["rl.slot_mode"]) == (3, 4, "shrink")
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
     assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
 

@@ -162,3 +162,32 @@ def test_batches_are_bucketed_and_split_into_micro_batches():
     np.testing.assert_array_equal(b["tokens"] * ~b["token_mask"], 0)  # padding is pad_id
     short = _toy_data([3, 2, 4, 1], batch=4, accum=1, seed=0).batch(0)
     assert short["tokens"].shape == (1, 4, 4)
+
+
+def test_shuffled_advantages_permute_every_per_rollout_input_alike():
+    """The shuffled-advantage control: one permutation of the step's rollouts, drawn from (seed, step), applied to
+    the advantages and to each per-rollout loss input; the multiset of values is unchanged, the pairing is not."""
+    from rcgrpo_jax.train import rl
+
+    adv = np.arange(12, dtype=np.float32).reshape(3, 4)
+    scale = adv * 10.0 + 1.0
+    out, extras = rl.shuffled(adv, {"clip_scale": scale}, seed=0, step=5)
+    assert out.shape == adv.shape and sorted(out.ravel().tolist()) == adv.ravel().tolist()
+    np.testing.assert_array_equal(extras["clip_scale"], out * 10.0 + 1.0)  # rollouts keep their pairs
+    assert not np.array_equal(out, adv)
+    again, _ = rl.shuffled(adv, {}, seed=0, step=5)
+    other, _ = rl.shuffled(adv, {}, seed=0, step=6)
+    np.testing.assert_array_equal(again, out)  # a pure function of (seed, step)
+    assert not np.array_equal(other, out)
+
+
+def test_a_zero_learning_rate_is_a_control_and_a_negative_one_an_error():
+    from rcgrpo_jax import config_checks
+    from rcgrpo_jax.config_fields import ConfigError
+    from rcgrpo_jax.config_lib import common
+
+    c = common.base("sft", "tiny", lr=0.0, trainer="supervised")
+    config_checks.check(c, 1)  # lr 0: the pipeline's lr-0 control (no update moves the policy)
+    c.optim.lr = -1e-4
+    with pytest.raises(ConfigError, match=r"optim\.lr: must be positive \(or 0 for a control run\)"):
+        config_checks.check(c, 1)

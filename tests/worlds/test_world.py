@@ -24,6 +24,7 @@ from rcgrpo_jax.worlds import (
     category_of,
     corpus,
     format_call,
+    generate_iid,
     generate_rl_pool,
     generate_world,
     parse_call,
@@ -97,6 +98,36 @@ def test_rl_pool_is_fresh_train_name_instances(world):
     pool_names = {n.split(".")[0] for root in roots for n in fs_names(root)}  # stems, folders, roots
     assert pool_names and not pool_names & TEST.names()  # test names stay unseen by RL too
     assert generate_rl_pool(0, N_TRAIN, N_TEST, 3) == pool
+
+
+@pytest.mark.parametrize("train_vocab", ["narrow", "wide"])
+def test_iid_and_dev_splits_are_fresh_draws_of_the_train_distribution(train_vocab):
+    """The i.i.d. test and the dev set: the trained types with the stage-1 vocabulary (as the train split),
+    none of whose user turns any training task has, disjoint from each other, and the same on every call."""
+    train, test = generate_world(0, N_TRAIN, N_TEST, train_vocab=train_vocab)
+    iid = generate_iid(0, "iid", 3, train, train_vocab)
+    dev = generate_iid(0, "dev", 2, train, train_vocab)
+    assert len(iid) == 3 * len(TRAIN_TYPES) and len(dev) == 2 * len(TRAIN_TYPES)
+    assert {category_of(t["id"]) for t in iid} == set(TRAIN_TYPES)  # no held-out composition
+    ids = [t["id"] for t in train + test + iid + dev]
+    assert len(set(ids)) == len(ids)
+    turns = lambda tasks: {json.dumps(t["question"]) for t in tasks}  # noqa: E731
+    assert not turns(train) & turns(iid) and not turns(iid) & turns(dev) and not turns(train) & turns(dev)
+    stage1, _ = vocab_lib.sides(train_vocab, "train")
+    roots = [t["initial_config"].get("GorillaFileSystem", {}).get("root", {}) for t in iid]
+    names = {n.split(".")[0] for root in roots for n in fs_names(root)}
+    assert names and names <= stage1.names() and not names & TEST.names()  # drawn like training, not like test
+    assert generate_iid(0, "iid", 3, train, train_vocab) == iid
+    with pytest.raises(ValueError, match="must be one of"):
+        generate_iid(0, "test", 1, train, train_vocab)
+
+
+def test_an_iid_draw_equal_to_a_training_task_is_skipped():
+    train, _ = generate_world(0, N_TRAIN, N_TEST)
+    first = generate_iid(0, "iid", 1, [], "narrow")  # without the check, these would be the draws
+    again = generate_iid(0, "iid", 1, first, "narrow")  # the same draws counted as training tasks
+    assert {t["id"] for t in again}.isdisjoint({t["id"] for t in first})
+    assert not {json.dumps(t["question"]) for t in again} & {json.dumps(t["question"]) for t in first}
 
 
 @pytest.mark.parametrize("train_vocab", ["narrow", "wide"])
