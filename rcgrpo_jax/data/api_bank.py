@@ -30,7 +30,6 @@ A file that is not in this layout, a line that is not JSON or an item without it
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 from typing import Any, Sequence
@@ -211,23 +210,14 @@ def check_layout(root: str, levels: Sequence[int]) -> None:
         raise ApiBankDataError(f"{root}: no apis/api.py (the benchmark's API base class)")
 
 
-@functools.lru_cache(maxsize=8)
-def _load(root: str, levels: tuple[int, ...], mtimes: tuple) -> tuple[Task, ...]:
+def load(root: str, levels: Sequence[int] = LEVELS) -> list[Task]:
+    """Every task of `levels` in the copy at `root`, level by level, files in name order."""
+    root = os.path.abspath(root) if root else root
     check_layout(root, levels)
     out: list[Task] = []
     for lv in levels:
         out += _level3_tasks(root) if lv == 3 else _dialogue_tasks(root, lv)
-    return tuple(out)
-
-
-def load(root: str, levels: Sequence[int] = LEVELS) -> list[Task]:
-    """Every task of `levels` in the copy at `root`, level by level, files in name order."""
-    root = os.path.abspath(root) if root else root
-    stamp = tuple(
-        os.stat(p).st_mtime_ns if os.path.exists(p) else 0
-        for p in [root or "", *(os.path.join(root or "", d) for d in LEVEL_DIRS.values())]
-    )
-    return list(_load(root, tuple(levels), stamp))
+    return out
 
 
 def expert(task: Task) -> list:
