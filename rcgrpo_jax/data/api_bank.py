@@ -35,6 +35,7 @@ import os
 from typing import Any, Sequence
 
 from rcgrpo_jax.data import sources
+from rcgrpo_jax.envs.api_bank import ApiBankEnv
 
 LEVELS = (1, 2, 3)
 LEVEL_DIRS = {1: "lv1-lv2-samples/level-1-given-desc", 2: "lv1-lv2-samples/level-2-toolsearcher"}
@@ -234,9 +235,7 @@ def _source_tasks(data_config, split: str) -> list[Task]:
     return load(section.path, parse_levels(section.levels))
 
 
-def _source_env(task: Task, env_config=None):
-    from rcgrpo_jax.envs.api_bank import ApiBankEnv
-
+def _source_env(task: Task, env_config=None) -> ApiBankEnv:
     return ApiBankEnv(task)
 
 

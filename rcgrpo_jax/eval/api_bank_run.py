@@ -19,6 +19,7 @@ import ml_collections
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import api_bank as data
 from rcgrpo_jax.envs import api_bank as env_lib
+from rcgrpo_jax.eval import run as run_lib
 
 PATH_FIELD = "eval.api_bank.path"
 UNSCORED = ("api_unavailable", "truncated", "render_error", "scorer_error")
@@ -61,8 +62,6 @@ def records(
     eval_cfg, tokenizer, model_cfg, params, policy: str, *, mesh=None, progress: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(one record per API call, the suite summary) under `policy` (model | oracle)."""
-    from rcgrpo_jax.eval import run as run_lib
-
     tasks = _first_per_level(load_checked(eval_cfg), int(eval_cfg.max_tasks))
     cfg = ml_collections.ConfigDict(eval_cfg.to_dict())
     cfg.max_steps_per_turn = 0  # one assistant step per episode
