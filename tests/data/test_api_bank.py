@@ -83,7 +83,7 @@ def test_malformed_records_name_the_line_and_field(copy):
     item = json.loads(lines[1])
     del item["result"]["exception"]
     _rewrite(path, [lines[0], json.dumps(item) + "\n"])
-    with pytest.raises(data.ApiBankDataError, match=r":2: field 'result': expected an object with api_name, input"):
+    with pytest.raises(data.ApiBankDataError, match=r":2: field .result.: expected an object with output, exception"):
         data.load(copy)
     _rewrite(path, [json.dumps({"role": "Robot", "text": "hi"}) + "\n"])
     with pytest.raises(data.ApiBankDataError, match=r":1: field 'role': expected 'User', 'AI' or 'API'"):
