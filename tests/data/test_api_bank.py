@@ -93,3 +93,12 @@ def test_malformed_records_name_the_line_and_field(copy):
     _rewrite(l3, [json.dumps([{"requirement": "x", "apis": [{"api_name": "A", "input": {}, "output": {}}]}])])
     with pytest.raises(data.ApiBankDataError, match=r"sample 0, api 0: field 'output': expected an object with"):
         data.load(copy)
+
+
+def test_oracle_plays_the_recorded_input():
+    listed = {"api_name": "Meet", "input": {"who": ["Ann", "Bo"]}, "output": "ok", "exception": None}
+    task = data.Task("t", "level_1", 1, "/x", (), ("Meet",), "Meet", {"who": "['Ann', 'Bo']"}, listed, "f")
+    assert data.expert(task) == [[[{"name": "Meet", "arguments": {"who": ["Ann", "Bo"]}}]]]
+    odd = {**listed, "input": None}  # no recorded input: the dialogue's param_dict
+    task = data.Task("t", "level_1", 1, "/x", (), ("Meet",), "Meet", {"who": "Ann"}, odd, "f")
+    assert data.expert(task) == [[[{"name": "Meet", "arguments": {"who": "Ann"}}]]]
