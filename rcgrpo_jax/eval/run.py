@@ -1,7 +1,8 @@
 """The evaluation stage: BFCL v4 with the official checkers, multi-turn episodes and single-turn entries.
 
     python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR \
-        --config.eval.suite=single_turn|multi_turn|bfcl_v4 --config.eval.split=test|train|all --workdir=DIR
+        --config.eval.suite=single_turn|multi_turn|bfcl_v4[,api_bank][,mmlu_pro] --config.eval.split=test|train|all \
+        --workdir=DIR
 
 Suites (`eval.suite`):
 - multi_turn: each task of `eval.split` of `data.source` is one episode through the same rollout engine
@@ -12,6 +13,10 @@ Suites (`eval.suite`):
   entry, scored by the package's `ast_checker` (irrelevance/relevance: whether a call decodes). Nothing
   trains on them, so split test and all both mean every entry.
 - bfcl_v4: both; `overall` is BFCL's weighted overall over the offline groups (`aggregate`).
+- api_bank: API-Bank levels 1-3 from the user's copy (`eval.api_bank.path`; `api_bank_run`).
+- mmlu_pro: MMLU-Pro from the user's copy of its release (`eval.mmlu_pro.path`; `mmlu_pro_run`).
+`eval.suite` may name several, comma-separated (at most one of the three BFCL suites); each other suite's
+summary sits under its name in the printed summary and in eval.json (with its records), its table in eval.md.
 
 A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
 <|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none).
