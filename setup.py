@@ -23,6 +23,7 @@ setup(
         "tqdm",
         "matplotlib",
         "mpmath",
+        "pyarrow",  # MMLU-Pro's released parquet files (eval.suite=mmlu_pro)
     ],
     extras_require={
         "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],

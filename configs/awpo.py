@@ -14,12 +14,15 @@ training episodes: to run AWPO on them anyway, say so (`--config.data.source=bfc
       --config.data.steps.path=/data/toolace.jsonl,/data/xlam_steps.jsonl,/data/hammer.jsonl \
       --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1 --workdir=/ckpt/awpo
 
-Evaluation (`<preset>,eval`: the eval stage): BFCL v4 (`eval.suite=bfcl_v4`: the multi-turn categories
-and the single-turn ones, BFCL's weighted overall) on every BFCL task (`eval.split=all`: AWPO trains on
-none of them; the paper reports BFCL's leaderboard figures). The paper's other two benchmarks, API-Bank
-and MMLU-Pro, are not evaluated here.
+Evaluation (`<preset>,eval`: the eval stage): the paper's three benchmarks in one command
+(`eval.suite=bfcl_v4,api_bank,mmlu_pro`): BFCL v4 (the multi-turn categories and the single-turn ones,
+BFCL's weighted overall) on every BFCL task (`eval.split=all`: AWPO trains on none of them; the paper
+reports BFCL's leaderboard figures), API-Bank levels 1-3 from your copy of the benchmark
+(`eval.api_bank.path`) and MMLU-Pro from your copy of its release (`eval.mmlu_pro.path`); both paths are
+required (docs/awpo.md shows the layouts), or name fewer suites.
 
   python -m rcgrpo_jax.main --config=configs/awpo.py:qwen3_8b,eval --config.model.path=/ckpt/awpo/hf \
+      --config.eval.api_bank.path=/data/api-bank --config.eval.mmlu_pro.path=/data/MMLU-Pro \
       --workdir=/ckpt/awpo_eval
 
 The tiny preset runs on AWPO's own backbone family: without `model.path` it builds a tiny Qwen3 (q/k
@@ -90,14 +93,15 @@ def get_config(arg: str | None = None):
 
 
 def eval_config(preset: str):
-    """The eval stage for an AWPO checkpoint: BFCL v4 (multi-turn + single-turn) on every BFCL task."""
+    """The eval stage for an AWPO checkpoint: BFCL v4 (multi-turn + single-turn) on every BFCL task, API-Bank
+    and MMLU-Pro (their paths are the user's to set)."""
     c = eval_lib.base(preset)
     c.stage = "awpo_eval"
     if preset == "tiny":  # the CPU world, as configs/eval.py:tiny (BFCL's single-turn sets are GPU work)
         c.model.tiny_arch = "qwen3"
         return c
     c.data.source = "bfcl"
-    c.eval.suite = "bfcl_v4"
+    c.eval.suite = "bfcl_v4,api_bank,mmlu_pro"  # the paper's Tables 2/3 (BFCL, API-Bank) and 5 (MMLU-Pro)
     c.eval.split = "all"  # AWPO trains on no BFCL task (its presets' data.source=steps)
     c.eval.max_step_tokens = STEP_TOKENS  # the budget the policy was trained with
     return c

@@ -7,12 +7,20 @@
   python -m rcgrpo_jax.main --config=configs/eval.py:qwen2_5_7b --config.eval.suite=single_turn \
       --config.eval.policy=replay --config.eval.replay_path=outputs.jsonl --workdir=/tmp/replay
 
-eval.suite: multi_turn (the episodes of `eval.split` of `data.source`), single_turn (BFCL's 13 single-turn
-categories) or bfcl_v4 (both). eval.split: test | train | all for multi-turn (all = the 800 tasks);
-single-turn entries are never trained on, so test and all both mean every entry (train is refused).
+  python -m rcgrpo_jax.main --config=configs/eval.py:qwen3_8b --config.model.path=/ckpt/awpo/hf \
+      --config.eval.suite=bfcl_v4,api_bank,mmlu_pro --config.eval.split=all \
+      --config.eval.api_bank.path=/data/api-bank --config.eval.mmlu_pro.path=/data/MMLU-Pro --workdir=/ckpt/eval
 
-Writes workdir/eval.json (summary + one record per episode) and workdir/eval.md (the tables); the last
-line printed is the summary as one JSON object (categories, groups, overall, n, error_kinds).
+eval.suite: one or several, comma-separated: multi_turn (the episodes of `eval.split` of `data.source`),
+single_turn (BFCL's 13 single-turn categories) or bfcl_v4 (both) -- at most one of these three --, api_bank
+(API-Bank levels 1-3 from a copy of the benchmark at `eval.api_bank.path`, `eval.api_bank.levels`) and
+mmlu_pro (MMLU-Pro's released test split at `eval.mmlu_pro.path`). eval.split: test | train | all for
+multi-turn (all = the 800 tasks); the other suites are never trained on, so test and all both mean every
+entry (train is refused).
+
+Writes workdir/eval.json (summary + one record per episode; API-Bank and MMLU-Pro under their names, with
+their records) and workdir/eval.md (the tables); the last line printed is the summary as one JSON object
+(BFCL's categories, groups, overall, n, error_kinds; `api_bank` and `mmlu_pro` when run).
 Reward-conditioned checkpoints (their tokenizer has `<|high_reward|>`) are evaluated with
 `[Reward Goal: <|high_reward|>]` (eval.reward_token = auto); others without a goal.
 """

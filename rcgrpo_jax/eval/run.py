@@ -1,7 +1,8 @@
 """The evaluation stage: BFCL v4 with the official checkers, multi-turn episodes and single-turn entries.
 
     python -m rcgrpo_jax.main --config=configs/eval.py:<preset> --config.model.path=DIR \
-        --config.eval.suite=single_turn|multi_turn|bfcl_v4 --config.eval.split=test|train|all --workdir=DIR
+        --config.eval.suite=single_turn|multi_turn|bfcl_v4[,api_bank][,mmlu_pro] --config.eval.split=test|train|all \
+        --workdir=DIR
 
 Suites (`eval.suite`):
 - multi_turn: each task of `eval.split` of `data.source` is one episode through the same rollout engine
@@ -12,6 +13,10 @@ Suites (`eval.suite`):
   entry, scored by the package's `ast_checker` (irrelevance/relevance: whether a call decodes). Nothing
   trains on them, so split test and all both mean every entry.
 - bfcl_v4: both; `overall` is BFCL's weighted overall over the offline groups (`aggregate`).
+- api_bank: API-Bank levels 1-3 from the user's copy (`eval.api_bank.path`; `api_bank_run`).
+- mmlu_pro: MMLU-Pro from the user's copy of its release (`eval.mmlu_pro.path`; `mmlu_pro_run`).
+`eval.suite` may name several, comma-separated (at most one of the three BFCL suites); each other suite's
+summary sits under its name in the printed summary and in eval.json (with its records), its table in eval.md.
 
 A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
 <|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none).
@@ -220,17 +225,44 @@ def load_policy_model(config, path: str, mesh):
     return model_cfg, params, AutoTokenizer.from_pretrained(path)
 
 
-SUITES = ("multi_turn", "single_turn", "bfcl_v4")
+BFCL_SUITES = ("multi_turn", "single_turn", "bfcl_v4")
+# Suites of other benchmarks, read from the user's copy (eval.<name>.path); each is a module with
+# load_checked(eval_cfg) (start-up checks), records(...) -> (records, summary) and markdown(summary, label).
+OTHER_SUITES = {"api_bank": "rcgrpo_jax.eval.api_bank_run", "mmlu_pro": "rcgrpo_jax.eval.mmlu_pro_run"}
+SUITES = (*BFCL_SUITES, *OTHER_SUITES)
 RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere (bfcl_results)
+
+
+def suites_of(value: str) -> list[str]:
+    """eval.suite as its suites: one name or several, comma-separated (at most one of BFCL_SUITES)."""
+    names = [s.strip() for s in str(value or "").split(",") if s.strip()]
+    if not names:
+        raise ConfigError("eval.suite", f"names no suite; one or several (comma-separated) of {', '.join(SUITES)}")
+    for s in names:
+        if s not in SUITES:
+            raise ConfigError("eval.suite", f"{s!r} is not one of {', '.join(SUITES)}")
+    if len(set(names)) != len(names):
+        raise ConfigError("eval.suite", f"names a suite twice: {value!r}")
+    bfcl = [s for s in names if s in BFCL_SUITES]
+    if len(bfcl) > 1:
+        raise ConfigError(
+            "eval.suite", f"at most one of {', '.join(BFCL_SUITES)} (bfcl_v4 is both), got {', '.join(bfcl)}"
+        )
+    return names
+
+
+def _suite_module(name: str):
+    import importlib
+
+    return importlib.import_module(OTHER_SUITES[name])
 
 
 def check_eval_config(config) -> None:
     """Start-up checks of the eval section (the error names the field)."""
 
     e = config.eval
-    suite, policy = e.get("suite", "multi_turn"), e.policy
-    if suite not in SUITES:
-        raise ConfigError("eval.suite", f"{suite!r} is not one of {', '.join(SUITES)}")
+    names, policy = suites_of(e.get("suite", "multi_turn")), e.policy
+    suite = next((s for s in names if s in BFCL_SUITES), names[0])
     if policy not in RUN_POLICIES:
         raise ConfigError("eval.policy", f"{policy!r} is not one of {', '.join(RUN_POLICIES)}")
     if policy == "replay":
@@ -240,15 +272,20 @@ def check_eval_config(config) -> None:
             )
         if not os.path.exists(e.replay_path):
             raise ConfigError("eval.replay_path", f"no such file or folder: {e.replay_path}")
+        others = [s for s in names if s in OTHER_SUITES]
+        if others:
+            raise ConfigError(
+                "eval.policy", f"replay reads BFCL result files; suite(s) {', '.join(others)} need model or oracle"
+            )
         if suite != "single_turn" and config.data.get("source", "bfcl") != "bfcl":
             raise ConfigError("eval.policy", "multi-turn replay reads BFCL result files: data.source must be bfcl")
     if e.split not in sources.SPLITS:
         raise ConfigError("eval.split", f"{e.split!r} is not one of {', '.join(sources.SPLITS)}")
-    if suite != "multi_turn" and e.split == "train":
+    if any(s != "multi_turn" for s in names) and e.split == "train":
         raise ConfigError(
             "eval.split",
-            "the single-turn categories have no training split (nothing here trains on them): "
-            "use eval.split=test or all (both mean every entry)",
+            "the single-turn categories, API-Bank and MMLU-Pro have no training split (nothing here trains on "
+            "them): use eval.split=test or all (both mean every entry)",
         )
     if policy == "model" and not config.model.path:
         raise ConfigError(
@@ -256,6 +293,9 @@ def check_eval_config(config) -> None:
             "evaluation of a model needs its HF checkpoint directory "
             "(--config.model.path=DIR); eval.policy=oracle needs none on tiny",
         )
+    for name in names:  # read and check the other benchmarks' data now, before any model loads
+        if name in OTHER_SUITES:
+            _suite_module(name).load_checked(e)
 
 
 def bfcl_category(category: str, source: str) -> str:
@@ -364,7 +404,8 @@ def run(config, workdir: str) -> dict[str, Any]:
 
     shape = config_checks.check(config, jax.device_count())
     check_eval_config(config)
-    suite, policy = config.eval.get("suite", "multi_turn"), config.eval.policy
+    names, policy = suites_of(config.eval.get("suite", "multi_turn")), config.eval.policy
+    suite = next((s for s in names if s in BFCL_SUITES), None)  # the BFCL part, None when not run
     os.makedirs(workdir, exist_ok=True)
     mesh = sharding.make_mesh(shape)
     if policy in ("oracle", "replay"):
@@ -428,19 +469,28 @@ def run(config, workdir: str) -> dict[str, Any]:
         extras["missing"], extras["missing_ids"] = len(missing), missing
         extras["unknown_ids"] = sorted(replay_set.ids() - known)
         extras["replay_problems"] = [p.to_json() for p in replay_set.problems]
-    if config.eval.get("bfcl_results_dir") and jax.process_index() == 0:
+    if config.eval.get("bfcl_results_dir") and suite is not None and jax.process_index() == 0:
         bfcl_model, files = bfcl_results.write_results(
             config.eval.bfcl_results_dir, records, parser, config.eval.get("bfcl_model") or None
         )
         extras["bfcl_results"] = {"dir": config.eval.bfcl_results_dir, "model": bfcl_model, "files": len(files)}
+    other: dict[str, tuple[list, dict]] = {}  # suite -> (records, summary)
+    for name in names:
+        if name in OTHER_SUITES:
+            other[name] = _suite_module(name).records(
+                config.eval, tokenizer, model_cfg, params, policy, mesh=mesh, progress=progress
+            )
     seconds = time.perf_counter() - t0
     heldout = tuple(config.eval.get("heldout_categories", ()) or ())
     summary = {
-        **suite_summary(records, suite, heldout),
+        **(suite_summary(records, suite, heldout) if suite is not None else {}),
+        "suite": ",".join(names),
         "policy": policy,
         "split": config.eval.split,
         "seconds": round(seconds, 2),
     }
+    for name, (_, s) in other.items():  # the printed line: figures and counts; ids stay in eval.json
+        summary[name] = {k: v for k, v in s.items() if not k.endswith("_ids")}
     if "missing_ids" in extras:
         summary["missing"] = extras["missing"]
         summary["missing_ids"] = extras["missing_ids"][:50]  # all of them in eval.json
@@ -462,7 +512,7 @@ def run(config, workdir: str) -> dict[str, Any]:
             {
                 "model": path,
                 "policy": policy,
-                "suite": suite,
+                "suite": ",".join(names),
                 "split": config.eval.split,
                 "source": config.data.get("source", "bfcl"),
                 "replay_path": config.eval.get("replay_path") or None,
@@ -475,17 +525,22 @@ def run(config, workdir: str) -> dict[str, Any]:
                     if k in ("missing_ids", "unknown_ids", "unanswerable", "replay_problems")
                 },
                 "episodes": records,
+                **{name: {"summary": s, "records": recs} for name, (recs, s) in other.items()},
             },
         )
-        table = suite_markdown(summary, label)
+        table = suite_markdown(summary, label) if suite is not None else ""
+        others = "".join(f"\n{_suite_module(n).markdown(s, label)}" for n, (_, s) in other.items())
         with open(os.path.join(workdir, "eval.md"), "w") as f:
-            f.write(
-                f"# Evaluation of {path} ({policy}, suite {suite}, split {config.eval.split})\n\n"
-                "Accuracy (%) by BFCL's official checkers (multi-turn: multi_turn_checker; single-turn: ast_checker, "
-                "irrelevance/relevance by whether a call decodes). Groups as BFCL's leaderboard code computes them; "
-                f"overall: {summary.get('overall_note') or 'the unweighted mean of the multi-turn categories'}.\n\n"
-                + table
-                + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
-            )
-        print(table, flush=True)
+            f.write(f"# Evaluation of {path} ({policy}, suite {','.join(names)}, split {config.eval.split})\n\n")
+            if suite is not None:
+                f.write(
+                    "Accuracy (%) by BFCL's official checkers (multi-turn: multi_turn_checker; single-turn: "
+                    "ast_checker, irrelevance/relevance by whether a call decodes). Groups as BFCL's leaderboard code "
+                    "computes them; overall: "
+                    f"{summary.get('overall_note') or 'the unweighted mean of the multi-turn categories'}.\n\n"
+                    + table
+                    + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
+                )
+            f.write(others)
+        print(table + others, flush=True)
     return summary

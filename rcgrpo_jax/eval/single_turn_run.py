@@ -8,7 +8,8 @@ import json
 import time
 from typing import Mapping, Sequence
 
-from rcgrpo_jax import chat, sharding
+from rcgrpo_jax import chat
+from rcgrpo_jax.eval import greedy
 from rcgrpo_jax.eval.single_turn import (
     MISSING_OUTPUT,
     RENDER_ERROR,
@@ -21,9 +22,7 @@ from rcgrpo_jax.eval.single_turn import (
     tools_for,
 )
 from rcgrpo_jax.eval.single_turn_oracle import oracle_text
-from rcgrpo_jax.rollout import ModelPolicy
 from rcgrpo_jax.rollout.engine import with_reward_goal
-from rcgrpo_jax.sampling import SamplingParams
 
 
 def read_replay(path: str) -> dict[str, str]:
@@ -91,51 +90,28 @@ def generate_outputs(
     mesh=None,
     progress: bool = False,
 ) -> tuple[dict[str, str], dict[str, EntryResult]]:
-    """One greedy assistant message per entry with our sampler (`rollout.ModelPolicy`), in batches of
+    """One greedy assistant message per entry with our sampler (`greedy.generate`), in batches of
     `eval.batch_size` entries of similar prompt length. Returns (id -> text, id -> failure) where a
     prompt of `eval.max_context` tokens or more fails as truncated. Every process makes the same
     device calls and gets the same texts."""
-    max_context, max_step = int(eval_cfg.max_context), int(eval_cfg.max_step_tokens)
-    stop_ids = chat.end_of_turn_ids(tokenizer)
-    outputs: dict[str, str] = {}
-    failures: dict[str, EntryResult] = {}
-    todo: list[tuple[int, list[int]]] = []
-    for i, (e, text) in enumerate(zip(entries, prompts)):
-        if text is None:
-            continue
-        tokens = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if len(tokens) >= max_context:
-            failures[e.id] = failed(e, TRUNCATED, f"prompt of {len(tokens)} tokens >= eval.max_context={max_context}")
-        else:
-            todo.append((i, tokens))
-    todo.sort(key=lambda x: len(x[1]))
-    batch = max(int(eval_cfg.batch_size), 1)
+    todo = [i for i, text in enumerate(prompts) if text is not None]
     t0 = time.perf_counter()
-    for start in range(0, len(todo), batch):
-        chunk = todo[start : start + batch]
-        policy = ModelPolicy(
-            model_cfg,
-            params,
-            stop_ids=stop_ids,
-            max_step_tokens=max_step,
-            max_context=max_context,
-            sampling=SamplingParams(temperature=0.0),
-            prefill_chunk=int(eval_cfg.prefill_chunk),
-            mesh=mesh,
-            rules=sharding.DECODE_RULES,
-            share_prefix=False,
-        )
-        rows = list(range(len(chunk)))
-        policy.start([t for _, t in chunk], rows)
-        samples = policy.act(rows, [min(max_step, max_context - len(t) - 1) for _, t in chunk])
-        policy.finish(rows)
-        for (i, _), s in zip(chunk, samples):
-            body = s.tokens[:-1] if s.stopped else s.tokens
-            outputs[entries[i].id] = tokenizer.decode(body, skip_special_tokens=False)
-        if progress:
-            done = start + len(chunk)
-            eta = (time.perf_counter() - t0) / done * (len(todo) - done)
-            print(f"[eval] single-turn {done}/{len(todo)} entries, ETA {eta:.0f}s", flush=True)
+
+    def show(done: int, total: int) -> None:
+        eta = (time.perf_counter() - t0) / done * (total - done)
+        print(f"[eval] single-turn {done}/{total} entries, ETA {eta:.0f}s", flush=True)
+
+    texts, too_long = greedy.generate(
+        [prompts[i] for i in todo],
+        tokenizer,
+        model_cfg,
+        params,
+        greedy.decoding_of(eval_cfg),
+        mesh=mesh,
+        on_batch=show if progress else None,
+    )
+    outputs = {entries[i].id: t for i, t in zip(todo, texts) if t is not None}
+    failures = {entries[todo[j]].id: failed(entries[todo[j]], TRUNCATED, why) for j, why in too_long.items()}
     return outputs, failures
 
 

@@ -132,13 +132,20 @@ def test_borrowed_hyperparameters_are_the_rc_grpo_builders(preset):
 
 
 @pytest.mark.parametrize("preset", [p for p in GPU_PRESETS if p.startswith("qwen3")])
-def test_eval_mode_is_bfcl_v4_on_every_bfcl_task(preset, hf_dir):
+def test_eval_mode_names_the_papers_three_benchmarks(preset, hf_dir, tmp_path):
+    from rcgrpo_jax.config_fields import ConfigError
     from rcgrpo_jax.eval import run
+    from tests.helpers import api_bank_fixture, mmlu_pro_fixture
 
     e = awpo.get_config(f"{preset},eval")
     assert e.trainer == "eval" and e.preset == preset
-    assert (e.eval.suite, e.eval.split, e.data.source) == ("bfcl_v4", "all", "bfcl")
+    assert (e.eval.suite, e.eval.split, e.data.source) == ("bfcl_v4,api_bank,mmlu_pro", "all", "bfcl")
+    assert (e.eval.api_bank.path, e.eval.mmlu_pro.path) == ("", "")  # the user's copies: required at start-up
     e.model.path = hf_dir
+    with pytest.raises(ConfigError, match="config.eval.api_bank.path"):
+        run.check_eval_config(e)
+    e.eval.api_bank.path = api_bank_fixture.write_copy(str(tmp_path / "api-bank"))
+    e.eval.mmlu_pro.path = mmlu_pro_fixture.write_release(str(tmp_path / "mmlu-pro"))
     run.check_eval_config(e)
     with pytest.raises(ValueError, match="unknown mode 'evl'"):
         awpo.get_config(f"{preset},evl")
