@@ -106,14 +106,14 @@ QUICKSTART = Budget(
     sft={
         **COMMON_TRAIN,
         "train.batch_size": 16,
-        "train.max_steps": 320,
+        "train.max_steps": 640,
         "optim.lr": 3e-3,
         "optim.end_lr_ratio": 0.1,
         "add_reward_tokens": True,
     },
     # RCTP-FT from the base checkpoint (the paper's order) on experts and failures 1:1, the failures the SFT
     # policy's own failed rollouts (exploration) and generated ones leaving the expert path at their first
-    # place; twice SFT's steps, as it sees twice the examples.
+    # place; SFT's steps and learning rate (the failures copy the expert's names up to where they leave it).
     rctp={
         **COMMON_TRAIN,
         "train.batch_size": 16,
@@ -155,7 +155,7 @@ QUICKSTART = Budget(
         "checkpoint.every_steps": 5,
     },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"setup": 30, "eval": 40, "sft": 110, "explore": 40, "rctp_ft": 240, "passk": 60, "rl": 110},
+    plan_s={"setup": 30, "eval": 40, "sft": 210, "explore": 40, "rctp_ft": 240, "passk": 40, "rl": 110},
     controls=("shuffled", "lr0"),
 )
 
