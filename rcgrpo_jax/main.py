@@ -6,8 +6,10 @@
 
 The config is locked (a misspelt override fails), validated at start-up (the trainer kind's `check`:
 the error names the field), and dispatched by `config.trainer` through `rcgrpo_jax.stages.TRAINERS`.
-A run resumes from the latest checkpoint in --workdir. A bad config or flag ends the process with one
-line on stderr (`error: config.<field>: ...`) and exit code 2; `--verbose` keeps the traceback.
+A run resumes from the latest readable checkpoint in --workdir. A bad config or flag ends the process with one
+line on stderr (`error: config.<field>: ...`) and exit code 2; `--verbose` keeps the traceback. SIGTERM or
+SIGINT saves a checkpoint after the current step and exits with PREEMPTED_EXIT (75); the summary line's
+`reason` says which signal.
 
 A registry entry of the user's own module is selected as `module:entry`
 (`--config.rl.advantage.name=my_module:my_estimator`). The launcher imports every module named so in a
@@ -22,18 +24,25 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Any, Sequence
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rcgrpo_jax import config_checks, config_fields, runtime, stages
-from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.config_fields import ConfigError, InputError
 
 # Environment variables that mean "this process is one of several": then jax.distributed is initialised.
 _MULTIPROCESS_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
 USAGE_EXIT = 2
+# EX_TEMPFAIL (sysexits.h): the run was stopped by SIGTERM or SIGINT after saving a checkpoint (the summary's
+# reason is 'sigterm' or 'sigint'); rerunning the same command resumes it. launch/pipeline.sh and
+# launch/slurm.sbatch read it: the stage is rerun (requeued), never followed by the next stage.
+PREEMPTED_EXIT = 75
+PREEMPTED_REASONS = ("sigterm", "sigint")
 
 
 def define_flags(fv: flags.FlagValues, sys_argv: Sequence[str] | None = None) -> None:
@@ -149,12 +158,15 @@ def parse_config(argv: Sequence[str]):
 
 def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
     """The command line in-process: parse `argv` (argv[0] is the program name), launch, print the summary
-    as the last line. Returns the exit code (0, or 2 for a bad flag or config)."""
+    as the last line. Returns the exit code: 0, USAGE_EXIT (2) for a bad flag, config or input,
+    PREEMPTED_EXIT (75) when SIGTERM or SIGINT stopped the run (inside the step loop after a save; before
+    or after it, e.g. while the model loads, with nothing new to save)."""
 
     if fv is None:
         fv = flags.FlagValues()
         define_flags(fv, sys_argv=argv)
     verbose = "--verbose" in argv
+    previous = _raise_on_sigterm()
     try:
         import_user_modules(argv)  # so their entries' options exist when the config file is loaded
         try:
@@ -165,16 +177,52 @@ def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
         if config is None:
             raise app.UsageError("--config=configs/<stage>.py:<preset> is required")
         out = launch(config, fv["workdir"].value, dry_run=fv["dry_run"].value)
-    except (_UsageError, app.UsageError, ConfigError) as e:
+    except (_UsageError, app.UsageError, ConfigError, InputError) as e:
         if verbose:
             raise
         print(str(e) if isinstance(e, _UsageError) else _error_line(e), file=sys.stderr)
         return USAGE_EXIT
+    except (KeyboardInterrupt, _Terminated) as e:
+        if verbose:
+            raise
+        name = "SIGTERM" if isinstance(e, _Terminated) else "SIGINT"
+        print(
+            f"stopped by {name} outside the step loop: nothing new saved; rerun the same command to resume from "
+            f"the latest checkpoint (exit {PREEMPTED_EXIT})",
+            file=sys.stderr,
+        )
+        return PREEMPTED_EXIT
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     import jax
 
     if jax.process_index() == 0:
         print(json.dumps(out))
+    if out.get("reason") in PREEMPTED_REASONS:
+        print(
+            f"stopped by {out['reason'].upper()} after step {out.get('step')}: checkpoint saved; rerun the same "
+            f"command to resume (exit {PREEMPTED_EXIT})",
+            file=sys.stderr,
+        )
+        return PREEMPTED_EXIT
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside the step loop (the loop's own handler turns it into a save, train/checkpoint.py)."""
+
+
+def _raise_on_sigterm():
+    """Makes SIGTERM raise `_Terminated` (as SIGINT raises KeyboardInterrupt); returns the previous handler, or
+    None off the main thread, where handlers cannot be set."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise _Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 class _UsageError(Exception):

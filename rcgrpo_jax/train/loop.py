@@ -1,5 +1,5 @@
 """The step loop both trainers share: run steps, log, guard non-finite updates, checkpoint every N
-steps and on SIGTERM, and stop early on request (tests simulate a crash with `stop_after`).
+steps and on SIGTERM or SIGINT, and stop early on request (tests simulate a crash with `stop_after`).
 
 The stop decision is taken by all processes together: SIGTERM may reach only one process (or reach them
 at different steps), so after every step each process contributes its flag to `multihost.any_process`
@@ -33,7 +33,8 @@ def run_steps(
     """Runs `step_fn(state, step) -> (state, host metrics with a 'finite' flag)` from `start` to `n_steps`.
 
     Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced),
-    'sigterm' (checkpoint forced, then stop) or 'stop_after' (no final save: a simulated crash).
+    'sigterm' / 'sigint' (checkpoint forced, then stop: the signal this process received; a process stopped
+    by another process's signal reports 'sigterm') or 'stop_after' (no final save: a simulated crash).
     """
     last: dict[str, Any] = {}
     reason = "done"
@@ -54,7 +55,7 @@ def run_steps(
             ckpt.save(step, state, meta(step))
             if multihost.any_process(stop.requested):  # a collective: every process, every step
                 ckpt.save(step, state, meta(step), force=True)
-                reason = "sigterm"
+                reason = stop.reason or "sigterm"
                 break
             if stop_after is not None and step - start >= stop_after:
                 reason = "stop_after"
