@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rcgrpo_jax import chat
+from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.eval import bfcl_results, single_turn, single_turn_oracle
 
@@ -287,7 +288,7 @@ def run_bfcl(
             out[model] = {}
             for path in sorted((score / bfcl_results.model_dir_name(model)).rglob("BFCL_v4_*_score.json")):
                 cat = path.name[len("BFCL_v4_") : -len("_score.json")]
-                lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+                lines = jsonl.read(path, what="score lines", check=jsonl.json_object())
                 header, failures = lines[0], lines[1:]
                 out[model][cat] = {
                     "accuracy": header["accuracy"],

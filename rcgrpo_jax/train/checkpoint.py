@@ -35,7 +35,8 @@ class Restored:
 
 def _one_line(e: BaseException, limit: int = 160) -> str:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    text = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    first = (lines[0] if lines else "").split(" See full TensorStore details")[0]  # the rest is a repr
+    text = f"{type(e).__name__}: {first}".rstrip(": ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
