@@ -84,6 +84,10 @@ def wants_distributed(mode: str, environ=os.environ) -> bool:
 
 def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, Any]:
     """Validates `config`, then runs its stage (or its dry run). Returns what the process prints."""
+    if not dry_run:
+        if not workdir:
+            raise app.UsageError("--workdir is required")
+        runtime.check_workdir(workdir, flag="--workdir")  # before anything starts
     import jax
 
     if wants_distributed(config.multihost.initialize):
@@ -103,8 +107,6 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
         report = stages.resolve(kind.dry_run)(config)
         config_checks.check_memory("memory.device_bytes", int(report["peak_gb"] * 1e9), int(report["budget_gb"] * 1e9))
         return {"stage": config.stage, "preset": config.get("preset"), **report}
-    if not workdir:
-        raise app.UsageError("--workdir is required")
     stages.resolve(kind.check)(config, jax.device_count())
     runtime.check_backend(config, jax.default_backend(), dry_run)  # a 7B preset on CPU JAX stops here
     cache = config.runtime.compile_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")

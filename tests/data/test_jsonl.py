@@ -98,7 +98,7 @@ def test_a_stage_stops_at_start_up_with_one_line(tmp_path, capsys, preset, field
     workdir = tmp_path / "run"
     rc, err = _cli(capsys, f"--config={preset}", f"--workdir={workdir}", f"--config.{field}={path}")
     assert rc == main.USAGE_EXIT and len(err) == 1 and err[0].startswith(f"error: {path}:2: not valid JSON")
-    assert not workdir.exists()  # stopped before anything was built
+    assert not (workdir / "checkpoints").exists() and not (workdir / "tiny_model").exists()  # nothing built
 
 
 def test_empty_step_data_says_it_is_empty(tmp_path, capsys):
