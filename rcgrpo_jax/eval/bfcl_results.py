@@ -59,7 +59,10 @@ DUPLICATE_ID = "duplicate_id"
 UNKNOWN_ID = "unknown_id"  # no such entry or task (filled in by the caller)
 MISSING_ID = "missing_id"
 UNDECODABLE_STEP = "undecodable_step"
-EMPTY_FILE = "empty_file"  # a result file with no line at all  # a multi-turn step whose text the parser could not read
+EMPTY_FILE = "empty_file"  # a result file with no line at all
+# The kinds that leave an entry of the files without a result: replay and agree never score around them
+# silently (`undecodable`, `report_undecodable`).
+UNDECODABLE_KINDS = (MALFORMED_LINE, BAD_RESULT, EMPTY_FILE)  # a multi-turn step whose text the parser could not read
 PROBLEM_KINDS = (MALFORMED_LINE, BAD_RESULT, DUPLICATE_ID, UNKNOWN_ID, MISSING_ID, UNDECODABLE_STEP)
 
 
@@ -128,6 +131,26 @@ class ReplaySet:
         for p in self.problems:
             counts[p.kind] = counts.get(p.kind, 0) + 1
         return counts
+
+
+def undecodable(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems that left an entry of the files without a usable result (`UNDECODABLE_KINDS`)."""
+    return [p for p in problems if p.kind in UNDECODABLE_KINDS]
+
+
+def report_undecodable(problems: Sequence[Problem], *, prefix: str, limit: int = 20, file=None) -> None:
+    """Names each undecodable entry on `file` (stderr), one line each (`prefix: FILE:LINE: message`), the
+    first `limit` of them, then their count."""
+    import sys
+
+    file = file or sys.stderr
+    bad = undecodable(problems)
+    for p in bad[:limit]:
+        print(f"{prefix}: {p.where}: {p.message}", file=file)
+    if len(bad) > limit:
+        print(f"{prefix}: ... and {len(bad) - limit} more", file=file)
+    if bad:
+        print(f"{prefix}: {len(bad)} undecodable entr{'y' if len(bad) == 1 else 'ies'} in the result files", file=file)
 
 
 def result_files(path: str | os.PathLike) -> list[Path]:
