@@ -136,6 +136,31 @@ def import_user_modules(argv: Sequence[str]) -> list[str]:
     return names
 
 
+_SUGGESTION = re.compile(r'Did you mean "([^"]+)"')
+
+
+def unknown_field_line(e: BaseException, argv: Sequence[str]) -> str | None:
+    """One line for an override of a field the config does not have (ml_collections raises a KeyError,
+    wrapped, whose text is the repr of the key and a suggestion): `error: config.<path>: no such field. Did
+    you mean "<name>"?`, the path being the override's up to the unknown name. None for any other error."""
+    err: BaseException | None = e
+    while err is not None and not isinstance(err, KeyError):
+        err = err.__cause__ or err.__context__
+    if err is None or not err.args:
+        return None
+    text = str(err.args[0])
+    key = text.splitlines()[0].strip().strip("'\"")
+    suggestion = _SUGGESTION.search(text)
+    for arg in argv[1:]:
+        m = re.match(r"^--config\.([\w.]+)=", arg)
+        parts = m.group(1).split(".") if m else []
+        if key in parts:
+            field = ".".join(parts[: parts.index(key) + 1])
+            hint = f' Did you mean "{suggestion.group(1)}"?' if suggestion else ""
+            return f"error: config.{field}: no such field.{hint}"
+    return None
+
+
 def _error_line(e: BaseException) -> str:
     """One line for the user: the message, or for a chained report (a config file that raised while the
     flag was parsed) its first line and its last (the original error)."""
@@ -174,7 +199,7 @@ def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
         try:
             fv(list(argv))  # loads the config file and applies the overrides: every error here is the user's
         except Exception as e:
-            raise _UsageError(_error_line(e)) from e
+            raise _UsageError(unknown_field_line(e, argv) or _error_line(e)) from e
         config = fv["config"].value
         if config is None:
             raise app.UsageError("--config=configs/<stage>.py:<preset> is required")

@@ -149,7 +149,8 @@ def test_the_readmes_formula_example_runs_exactly_as_written(tmp_path, world_ckp
     [
         ("--config.rl.advantage.name=grpoo", "error: config.rl.advantage.name: unknown advantage estimator 'grpoo'"),
         ("--config.rl.advantage.grpo.std=pop", "error: config.rl.advantage.grpo.std: 'pop' is not one of"),
-        ("--config.rl.advantag.name=rloo", 'Did you mean "advantage"'),
+        ("--config.rl.advantag.name=rloo", 'error: config.rl.advantag: no such field. Did you mean "advantage"?'),
+        ("--config.optim.lrr=1", 'error: config.optim.lrr: no such field. Did you mean "lr"?'),
         ("--config.rl.loss.ppo_clip.kl_beta=abc", "error: flag --config.rl.loss.ppo_clip.kl_beta=abc"),
     ],
 )
@@ -160,6 +161,12 @@ def test_a_bad_flag_or_config_is_one_line_and_exit_code_2(override, message, tmp
     assert not os.path.exists(tmp_path / "never")
     with pytest.raises(Exception):  # --verbose keeps the traceback
         main.cli(["main", f"--config={GRPO}:tiny", override, "--verbose", f"--workdir={tmp_path / 'never'}"])
+
+
+def test_the_readmes_dry_run_fakes_eight_cpu_devices():
+    with open(os.path.join(REPO, "README.md")) as f:
+        lines = [line for line in f if "--dry_run" in line and line.lstrip().startswith(("XLA_FLAGS", "python"))]
+    assert lines and all(line.startswith("XLA_FLAGS=--xla_force_host_platform_device_count=8 python") for line in lines)
 
 
 def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
