@@ -43,6 +43,9 @@ USAGE_EXIT = 2
 # launch/slurm.sbatch read it: the stage is rerun (requeued), never followed by the next stage.
 PREEMPTED_EXIT = 75
 PREEMPTED_REASONS = ("sigterm", "sigint")
+# The run stopped itself after a save because a service it depends on failed past its budget (the summary's
+# reason names it, e.g. 'judge_failures'; its `message` is printed); rerun once the service is back.
+STOPPED_EXIT = 3
 
 
 def define_flags(fv: flags.FlagValues, sys_argv: Sequence[str] | None = None) -> None:
@@ -186,6 +189,7 @@ def parse_config(argv: Sequence[str]):
 def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
     """The command line in-process: parse `argv` (argv[0] is the program name), launch, print the summary
     as the last line. Returns the exit code: 0, USAGE_EXIT (2) for a bad flag, config or input,
+    STOPPED_EXIT (3) when the run stopped itself after a save (a failure budget, e.g. the judge's),
     PREEMPTED_EXIT (75) when SIGTERM or SIGINT stopped the run (inside the step loop after a save; before
     or after it, e.g. while the model loads, with nothing new to save)."""
 
@@ -233,6 +237,9 @@ def cli(argv: Sequence[str], *, fv: flags.FlagValues | None = None) -> int:
             file=sys.stderr,
         )
         return PREEMPTED_EXIT
+    if out.get("message"):
+        print(f"error: {out['message']}", file=sys.stderr)
+        return STOPPED_EXIT
     return 0
 
 

@@ -16,6 +16,16 @@ from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
 
 
+class StopRun(Exception):
+    """Raised by a step function to end the run after a save: `reason` is the summary's reason (e.g.
+    'judge_failures'), the message the one line the launcher prints. The state saved is the one before the
+    step that raised (that step made no update). Every process must raise it at the same step."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def run_steps(
     step_fn: Callable[[Any, int], tuple[Any, dict]],
     state: Any,
@@ -32,7 +42,8 @@ def run_steps(
 ) -> tuple[Any, int, str, dict]:
     """Runs `step_fn(state, step) -> (state, host metrics with a 'finite' flag)` from `start` to `n_steps`.
 
-    Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced),
+    Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced), a
+    `StopRun`'s reason (checkpoint of the state before that step forced; metrics = {'stop_message'}),
     'sigterm' / 'sigint' (checkpoint forced, then stop: the signal this process received; a process stopped
     by another process's signal reports 'sigterm') or 'stop_after' (no final save: a simulated crash).
     """
@@ -41,7 +52,13 @@ def run_steps(
     step = start
     with ckpt_lib.StopSignal() as stop:
         while step < n_steps:
-            state, metrics = step_fn(state, step)
+            try:
+                state, metrics = step_fn(state, step)
+            except StopRun as e:
+                ckpt.save(step, state, meta(step), force=True)
+                last = {"stop_message": str(e)}
+                reason = e.reason
+                break
             step += 1
             if step % config.log.every_steps == 0 or not metrics["finite"]:
                 last = logger.write(step, metrics)

@@ -10,7 +10,8 @@ A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO 
     step(state, step) -> (state, host metrics)       one optimizer step (metrics carry 'finite')
     export(state, path) -> None                      the final policy as an HF directory
 
-`run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm', 'sigint' or 'stop_after'.
+`run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm', 'sigint', 'stop_after' or
+the reason of a `loop.StopRun` a step raised (then also `message`, e.g. reason 'judge_failures').
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
         progress.close()
     if reason == "done" and config.checkpoint.export_hf:
         trainer.export(state, os.path.join(workdir, "hf"))
-    return {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
+    out = {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
+    if "stop_message" in last:  # a StopRun: the line the launcher prints
+        out["message"] = last["stop_message"]
+    return out
 
 
 def total_steps(config, steps_per_epoch: int) -> int:
