@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -141,8 +142,6 @@ def undecodable(problems: Iterable[Problem]) -> list[Problem]:
 def report_undecodable(problems: Sequence[Problem], *, prefix: str, limit: int = 20, file=None) -> None:
     """Names each undecodable entry on `file` (stderr), one line each (`prefix: FILE:LINE: message`), the
     first `limit` of them, then their count."""
-    import sys
-
     file = file or sys.stderr
     bad = undecodable(problems)
     for p in bad[:limit]:

@@ -18,8 +18,9 @@ from rcgrpo_jax.train import logging as log_lib
 
 class StopRun(Exception):
     """Raised by a step function to end the run after a save: `reason` is the summary's reason (e.g.
-    'judge_failures'), the message the one line the launcher prints. The state saved is the one before the
-    step that raised (that step made no update). Every process must raise it at the same step."""
+    'judge_failures'), the message the one line the launcher prints. The state saved is the one the step was
+    given, so a step raises it before its update consumes (donates) that state. Every process must raise it
+    at the same step."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
