@@ -19,6 +19,7 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from rcgrpo_jax import multihost
 from rcgrpo_jax.config_fields import InputError
 from rcgrpo_jax.train.state import TrainState
 
@@ -45,8 +46,8 @@ class Checkpointer:
 
     A save is atomic on a local or network file system: orbax writes `<step>.orbax-checkpoint-tmp-*` and
     renames it to `<step>` only once every item is written, so a save cut short (SIGKILL, a full disk)
-    leaves a temporary directory that `latest_step` never lists (orbax removes it when the next manager
-    opens the directory). `restore_latest` falls back past a checkpoint that no longer reads."""
+    leaves a temporary directory that `latest_step` never lists (it stays on disk, untouched; the same step
+    can be saved again beside it). `restore_latest` falls back past a checkpoint that no longer reads."""
 
     def __init__(self, directory: str, *, every_steps: int, max_to_keep: int, async_save: bool = False):
         every = max(int(every_steps), 1)
@@ -95,10 +96,14 @@ class Checkpointer:
         steps = sorted(self.all_steps(), reverse=True)
         failed: list[tuple[int, str]] = []
         for step in steps:
+            why = None
             try:
                 state, meta = self.restore(step, target)
             except Exception as e:  # orbax raises ValueError, KeyError, JSONDecodeError, OSError, ...
-                failed.append((step, _one_line(e)))
+                why = _one_line(e)
+            # Every process takes the same decision (a damaged shard may fail on one process only).
+            if multihost.any_process(why is not None):
+                failed.append((step, why or "unreadable on another process"))
                 continue
             for bad, why in failed:
                 moved = self._move_aside(bad)

@@ -106,6 +106,9 @@ def test_a_save_cut_short_never_becomes_the_newest(tmp_path):
     assert ck.latest_step() == 2 and ck.all_steps() == [1, 2]
     restored, lines = _restore(ck)
     assert restored.step == 2 and lines == []
+    ck.save(3, _state(3), {"step": 3})  # the cut step saves again beside the leftover
+    ck.wait()
+    assert ck.all_steps() == [1, 2, 3] and os.path.isdir(tmp)
     ck.close()
 
 
