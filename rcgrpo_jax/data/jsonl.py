@@ -89,7 +89,7 @@ def scan(path: str | os.PathLike) -> Iterator[Line | BadLine]:
                 continue
             if not text.strip():
                 continue
-            value, error = _decode(text)
+            value, error = _decode(text.rstrip("\r\n"))  # columns count on the line as written
             yield Line(path, number, value) if error is None else BadLine(path, number, error)
 
 

@@ -28,7 +28,7 @@ def test_read_returns_rows_and_skips_blank_lines(tmp_path):
 @pytest.mark.parametrize(
     "bad,line,message",
     [
-        ('{"messages": [{"role": "user"', 2, "not valid JSON ("),  # a line cut short
+        ('{"messages": [{"role": "user"', 2, "not valid JSON (Expecting ',' delimiter at column 30)"),  # cut short
         ("not json", 2, "not valid JSON ("),
         ('{"x": 1}', 2, "no 'messages' field"),
         ("[1, 2]", 2, "expected a JSON object, got list"),
