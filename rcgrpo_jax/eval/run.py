@@ -463,8 +463,8 @@ def run(config, workdir: str) -> dict[str, Any]:
             bfcl_results.report_undecodable(replay_set.problems, prefix="replay")
         if (extras["missing"] or bad) and not config.eval.get("allow_missing", False):
             incomplete = (
-                f"replay: {extras['missing']} of {len(records)} entries have no result and {len(bad)} lines "
-                "could not be decoded (named above; all in eval.json); no score is reported. "
+                f"replay: {extras['missing']} of {len(records)} entries have no result ({len(bad)} undecodable in "
+                "the files, named above; all in eval.json); no score is reported. "
                 "--config.eval.allow_missing=True scores them as failures"
             )
             summary["incomplete"] = True

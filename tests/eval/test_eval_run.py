@@ -234,7 +234,7 @@ def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path, capsys
     cfg = _single_turn_config(tiny_world_model, policy="replay", replay_path=str(path), max_tasks=2)
     with pytest.raises(InputError) as e:  # missing input is never turned into a score ...
         eval_run.run(cfg, str(tmp_path / "stopped"))
-    assert str(e.value).startswith("replay: 3 of 26 entries have no result and 1 lines could not be decoded")
+    assert str(e.value).startswith("replay: 3 of 26 entries have no result (1 undecodable in the files")
     err = capsys.readouterr()
     assert f"replay: {path}:3: not valid JSON" in err.err and "replay: 1 undecodable entry" in err.err
     assert "| Category |" not in err.out  # no table
