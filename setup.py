@@ -23,10 +23,15 @@ setup(
         "tqdm",
         "matplotlib",
         "mpmath",
-        "pyarrow",  # MMLU-Pro's released parquet files (eval.suite=mmlu_pro)
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
+        # pyarrow reads MMLU-Pro's released parquet files (eval.suite=mmlu_pro; imported only there, JSON lines need
+        # nothing): the tests write parquet fixtures; the GPU image holds it.
+        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6", "pyarrow"],
+        # transformers' `serving` extra without torch (the CPU setup installs the torch wheel first; the GPU
+        # environments never install torch): `transformers serve`, the real OpenAI-compatible server that
+        # tests/judges/test_http_serve.py runs the http judge against. launch/setup_env.sh (CPU) installs it.
+        "serving": ["fastapi", "uvicorn", "starlette", "rich", "openai>=1.98.0", "accelerate>=1.1.0"],
         # CUDA jax (pip-installed CUDA 13 libraries; launch/setup_env.sh --gpu). gpu-cuda12 for drivers < 580.
         "gpu": ["jax[cuda13]>=0.10,<0.12"],
         "gpu-cuda12": ["jax[cuda12]>=0.10,<0.12"],

@@ -11,20 +11,38 @@
 #     --dry-run  print the commands without running them
 #
 # Every stage resumes from its own checkpoints, so rerunning the script after an interruption continues.
+# A stage stopped by SIGTERM or SIGINT saves and exits 75 (rcgrpo_jax.main.PREEMPTED_EXIT): the script then
+# stops with exit 75 and never starts the next stage; rerun it (or let a supervisor requeue it) to resume.
+# Any other failure stops it with that stage's exit code.
 # Extra overrides for every stage can be passed in EXTRA (e.g. EXTRA="--config.train.max_steps=10").
+# PYTHON (default python) runs the stages; RCGRPO_SETUP=0 uses the current environment as it is instead of
+# sourcing launch/setup_env.sh.
 # For several hosts, launch/slurm.sbatch runs one stage per job with jax.distributed.
 set -euo pipefail
-if [ $# -lt 3 ]; then sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 2; fi
 PRESET="$1"; MODEL="$2"; OUT="$3"; DRY="${4:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA="${EXTRA:-}"
+PY="${PYTHON:-python}"
+PREEMPTED=75  # rcgrpo_jax.main.PREEMPTED_EXIT
+stage() {  # stage NAME CMD...: runs CMD; a preempted or failed stage ends the script with its exit code
+  local name="$1" rc=0; shift
+  "$@" || rc=$?
+  if [ "$rc" -eq "$PREEMPTED" ]; then
+    echo "pipeline: stage $name was preempted (exit $PREEMPTED, checkpoint saved); rerun this script to resume it" >&2
+    exit "$PREEMPTED"
+  elif [ "$rc" -ne 0 ]; then
+    echo "pipeline: stage $name failed (exit $rc); the later stages were not started" >&2
+    exit "$rc"
+  fi
+}
 run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
   local name="$1" cfg="$2"; shift 2
-  local cmd=(python -m rcgrpo_jax.main "--config=$ROOT/configs/$cfg.py:$PRESET" "--workdir=$OUT/$name" "$@")
+  local cmd=("$PY" -m rcgrpo_jax.main "--config=$ROOT/configs/$cfg.py:$PRESET" "--workdir=$OUT/$name" "$@")
   # shellcheck disable=SC2206
   [ -n "$EXTRA" ] && cmd+=($EXTRA)
   echo "+ ${cmd[*]}"
-  if [ "$DRY" != "--dry-run" ]; then "${cmd[@]}"; fi
+  if [ "$DRY" != "--dry-run" ]; then stage "$name" "${cmd[@]}"; fi
 }
 # JAX's allocator takes XLA_PYTHON_CLIENT_MEM_FRACTION of each GPU's HBM (0.75 when unset: 105.75 of an
 # H200's 141 GB). 0.9 (126.9 GB) is what `--dry_run`'s memory plan is checked against (limit_gb) and leaves
@@ -32,14 +50,14 @@ run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
 if [ "$DRY" != "--dry-run" ]; then
   # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
-  RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"
+  if [ "${RCGRPO_SETUP:-1}" != 0 ]; then RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"; fi
   cd "$ROOT"
 fi
 run sft sft "--config.model.path=$MODEL"
 EXPLORED="$OUT/explore/rollouts.jsonl"
-explore=(python -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
+explore=("$PY" -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
 echo "+ ${explore[*]}"
-if [ "$DRY" != "--dry-run" ] && [ ! -s "$EXPLORED" ]; then mkdir -p "$OUT/explore"; "${explore[@]}"; fi
+if [ "$DRY" != "--dry-run" ] && [ ! -s "$EXPLORED" ]; then mkdir -p "$OUT/explore"; stage explore "${explore[@]}"; fi
 run rctp_ft rctp_ft "--config.model.path=$MODEL" "--config.data.exploration_path=$EXPLORED"
 for INIT in sft rctp_ft; do
   for ALGO in grpo rc_grpo; do

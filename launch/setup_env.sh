@@ -2,7 +2,7 @@
 # Creates or reuses a virtual environment and installs everything the project needs.
 #
 #   source launch/setup_env.sh                  CPU (what test.sh and quickstart.sh source): .venv with CPU
-#                                               jax, the CPU torch wheel (the tests' HF oracle), .[test]
+#                                               jax, the CPU torch wheel (the tests' HF oracle), .[test,serving]
 #   RCGRPO_GPU=1 source launch/setup_env.sh     GPU (what pipeline.sh and slurm.sbatch source)
 #   bash launch/setup_env.sh --gpu              the same, run directly
 #   bash launch/setup_env.sh [--gpu] --print-plan   print what it would do (mode, venv, pip steps), do nothing
@@ -105,7 +105,7 @@ _rcgrpo_plan() {
     _rcgrpo_step install -q --upgrade pip
     # The test oracle: the CPU wheel these machines hold. Never an unpinned torch (multi-GB CUDA build).
     _rcgrpo_step install -q torch==2.13.0
-    _rcgrpo_step install -q -e "$_rcgrpo_root[test]"
+    _rcgrpo_step install -q -e "$_rcgrpo_root[test,serving]"
     # The benchmark itself, without its heavy dependency tree (see shared/BFCL.md).
     _rcgrpo_step install -q --no-deps bfcl-eval==2026.3.23
     WANT="$(cat "$_rcgrpo_root/setup.py" "$_rcgrpo_root/launch/setup_env.sh" | sha256sum | cut -d' ' -f1)"

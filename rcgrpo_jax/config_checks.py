@@ -32,7 +32,12 @@ def mesh_shape(mesh_cfg, num_devices: int) -> dict[str, int]:
         raise ConfigError(f"mesh.{free[1]}", f"only one mesh axis may be -1 (got {', '.join(free)})")
     fixed = math.prod(s for s in sizes.values() if s != -1)
     if fixed > num_devices:
-        raise ConfigError("mesh", f"mesh {sizes} needs {fixed} devices but only {num_devices} are present")
+        fake = fixed * max(1, 8 // fixed) if free else fixed  # a -1 axis: an 8-device host, as the presets assume
+        raise ConfigError(
+            "mesh",
+            f"mesh {sizes} needs {fixed} devices but only {num_devices} are present (a CPU run or --dry_run can "
+            f"fake them: XLA_FLAGS=--xla_force_host_platform_device_count={fake})",
+        )
     if free:
         if num_devices % fixed:
             raise ConfigError(f"mesh.{free[0]}", f"-1 leaves {num_devices} / {fixed} devices, not a whole number")
@@ -50,6 +55,23 @@ def _check_path(config, dotted: str, *, required: bool, must_have: str | None = 
         raise ConfigError(dotted, f"{path!r} does not exist")
     if must_have and not os.path.exists(os.path.join(path, must_have)):
         raise ConfigError(dotted, f"{path!r} has no {must_have} (expected an HF checkpoint directory)")
+    if must_have == "config.json":
+        _check_hf_config(dotted, os.path.join(path, must_have))
+
+
+def _check_hf_config(dotted: str, file: str) -> None:
+    """An HF config.json must be a JSON object naming its `model_type` (what the model is built from)."""
+    import json
+
+    try:
+        with open(file, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(dotted, f"{file} cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(dotted, f"{file} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise ConfigError(dotted, f"{file} is not an HF model config (a JSON object with a 'model_type')")
 
 
 def resolved(config, num_devices: int):

@@ -1,4 +1,5 @@
-"""The leaf every config check stands on: the error types and the dotted-field accessors.
+"""The leaf every config check stands on: the error types (a bad config value, bad input) and the dotted-field
+accessors.
 
 A `ConfigError`'s message starts with the dotted name of the field at fault (`config.train.batch_size: ...`),
 so a bad run stops before it loads a model and says what to change. This module imports nothing from the
@@ -18,6 +19,12 @@ class ConfigError(ValueError):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(f"config.{field}: {message}")
+
+
+class InputError(ValueError):
+    """Bad input outside the config (a data file, a checkpoint directory, the --workdir flag). The message is
+    the one line the user reads, starting with what is at fault (`FILE:LINE: ...`, `--workdir: ...`); the
+    launcher prints it and exits 2 before any compute starts."""
 
 
 class MemoryFitError(ConfigError):

@@ -1,10 +1,11 @@
 """Start-up facts about the machine a run lands on: is the backend one the preset was sized for, and where
 compiled programs are kept between runs.
 
+  check_workdir(path, flag="--workdir")                   # first: a directory the run can write
   check_backend(config, jax.default_backend(), dry_run)   # before any model is loaded
   enable_compilation_cache(path)                          # before the first compilation
 
-Both are called by `rcgrpo_jax.main`; neither allocates device memory.
+All are called by `rcgrpo_jax.main`; none allocates device memory.
 
   compile_totals()   # (XLA compilations, their seconds) in this process so far: a step's delta is its recompiles
 """
@@ -14,13 +15,40 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rcgrpo_jax.config_fields import ConfigError, get
+from rcgrpo_jax.config_fields import ConfigError, InputError, get
 
 # Backends a production preset may train on. The presets are sized for GPUs; a TPU runs the same XLA
 # programs (no fused-attention kernel), so it is not refused either. Everything else (CPU, "METAL",
 # unknown plugins) is refused unless overridden.
 ACCELERATOR_BACKENDS = frozenset({"gpu", "cuda", "rocm", "tpu"})
 CPU_PRESETS = frozenset({"tiny"})  # presets sized for a CPU run
+
+
+def check_workdir(path: str, *, flag: str = "--workdir") -> str:
+    """Makes sure the run can create and write `path`; returns its absolute path. Creates nothing that stays:
+    an existing directory gets a temporary file, a missing one's nearest existing parent a temporary
+    directory, both removed at once. Anything else (a file, a read-only mount, a pseudo file system such as
+    /proc) raises `InputError` whose one line names `flag`, the path and what is wrong."""
+    import tempfile
+
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"{flag}: {path} exists and is not a directory")
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise InputError(f"{flag}: cannot create {path}: {parent} is not a directory")
+    try:
+        if parent == path:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write_check_"):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".write_check_"))
+    except OSError as e:
+        what = f"{path} is not writable" if parent == path else f"cannot create {path} in {parent}"
+        raise InputError(f"{flag}: {what}: {e.strerror or e}") from None
+    return path
 
 
 def check_backend(config: Any, backend: str, dry_run: bool) -> None:

@@ -4,6 +4,7 @@ adding a formula runs exactly as written, and a bad flag or config ends with one
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -144,12 +145,51 @@ def test_the_readmes_formula_example_runs_exactly_as_written(tmp_path, world_ckp
     assert rows and "estimator/adv_scale_mean" in rows[-1]  # the example's own metric reached the log
 
 
+@pytest.mark.slow
+def test_a_dead_judge_saves_and_stops_the_run(world_ckpt, compile_cache, tmp_path, capsys):
+    """AWPO with an http judge whose port refuses connections: the first step's items all fail, more than
+    rl.judge.max_failed_frac, so the run saves the state before that step and exits 3 with one line."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tmp_path / "awpo"
+    judge = "--config.rl.judge"
+    argv = [
+        "main",
+        f"--config={GRPO}:tiny",
+        "--config.rl.advantage.name=awpo",
+        *SMALL,
+        f"{judge}.name=http",
+        f"{judge}.http.url=http://127.0.0.1:{port}/v1",
+        f"{judge}.http.model=judge",
+        f"{judge}.http.api_key_env=",
+        f"{judge}.http.backoff_s=0.01",
+        f"--config.runtime.compile_cache_dir={compile_cache}",
+        f"--config.model.path={world_ckpt}",
+        f"--workdir={workdir}",
+    ]
+    code = main.cli(argv)
+    out, err = capsys.readouterr()
+    assert code == main.STOPPED_EXIT
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert lines == [
+        "error: judge http:judge: 4 of 4 items failed this step (more than rl.judge.max_failed_frac=0.2); "
+        "checkpoint saved before the step; fix the judge and rerun to resume"
+    ]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["reason"] == "judge_failures" and summary["step"] == 0
+    assert os.listdir(workdir / "checkpoints") == ["0"] and not (workdir / "hf").exists()
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
         ("--config.rl.advantage.name=grpoo", "error: config.rl.advantage.name: unknown advantage estimator 'grpoo'"),
         ("--config.rl.advantage.grpo.std=pop", "error: config.rl.advantage.grpo.std: 'pop' is not one of"),
-        ("--config.rl.advantag.name=rloo", 'Did you mean "advantage"'),
+        ("--config.rl.advantag.name=rloo", 'error: config.rl.advantag: no such field. Did you mean "advantage"?'),
+        ("--config.optim.lrr=1", 'error: config.optim.lrr: no such field. Did you mean "lr"?'),
         ("--config.rl.loss.ppo_clip.kl_beta=abc", "error: flag --config.rl.loss.ppo_clip.kl_beta=abc"),
     ],
 )
@@ -160,6 +200,12 @@ def test_a_bad_flag_or_config_is_one_line_and_exit_code_2(override, message, tmp
     assert not os.path.exists(tmp_path / "never")
     with pytest.raises(Exception):  # --verbose keeps the traceback
         main.cli(["main", f"--config={GRPO}:tiny", override, "--verbose", f"--workdir={tmp_path / 'never'}"])
+
+
+def test_the_readmes_dry_run_fakes_eight_cpu_devices():
+    with open(os.path.join(REPO, "README.md")) as f:
+        lines = [line for line in f if "--dry_run" in line and line.lstrip().startswith(("XLA_FLAGS", "python"))]
+    assert lines and all(line.startswith("XLA_FLAGS=--xla_force_host_platform_device_count=8 python") for line in lines)
 
 
 def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):

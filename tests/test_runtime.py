@@ -135,3 +135,41 @@ def test_compile_totals_count_a_new_program_once():
     f(x).block_until_ready()
     f(x2).block_until_ready()  # same shape and dtype: jit's cache, nothing compiles
     assert runtime.compile_totals() == (n1, s1)
+
+
+def test_an_unusable_workdir_is_one_line_naming_the_flag(tmp_path, capsys):
+    from rcgrpo_jax import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = {
+        str(a_file): f"error: --workdir: {a_file} exists and is not a directory",
+        str(a_file / "sub"): f"error: --workdir: cannot create {a_file / 'sub'}: {a_file} is not a directory",
+        "/proc/rcgrpo_x": "error: --workdir: cannot create /proc/rcgrpo_x in /proc: ",
+    }
+    for workdir, message in cases.items():
+        code = main.cli(["main", "--config=configs/sft.py:tiny", f"--workdir={workdir}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == main.USAGE_EXIT and len(err) == 1 and err[0].startswith(message), err
+
+
+def test_a_read_only_workdir_is_refused(tmp_path, monkeypatch):
+    """A read-only mount refuses the probe file with EROFS (simulated: root ignores permission bits here)."""
+    import errno
+    import tempfile
+
+    from rcgrpo_jax.config_fields import InputError
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only)
+    with pytest.raises(InputError) as e:
+        runtime.check_workdir(str(tmp_path))
+    assert str(e.value) == f"--workdir: {tmp_path} is not writable: Read-only file system"
+
+
+def test_a_usable_workdir_is_left_as_it_was(tmp_path):
+    fresh = tmp_path / "new" / "run"
+    assert runtime.check_workdir(str(fresh)) == str(fresh) and not (tmp_path / "new").exists()
+    assert runtime.check_workdir(str(tmp_path)) == str(tmp_path) and os.listdir(tmp_path) == []

@@ -908,6 +908,20 @@ def plan(
     return out
 
 
+def bfcl_tasks_of(config):
+    """The config with `data.source=steps` (the AWPO presets: the user's step data) planned on the BFCL train
+    split instead, said in one line on stderr: the planner replays BFCL expert episodes, and no data file is
+    read."""
+    if config.data.get("source") != "steps":
+        return config
+    import ml_collections
+
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.data.source = "bfcl"
+    print("rollout_plan: data.source=steps: planned on the BFCL train split (no data file is read)", file=sys.stderr)
+    return c
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     from absl import flags
     from ml_collections import config_flags
@@ -942,6 +956,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     config = fl.config
     if config is None:
         raise ValueError("--config=configs/<rl stage>.py:<preset> is required")
+    config = bfcl_tasks_of(config)
     rl = config.rl
     t0 = time.perf_counter()
 
@@ -1051,4 +1066,10 @@ def _rounded(x):
 
 
 if __name__ == "__main__":
-    main()
+    from rcgrpo_jax.config_fields import ConfigError, InputError
+
+    try:
+        main()
+    except (ConfigError, InputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

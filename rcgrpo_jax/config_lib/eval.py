@@ -44,6 +44,10 @@ def section() -> ml_collections.ConfigDict:
     # replay: the folder `bfcl generate` writes (its BFCL_v4_*_result.json files, found recursively), one
     # such file, or our JSONL {"id": ..., "output": ...}; steps are decoded by the model family's parser
     c.replay_path = ""
+    # replay: an entry with no result in the files (absent, or on a line that does not decode) stops the run
+    # (exit 2, after eval.json is written) unless this is True; then it is scored as a failure and the
+    # table shows the missing count beside each category.
+    c.allow_missing = False
     # Non-empty: also write this run's outputs as `bfcl generate` does, under DIR/<model>/<group>/, for
     # `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree` (rcgrpo_jax.eval.bfcl_results)
     c.bfcl_results_dir = ""

@@ -28,10 +28,10 @@ import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
-from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.config_fields import ConfigError, InputError
 from rcgrpo_jax.data import datasets, splits
 from rcgrpo_jax.data import steps as steps_lib
-from rcgrpo_jax.data.steps import SCHEMA_LINE, StepDataError
+from rcgrpo_jax.data.steps import SCHEMA_LINE
 from rcgrpo_jax.envs import bfcl, single_step
 from rcgrpo_jax.registry import Registry, entry_name
 from rcgrpo_jax.worlds import category_of, corpus, generate_iid, generate_rl_pool, generate_world
@@ -467,7 +467,7 @@ def _steps_check(data_config) -> None:
 
         try:  # read (and cache) the files now, so a malformed row stops the run at start-up
             _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
-        except StepDataError as err:
+        except InputError as err:  # a malformed row (StepDataError), an empty or unreadable file
             raise ConfigError(field, str(err)) from None
 
 

@@ -70,7 +70,8 @@ import string
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from rcgrpo_jax.data import trajectories
+from rcgrpo_jax.config_fields import InputError
+from rcgrpo_jax.data import jsonl, trajectories
 
 Message = dict[str, Any]
 Tool = dict[str, Any]
@@ -78,8 +79,8 @@ Tool = dict[str, Any]
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class StepDataError(ValueError):
-    """A row of step data that does not follow the schema of this module's docstring."""
+class StepDataError(InputError):
+    """A row of step data that does not follow the schema of this module's docstring (or a file of none)."""
 
 
 # The schema above in one line, for start-up errors that ask for a file of it (`sources`, `data.steps.path`).
@@ -357,17 +358,16 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
     """The trajectories of a JSONL file of the schema; a malformed row raises `StepDataError`
     naming the file and the (1-based) line."""
     path = Path(path)
-    out = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise _fail(where, f"not valid JSON: {err}") from None
-            out.append(parse_row(row, where, default_id=f"{path.name}:{lineno}"))
+    try:
+        out = jsonl.read(
+            path,
+            what="trajectories",
+            check=lambda row, where: parse_row(row, where, default_id=f"{path.name}:{where.rsplit(':', 1)[1]}"),
+        )
+    except StepDataError:
+        raise
+    except InputError as err:  # not JSON, empty, missing: the reader's words
+        raise StepDataError(str(err)) from None
     ids = [t.id for t in out]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

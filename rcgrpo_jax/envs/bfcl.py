@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import dispatch, official, rewards
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import CallRecord, FunctionSpec, Limits
@@ -85,7 +86,7 @@ def data_dir() -> Path:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return jsonl.read(path, what="BFCL entries", check=jsonl.json_object())
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rcgrpo_jax import chat
+from rcgrpo_jax.config_fields import InputError
+from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.eval import bfcl_results, single_turn, single_turn_oracle
 
@@ -287,7 +289,7 @@ def run_bfcl(
             out[model] = {}
             for path in sorted((score / bfcl_results.model_dir_name(model)).rglob("BFCL_v4_*_score.json")):
                 cat = path.name[len("BFCL_v4_") : -len("_score.json")]
-                lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+                lines = jsonl.read(path, what="score lines", check=jsonl.json_object())
                 header, failures = lines[0], lines[1:]
                 out[model][cat] = {
                     "accuracy": header["accuracy"],
@@ -317,15 +319,26 @@ def compare(bfcl: Mapping[str, Mapping], verdicts: Mapping[str, Mapping[str, boo
     return {"categories": cats, "disagree": total}
 
 
-def check(results: str, model: str | Sequence[str], family: str, python: str) -> dict[str, Any]:
+def check(
+    results: str, model: str | Sequence[str], family: str, python: str, *, allow_missing: bool = False
+) -> dict[str, Any]:
     """The agreement of `model`'s files (several models: one evaluate run for all, a report per model
-    under "models")."""
+    under "models"). An entry of the files that cannot be decoded (`bfcl_results.UNDECODABLE_KINDS`) is
+    named on stderr; any raises `InputError` before `bfcl evaluate` runs, unless `allow_missing`: then the
+    report counts them per category ("missing")."""
 
     models = [model] if isinstance(model, str) else list(model)
     parser = chat.get_parser(family)
     root = result_root(results, models[0])
     t0 = time.perf_counter()
     mine = {m: ours(root, m, parser) for m in models}
+    bad = [p for _, rs in mine.values() for p in bfcl_results.undecodable(rs.problems)]
+    bfcl_results.report_undecodable(bad, prefix="agree")
+    if bad and not allow_missing:
+        raise InputError(
+            f"agree: {len(bad)} entries of the result files could not be decoded (named above); no agreement "
+            "is reported. --allow-missing compares the rest and counts them per category"
+        )
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
     cats = sorted({c for verdicts, _ in mine.values() for c in verdicts})
@@ -336,16 +349,27 @@ def check(results: str, model: str | Sequence[str], family: str, python: str) ->
         reports[m] = compare(bfcl[m], verdicts)
         reports[m]["seconds"] = {"ours": round(t_ours, 1), "bfcl_evaluate": round(t_bfcl, 1)}
         reports[m]["problems"] = rs.problem_counts()
+        for p in bfcl_results.undecodable(rs.problems):
+            cat = _category_of_file(p.where)
+            c = reports[m]["categories"].setdefault(cat, {"bfcl": None, "ours": None, "n": 0, "disagree_ids": []})
+            c["missing"] = c.get("missing", 0) + 1
     return reports[models[0]] if isinstance(model, str) else {"models": reports}
 
 
+def _category_of_file(where: str) -> str:
+    """The category of a result file's problem (`FILE:LINE` of a BFCL_v4_<category>_result.json)."""
+    name = os.path.basename(where.rsplit(":", 1)[0])
+    prefix, suffix = f"{bfcl_results.VERSION_PREFIX}_", bfcl_results.RESULT_SUFFIX
+    return name[len(prefix) : -len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else name
+
+
 def print_report(out: Mapping[str, Any]) -> None:
-    print(f"{'category':<26} {'n':>5} {'bfcl':>8} {'ours':>8}  disagreeing ids")
+    print(f"{'category':<26} {'n':>5} {'bfcl':>8} {'ours':>8} {'missing':>8}  disagreeing ids")
     fmt = lambda x: "-" if x is None else f"{100 * x:.2f}"
     for cat, c in out["categories"].items():
         ids = c["disagree_ids"]
         shown = ", ".join(ids[:20]) + (f" ... ({len(ids)})" if len(ids) > 20 else "")
-        print(f"{cat:<26} {c['n']:>5} {fmt(c['bfcl']):>8} {fmt(c['ours']):>8}  {shown or '-'}")
+        print(f"{cat:<26} {c['n']:>5} {fmt(c['bfcl']):>8} {fmt(c['ours']):>8} {c.get('missing', 0):>8}  {shown or '-'}")
     print(f"disagree: {out['disagree']}; seconds: {out.get('seconds')}; problems: {out.get('problems')}")
     last = {
         "categories": {k: {"bfcl": v["bfcl"], "ours": v["ours"], "n": v["n"]} for k, v in out["categories"].items()},
@@ -366,6 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--sample", type=int, default=0, help="with --make: the first N entries of each category")
     ap.add_argument("--bfcl-python", default="", help="interpreter with bfcl-eval's CLI (default: the side env)")
+    ap.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="compare despite entries that cannot be decoded (counted per category) instead of stopping",
+    )
     args = ap.parse_args(argv)
 
     model = args.model or bfcl_results.MODEL_FOR_FAMILY[args.family]
@@ -377,7 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not python:
         print("[agree] no bfcl side environment: build it with `bash launch/bench_env.sh bfcl`", file=sys.stderr)
         return 2
-    out = check(args.results, model, args.family, python)
+    try:
+        out = check(args.results, model, args.family, python, allow_missing=args.allow_missing)
+    except (InputError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print_report(out)
     return 0 if out["disagree"] == 0 else 1
 

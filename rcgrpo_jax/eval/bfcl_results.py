@@ -37,9 +37,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import bfcl, dispatch, official
 from rcgrpo_jax.envs.bfcl import EnvConfig
 
@@ -57,7 +59,11 @@ BAD_RESULT = "bad_result"  # result/output of the wrong shape for its category
 DUPLICATE_ID = "duplicate_id"
 UNKNOWN_ID = "unknown_id"  # no such entry or task (filled in by the caller)
 MISSING_ID = "missing_id"
-UNDECODABLE_STEP = "undecodable_step"  # a multi-turn step whose text the parser could not read
+UNDECODABLE_STEP = "undecodable_step"
+EMPTY_FILE = "empty_file"  # a result file with no line at all
+# The kinds that leave an entry of the files without a result: replay and agree never score around them
+# silently (`undecodable`, `report_undecodable`).
+UNDECODABLE_KINDS = (MALFORMED_LINE, BAD_RESULT, EMPTY_FILE)  # a multi-turn step whose text the parser could not read
 PROBLEM_KINDS = (MALFORMED_LINE, BAD_RESULT, DUPLICATE_ID, UNKNOWN_ID, MISSING_ID, UNDECODABLE_STEP)
 
 
@@ -128,6 +134,24 @@ class ReplaySet:
         return counts
 
 
+def undecodable(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems that left an entry of the files without a usable result (`UNDECODABLE_KINDS`)."""
+    return [p for p in problems if p.kind in UNDECODABLE_KINDS]
+
+
+def report_undecodable(problems: Sequence[Problem], *, prefix: str, limit: int = 20, file=None) -> None:
+    """Names each undecodable entry on `file` (stderr), one line each (`prefix: FILE:LINE: message`), the
+    first `limit` of them, then their count."""
+    file = file or sys.stderr
+    bad = undecodable(problems)
+    for p in bad[:limit]:
+        print(f"{prefix}: {p.where}: {p.message}", file=file)
+    if len(bad) > limit:
+        print(f"{prefix}: ... and {len(bad) - limit} more", file=file)
+    if bad:
+        print(f"{prefix}: {len(bad)} undecodable entr{'y' if len(bad) == 1 else 'ies'} in the result files", file=file)
+
+
 def result_files(path: str | os.PathLike) -> list[Path]:
     """The result files under a folder (recursively, as evaluate finds them), or [path] for a file."""
     p = Path(path)
@@ -172,44 +196,42 @@ def read_replay(path: str | os.PathLike) -> ReplaySet:
 
 
 def _read_file(path: Path, out: ReplaySet) -> None:
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                out.problems.append(Problem(MALFORMED_LINE, where, None, f"not JSON: {err}"))
-                continue
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-                out.problems.append(Problem(MALFORMED_LINE, where, None, "expected a JSON object with a string 'id'"))
-                continue
-            eid = row["id"]
-            if eid in out.single or eid in out.multi:
-                out.problems.append(Problem(DUPLICATE_ID, where, eid, f"id {eid!r} appears twice; the first is kept"))
-                continue
-            if "result" in row:
-                value = row["result"]
-            elif "output" in row:
-                value = row["output"]
+    n_lines = 0
+    for item in jsonl.scan(path):  # the package's one JSON-lines reader, lenient: bad lines become Problems
+        n_lines += 1
+        where = item.where
+        if isinstance(item, jsonl.BadLine):
+            out.problems.append(Problem(MALFORMED_LINE, where, None, item.message))
+            continue
+        row = item.value
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            out.problems.append(Problem(MALFORMED_LINE, where, None, "expected a JSON object with a string 'id'"))
+            continue
+        eid = row["id"]
+        if eid in out.single or eid in out.multi:
+            out.problems.append(Problem(DUPLICATE_ID, where, eid, f"id {eid!r} appears twice; the first is kept"))
+            continue
+        if "result" in row:
+            value = row["result"]
+        elif "output" in row:
+            value = row["output"]
+        else:
+            out.problems.append(Problem(MALFORMED_LINE, where, eid, "neither 'result' nor 'output'"))
+            continue
+        if is_multi_turn_id(eid):
+            turns, err = _multi_result(value)
+            if err:
+                out.problems.append(Problem(BAD_RESULT, where, eid, err))
             else:
-                out.problems.append(Problem(MALFORMED_LINE, where, eid, "neither 'result' nor 'output'"))
-                continue
-            if is_multi_turn_id(eid):
-                turns, err = _multi_result(value)
-                if err:
-                    out.problems.append(Problem(BAD_RESULT, where, eid, err))
-                else:
-                    out.multi[eid] = turns
-            elif isinstance(value, str):
-                out.single[eid] = value
-            else:
-                out.problems.append(
-                    Problem(
-                        BAD_RESULT, where, eid, f"a single-turn result must be a string, got {type(value).__name__}"
-                    )
-                )
+                out.multi[eid] = turns
+        elif isinstance(value, str):
+            out.single[eid] = value
+        else:
+            out.problems.append(
+                Problem(BAD_RESULT, where, eid, f"a single-turn result must be a string, got {type(value).__name__}")
+            )
+    if n_lines == 0:
+        out.problems.append(Problem(EMPTY_FILE, str(path), None, "empty: no result lines"))
 
 
 # ------------------------------------------------------------------------------- multi-turn replay

@@ -88,7 +88,7 @@ def _rows(path: str) -> list[Any]:
     if ext == ".parquet":
         try:
             import pyarrow.parquet as pq
-        except ImportError:  # pragma: no cover - pyarrow is a dependency of the package
+        except ImportError:  # pyarrow is optional: only the parquet release needs it
             raise MmluProDataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
         try:
             return pq.read_table(path).to_pylist()

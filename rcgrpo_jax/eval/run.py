@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 import jax
 
 from rcgrpo_jax import chat, config_checks, models, sharding
-from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax.config_fields import ConfigError, InputError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.envs import official
@@ -354,9 +354,15 @@ def suite_summary(records: Sequence[Mapping[str, Any]], suite: str, heldout: Seq
 
 
 def suite_markdown(summary: Mapping[str, Any], label: str) -> str:
-    """Tables of a suite summary: accuracy (%) per category, then the groups and overall."""
-    lines = [f"| Category | {label} |", "|---|---:|"]
-    lines += [f"| {c} | {100 * a:.2f} |" for c, a in summary["categories"].items()]
+    """Tables of a suite summary: accuracy (%) per category (with, for a replay, the entries missing from
+    the result files beside each: scored as failures), then the groups and overall."""
+    missing = summary.get("missing_by_category")
+    if missing is None:
+        lines = [f"| Category | {label} |", "|---|---:|"]
+        lines += [f"| {c} | {100 * a:.2f} |" for c, a in summary["categories"].items()]
+    else:
+        lines = [f"| Category | {label} | missing |", "|---|---:|---:|"]
+        lines += [f"| {c} | {100 * a:.2f} | {missing.get(c, 0)} |" for c, a in summary["categories"].items()]
     lines += ["", f"| Group | {label} |", "|---|---:|"]
     lines += [f"| {g} | {100 * a:.2f} |" for g, a in summary["groups"].items()]
     overall = summary["overall"]
@@ -500,6 +506,24 @@ def run(config, workdir: str) -> dict[str, Any]:
         for p in extras["replay_problems"]:
             counts[p["kind"]] = counts.get(p["kind"], 0) + 1
         summary["replay_problems"] = counts
+    incomplete = None
+    if replay_set is not None:
+        by_cat: dict[str, int] = {}
+        for r in records:
+            if r.get("error_kind") in ("missing_output", "missing_id"):
+                by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
+        summary["missing_by_category"] = {c: by_cat.get(c, 0) for c in summary["categories"]}
+        bad = bfcl_results.undecodable(replay_set.problems)
+        summary["undecodable"] = len(bad)
+        if jax.process_index() == 0:
+            bfcl_results.report_undecodable(replay_set.problems, prefix="replay")
+        if (extras["missing"] or bad) and not config.eval.get("allow_missing", False):
+            incomplete = (
+                f"replay: {extras['missing']} of {len(records)} entries have no result ({len(bad)} undecodable in "
+                "the files, named above; all in eval.json); no score is reported. "
+                "--config.eval.allow_missing=True scores them as failures"
+            )
+            summary["incomplete"] = True
     if "bfcl_results" in extras:
         summary["bfcl_results"] = extras["bfcl_results"]
     if "unanswerable" in extras:
@@ -542,5 +566,8 @@ def run(config, workdir: str) -> dict[str, Any]:
                     + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
                 )
             f.write(others)
-        print(table + others, flush=True)
+        if incomplete is None:
+            print(table + others, flush=True)
+    if incomplete is not None:
+        raise InputError(incomplete)
     return summary

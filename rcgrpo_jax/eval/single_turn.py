@@ -42,6 +42,7 @@ import functools
 import json
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import ast_checker, schema
 from rcgrpo_jax.envs.bfcl import data_dir
 
@@ -130,7 +131,7 @@ class Entry:
 
 
 def _read_jsonl(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return jsonl.read(path, what="BFCL entries", check=jsonl.json_object("id"))
 
 
 @functools.lru_cache(maxsize=None)

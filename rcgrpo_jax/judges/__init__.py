@@ -26,6 +26,7 @@ from rcgrpo_jax.judges.base import (
     JudgeInput,
     check_config,
     default_config,
+    failure_budget,
     from_episode,
     make_judge,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "RuleJudge",
     "check_config",
     "default_config",
+    "failure_budget",
     "from_episode",
     "judge_messages",
     "make_judge",

@@ -137,6 +137,8 @@ class Counters:
 JudgeFactory = Callable[..., Judge]
 JUDGES: Registry[JudgeFactory] = Registry("judge")
 
+DEFAULT_MAX_FAILED_FRAC = 0.2
+
 # Options every judge shares (the same default in each entry's config).
 COMMON = {"default": 0.0, "max_chars": 2000}
 
@@ -147,17 +149,24 @@ def default_config(name: str = "rule") -> ml_collections.ConfigDict:
 
         --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
     """
-    return selection(JUDGES, name)
+    section = selection(JUDGES, name)
+    # The failure budget (any judge): a step in which a larger share of the items scored the judge's default
+    # because the judge failed (`FAILURE_KINDS`) stops the run after a save (train/rl.py). 1.0 = never stop.
+    section.max_failed_frac = DEFAULT_MAX_FAILED_FRAC
+    return section
 
 
 def check_config(section, prefix: str = "rl.judge") -> ml_collections.ConfigDict:
     """The selected judge's options resolved against its defaults and validated, without building it.
     Raises `ConfigError` naming `<prefix>.name` for an unknown judge, `<prefix>.<judge>.<field>` for an
-    unknown option or a bad value."""
+    unknown option or a bad value, `<prefix>.max_failed_frac` for a budget outside [0, 1]."""
 
     if not isinstance(section, ml_collections.ConfigDict):
         section = ml_collections.ConfigDict(section)
     name = section.get("name", "rule")
+    frac = section.get("max_failed_frac", DEFAULT_MAX_FAILED_FRAC)
+    if not isinstance(frac, (int, float)) or not 0.0 <= float(frac) <= 1.0:
+        raise ConfigError(f"{prefix}.max_failed_frac", f"{frac!r} is not a share in [0, 1]")
     if entry_name(name) not in JUDGES:
         raise ConfigError(f"{prefix}.name", f"unknown judge {name!r}; known: {', '.join(JUDGES.names())}")
     try:
@@ -166,6 +175,11 @@ def check_config(section, prefix: str = "rl.judge") -> ml_collections.ConfigDict
         raise ConfigError(f"{prefix}.{name}", str(e.args[0] if e.args else e)) from None
     except OptionError as e:
         raise ConfigError(f"{prefix}.{name}.{e.field}", str(e).split(": ", 1)[-1]) from None
+
+
+def failure_budget(section) -> float:
+    """The share of a step's items that may fail before the run stops (`max_failed_frac`)."""
+    return float(section.get("max_failed_frac", DEFAULT_MAX_FAILED_FRAC))
 
 
 def make_judge(section, **runtime) -> Judge:

@@ -6,11 +6,16 @@ One request per item (`POST <url>/chat/completions`, body {model, messages, temp
 **extra_body}); the score is `parse_score(choices[0].message.content)`.
 
 - Concurrency: `concurrency` requests in flight (a thread pool per call).
-- Timeout: `timeout_s` per socket operation (connect, each read).
+- Timeout: `timeout_s` per socket operation (connect, each read), so one attempt lasts at most
+  2 x timeout_s.
 - Retries: up to `retries` more attempts after an HTTP 408/409/425/429/5xx, a timeout, a connection
   error or a malformed body, sleeping min(backoff_max_s, backoff_s * 2^k) before retry k (a 429's
   Retry-After, when longer, up to backoff_max_s). Other HTTP errors (400, 401, 404, ...) and a reply
   without a score are not retried.
+- Deadline: a retry starts only when it can end within `max_item_s` of the item's first attempt
+  (elapsed + sleep + 2 x timeout_s <= max_item_s), so one item never holds a step longer than
+  max(max_item_s, 2 x timeout_s). The defaults (25 s, 2 retries, max_item_s 55 s) bound it under a minute:
+  a refused connection or a 5xx is retried at once, a hung judge is given up after one 25 s wait.
 - Cache: a successful score is kept, keyed by the SHA-256 of the request body (model, messages and
   sampling options), so a repeated request (the same reasoning and reference) is not sent again;
   identical items of one call share one request. Failures are not cached. `cache_size` entries, least
@@ -88,10 +93,11 @@ class HttpJudge:
         *,
         api_key_env: str = "JUDGE_API_KEY",
         concurrency: int = 16,
-        timeout_s: float = 120.0,
-        retries: int = 3,
+        timeout_s: float = 25.0,
+        retries: int = 2,
         backoff_s: float = 1.0,
-        backoff_max_s: float = 30.0,
+        backoff_max_s: float = 8.0,
+        max_item_s: float = 55.0,
         cache: bool = True,
         cache_size: int = 100_000,
         default: float = 0.0,
@@ -108,6 +114,7 @@ class HttpJudge:
         self.__key = (os.environ.get(api_key_env) or None) if api_key_env else None
         self.concurrency, self.timeout_s, self.retries = int(concurrency), float(timeout_s), int(retries)
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
+        self.max_item_s = float(max_item_s)
         self.cache_enabled, self.cache_size = bool(cache), int(cache_size)
         self.default, self.max_chars = float(default), int(max_chars)
         self.max_tokens, self.temperature = int(max_tokens), float(temperature)
@@ -208,10 +215,14 @@ class HttpJudge:
                     self._counters.add("cache_hits")
                     return self._cache[key], None
         failure: JudgeFailure | None = None
+        start = time.monotonic()
         for attempt in range(self.retries + 1):
             if attempt:
-                self._counters.add("retries")
                 wait = min(self.backoff_max_s, max(self.backoff_s * 2 ** (attempt - 1), failure.wait_s))
+                if time.monotonic() - start + wait + 2 * self.timeout_s > self.max_item_s:
+                    attempt -= 1  # the attempts made
+                    break  # no retry could end within the item's deadline
+                self._counters.add("retries")
                 time.sleep(wait)
             try:
                 content = self._post(data)
@@ -297,10 +308,11 @@ def http_config() -> ml_collections.ConfigDict:
             "model": placeholder(str),  # the served model name, e.g. Qwen/Qwen3-235B-A22B
             "api_key_env": "JUDGE_API_KEY",  # the variable holding the key; "" = send none
             "concurrency": 16,
-            "timeout_s": 120.0,
-            "retries": 3,
+            "timeout_s": 25.0,  # per socket operation; with the next three, one item ends within a minute
+            "retries": 2,
             "backoff_s": 1.0,
-            "backoff_max_s": 30.0,
+            "backoff_max_s": 8.0,
+            "max_item_s": 55.0,  # no retry starts that could end later than this after the first attempt
             "cache": True,
             "cache_size": 100_000,
             "max_tokens": 1024,
@@ -329,7 +341,7 @@ def validate_http(cfg: ml_collections.ConfigDict) -> None:
         raise OptionError("model", "the http judge needs the served model name")
     if not isinstance(cfg.api_key_env, str):
         raise OptionError("api_key_env", "must be the name of an environment variable (or '')")
-    for f in ("concurrency", "timeout_s", "cache_size", "max_tokens", "max_chars"):
+    for f in ("concurrency", "timeout_s", "cache_size", "max_tokens", "max_chars", "max_item_s"):
         require_positive(cfg, f)
     for f in ("retries", "backoff_s", "backoff_max_s", "temperature"):
         require_positive(cfg, f, allow_zero=True)
@@ -350,6 +362,7 @@ def make_http(cfg: ml_collections.ConfigDict, **_) -> HttpJudge:
         retries=int(cfg.retries),
         backoff_s=float(cfg.backoff_s),
         backoff_max_s=float(cfg.backoff_max_s),
+        max_item_s=float(cfg.max_item_s),
         cache=bool(cfg.cache),
         cache_size=int(cfg.cache_size),
         default=float(cfg.default),

@@ -1,5 +1,5 @@
 """The step loop both trainers share: run steps, log, guard non-finite updates, checkpoint every N
-steps and on SIGTERM, and stop early on request (tests simulate a crash with `stop_after`).
+steps and on SIGTERM or SIGINT, and stop early on request (tests simulate a crash with `stop_after`).
 
 The stop decision is taken by all processes together: SIGTERM may reach only one process (or reach them
 at different steps), so after every step each process contributes its flag to `multihost.any_process`
@@ -14,6 +14,17 @@ from absl import logging as absl_logging
 from rcgrpo_jax import multihost
 from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
+
+
+class StopRun(Exception):
+    """Raised by a step function to end the run after a save: `reason` is the summary's reason (e.g.
+    'judge_failures'), the message the one line the launcher prints. The state saved is the one the step was
+    given, so a step raises it before its update consumes (donates) that state. Every process must raise it
+    at the same step."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 def run_steps(
@@ -32,15 +43,23 @@ def run_steps(
 ) -> tuple[Any, int, str, dict]:
     """Runs `step_fn(state, step) -> (state, host metrics with a 'finite' flag)` from `start` to `n_steps`.
 
-    Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced),
-    'sigterm' (checkpoint forced, then stop) or 'stop_after' (no final save: a simulated crash).
+    Returns (state, step, reason, last logged metrics); reason is 'done' (final checkpoint forced), a
+    `StopRun`'s reason (checkpoint of the state before that step forced; metrics = {'stop_message'}),
+    'sigterm' / 'sigint' (checkpoint forced, then stop: the signal this process received; a process stopped
+    by another process's signal reports 'sigterm') or 'stop_after' (no final save: a simulated crash).
     """
     last: dict[str, Any] = {}
     reason = "done"
     step = start
     with ckpt_lib.StopSignal() as stop:
         while step < n_steps:
-            state, metrics = step_fn(state, step)
+            try:
+                state, metrics = step_fn(state, step)
+            except StopRun as e:
+                ckpt.save(step, state, meta(step), force=True)
+                last = {"stop_message": str(e)}
+                reason = e.reason
+                break
             step += 1
             if step % config.log.every_steps == 0 or not metrics["finite"]:
                 last = logger.write(step, metrics)
@@ -54,7 +73,7 @@ def run_steps(
             ckpt.save(step, state, meta(step))
             if multihost.any_process(stop.requested):  # a collective: every process, every step
                 ckpt.save(step, state, meta(step), force=True)
-                reason = "sigterm"
+                reason = stop.reason or "sigterm"
                 break
             if stop_after is not None and step - start >= stop_after:
                 reason = "stop_after"

@@ -41,6 +41,7 @@ from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens, shaping
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
 from rcgrpo_jax.train import logging as log_lib
+from rcgrpo_jax.train import loop as loop_lib
 from rcgrpo_jax.train import state as state_lib
 
 
@@ -54,6 +55,19 @@ class AdvantageInputs:
     advantages: np.ndarray
     per_rollout: dict[str, np.ndarray]  # the estimator's per-rollout loss inputs (clip_scale)
     metrics: dict[str, Any]
+
+
+def check_judge_budget(failed: int, items: int, budget: float, name: str) -> None:
+    """Raises `loop.StopRun('judge_failures', ...)` when, on any process, more than `budget` of this step's
+    `items` judge items failed (scored the judge's default): the run saves and stops rather than train on
+    default scores. A collective: every process calls it every step the judge runs."""
+    over = items > 0 and failed / items > budget
+    if multihost.any_process(over):
+        raise loop_lib.StopRun(
+            "judge_failures",
+            f"judge {name}: {failed} of {items} items failed this step (more than rl.judge.max_failed_frac="
+            f"{budget:g}); checkpoint saved before the step; fix the judge and rerun to resume",
+        )
 
 
 def finite_rewards(rewards: np.ndarray, episodes, group: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -304,11 +318,15 @@ class RLTrainer:
         if ro.reward_tokens is not None:
             aux["reward_tokens"] = ro.reward_tokens
         if self.judge is not None:
+            failed_before = int(self.judge.stats().get("failures", 0))
             scores = np.asarray(self.judge([judges.from_episode(e) for e in ro.episodes]), np.float32).reshape(n, g)
             aux["reasoning"] = scores
             metrics["judge_score_mean"] = float(np.mean(scores))
             metrics.update({f"judge/{k}": v for k, v in self.judge.stats().items()})  # cumulative counters
             metrics["judge/stand_in"] = int(self.judge.stand_in)
+            failed = int(self.judge.stats().get("failures", 0)) - failed_before
+            metrics["judge/failed_frac"] = failed / max(len(ro.episodes), 1)
+            check_judge_budget(failed, len(ro.episodes), judges.failure_budget(rl.judge), self.judge.name)
         missing = [s for s in c.needs if s not in aux]
         if missing:
             raise ConfigError("rl.advantage.name", f"{c.estimator!r} needs {missing}, which this run does not produce")

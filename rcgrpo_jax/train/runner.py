@@ -10,16 +10,17 @@ A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO 
     step(state, step) -> (state, host metrics)       one optimizer step (metrics carry 'finite')
     export(state, path) -> None                      the final policy as an HF directory
 
-`run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm' or 'stop_after'.
+`run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm', 'sigint', 'stop_after' or
+the reason of a `loop.StopRun` a step raised (then also `message`, e.g. reason 'judge_failures').
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Protocol
 
 import jax
-from absl import logging as absl_logging
 
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.train import checkpoint as ckpt_lib
@@ -45,7 +46,9 @@ class Trainer(Protocol):
 
 
 def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
-    """Trains from the latest checkpoint in `workdir/checkpoints` (or from `trainer.init_state()`), logging to
+    """Trains from the newest readable checkpoint in `workdir/checkpoints` (`Checkpointer.restore_latest`: each
+    unreadable one named in one line on stderr; "resumed from step K of N" printed) or from
+    `trainer.init_state()`, logging to
     workdir/metrics.jsonl (+ TensorBoard), and exports workdir/hf when the run completes. `stop_after` ends
     this call after that many steps without a final save (tests use it to simulate a crash)."""
     os.makedirs(workdir, exist_ok=True)
@@ -57,17 +60,26 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
         async_save=config.checkpoint.async_save,
     )
     fingerprint = trainer.fingerprint()
-    start = ckpt.latest_step()
+    n_steps = trainer.total_steps
+
+    def report(line: str) -> None:
+        if is_main:
+            print(line, file=sys.stderr, flush=True)
+
     with jax.set_mesh(trainer.mesh):
-        if start is None:
+        try:
+            restored = ckpt.restore_latest(trainer.restore_target(), report=report) if ckpt.all_steps() else None
+        except BaseException:
+            ckpt.close()
+            raise
+        if restored is None:
             state, start = trainer.init_state(), 0
         else:
-            state, meta = ckpt.restore(start, trainer.restore_target())
-            if meta.get("data_fingerprint") != fingerprint:
+            state, start = restored.state, restored.step
+            if restored.meta.get("data_fingerprint") != fingerprint:
                 ckpt.close()
                 raise ConfigError("data", "the data differ from those of the checkpoint being resumed")
-            absl_logging.info("resumed from step %d", start)
-    n_steps = trainer.total_steps
+            report(f"resumed from step {start} of {n_steps} ({ckpt.directory}/{start})")
     logger = log_lib.MetricsLogger(
         workdir, is_main=is_main, tensorboard=config.log.tensorboard, resume_step=start if start > 0 else None
     )
@@ -103,7 +115,10 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
         progress.close()
     if reason == "done" and config.checkpoint.export_hf:
         trainer.export(state, os.path.join(workdir, "hf"))
-    return {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
+    out = {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
+    if "stop_message" in last:  # a StopRun: the line the launcher prints
+        out["message"] = last["stop_message"]
+    return out
 
 
 def total_steps(config, steps_per_epoch: int) -> int:

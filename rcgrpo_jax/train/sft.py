@@ -218,6 +218,7 @@ def check(config, num_devices: int) -> dict[str, int]:
     shape = config_checks.check(config, num_devices)
     if config.data.get("kind") not in ("expert", "rctp"):
         raise config_fields.ConfigError("data.kind", f"{config.data.get('kind')!r} is not one of expert, rctp")
+    sft_data.check_files(config)
     return shape
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from rcgrpo_jax import chat, config_fields
 from rcgrpo_jax.chat import NotAppendOnlyError, render_text
-from rcgrpo_jax.data import datasets, sources
+from rcgrpo_jax.data import datasets, jsonl, sources
 from rcgrpo_jax.train import model_prep
 
 # ----------------------------------------------------------------------------------------------------
@@ -69,8 +69,23 @@ def tokenize_conversation(
 
 
 def read_jsonl(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The conversations of an SFT / RCTP-FT JSON-lines file (`data.jsonl.read`: a bad or empty file raises
+    `InputError` naming FILE:LINE or the file)."""
+    return jsonl.read(path, what="conversations", check=jsonl.conversation)
+
+
+def read_explored(path: str) -> list[dict]:
+    """The records of an exploration file (`train.exploration` output; conversations with a 'kind')."""
+    return jsonl.read(path, what="exploration records", check=jsonl.trajectory_record)
+
+
+def check_files(config) -> None:
+    """Start-up check of the files a supervised stage reads (`data.path`, `data.exploration_path`): each
+    must read whole, so a bad line stops the run before the model loads."""
+    if config.data.get("path"):
+        read_jsonl(config.data.path)
+    if config.data.get("exploration_path"):
+        read_explored(config.data.exploration_path)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -206,7 +221,7 @@ def load_examples(config, workdir: str) -> list[dict]:
     name = {"expert": "sft.jsonl", "rctp": "rctp_ft.jsonl"}[config.data.kind]
     if not os.path.exists(os.path.join(out, name)):
         if jax.process_index() == 0:
-            explored = read_jsonl(config.data.exploration_path) if config.data.get("exploration_path") else ()
+            explored = read_explored(config.data.exploration_path) if config.data.get("exploration_path") else ()
             tasks = sources.tasks(config.data, "train")
             datasets.build_all(
                 out,

@@ -389,3 +389,17 @@ def test_packed_append_pieces_by_hand():
     assert d.span == rp.buckets.span_bucket(1070, 16896)
     assert d.pairs == 4 * 24 * 32 * 128 and d.read == 4 * 24 * 128
     assert d.real_pairs == 40 * 1000 + 40 * 41 // 2 + 70 * 300 + 70 * 71 // 2
+
+
+def test_step_data_presets_are_planned_on_the_bfcl_split_in_one_line(capsys):
+    from configs import awpo
+
+    config = awpo.get_config("qwen3_8b")
+    assert config.data.source == "steps" and not config.data.steps.path  # the user's data: no file to read
+    planned = rp.bfcl_tasks_of(config)
+    err = capsys.readouterr().err.splitlines()
+    assert planned.data.source == "bfcl" and config.data.source == "steps"  # a copy
+    assert err == ["rollout_plan: data.source=steps: planned on the BFCL train split (no data file is read)"]
+    from rcgrpo_jax.data import sources
+
+    assert len(sources.tasks(planned.data, "train")) > 0

@@ -57,6 +57,22 @@ def test_missing_checkpoint_path_is_named():
     assert e.field == "model.path" and str(e).startswith("config.model.path: missing checkpoint path")
 
 
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"model_type": "qwen2",', "config.json is not valid JSON (Expecting property name"),
+        ("[1, 2]", "is not an HF model config (a JSON object with a 'model_type')"),
+        ('{"hidden_size": 8}', "is not an HF model config"),
+    ],
+)
+def test_a_malformed_config_json_fails_at_start_up(tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    c = sft.get_config("tiny")
+    c.model.path = str(tmp_path)
+    e = _err(c)
+    assert e.field == "model.path" and message in str(e) and "\n" not in str(e)
+
+
 def test_checkpoint_path_without_config_json(tmp_path):
     c = sft.get_config("llama3_1_8b")
     c.model.path = str(tmp_path)
@@ -88,6 +104,7 @@ def test_mesh_larger_than_device_count():
     c.mesh.data, c.mesh.fsdp = 4, 4
     e = _err(c)
     assert e.field == "mesh" and "needs 16 devices but only 8" in str(e)
+    assert str(e).endswith("XLA_FLAGS=--xla_force_host_platform_device_count=16)")  # how to fake them on a CPU
     c.mesh.data, c.mesh.fsdp = 3, -1
     assert _err(c).field == "mesh.fsdp"
 

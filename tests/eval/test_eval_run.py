@@ -14,6 +14,7 @@ import transformers
 
 from configs import eval as eval_configs
 from rcgrpo_jax import models
+from rcgrpo_jax.config_fields import InputError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.eval import report
 from rcgrpo_jax.eval import run as eval_run
@@ -216,7 +217,7 @@ def _single_turn_config(model_path, **eval_fields):
     return cfg
 
 
-def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
+def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path, capsys):
     from rcgrpo_jax import chat
     from rcgrpo_jax.eval import single_turn, single_turn_oracle
 
@@ -227,8 +228,19 @@ def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
     rows.append({"id": given[0].id, "output": "I would rather not."})
     rows.append({"id": "simple_python_99999", "output": "an id the suite does not have"})
     path = tmp_path / "outputs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(2, lines[2][:15])  # a line cut mid-way: its entry is named, not silently dropped
+    path.write_text("".join(line + "\n" for line in lines))
     cfg = _single_turn_config(tiny_world_model, policy="replay", replay_path=str(path), max_tasks=2)
+    with pytest.raises(InputError) as e:  # missing input is never turned into a score ...
+        eval_run.run(cfg, str(tmp_path / "stopped"))
+    assert str(e.value).startswith("replay: 3 of 26 entries have no result (1 undecodable in the files")
+    err = capsys.readouterr()
+    assert f"replay: {path}:3: not valid JSON" in err.err and "replay: 1 undecodable entry" in err.err
+    assert "| Category |" not in err.out  # no table
+    stopped = json.loads((tmp_path / "stopped" / "eval.json").read_text())  # ... and nothing is lost
+    assert stopped["summary"]["incomplete"] and stopped["summary"]["undecodable"] == 1
+    cfg.eval.allow_missing = True  # unless asked: then the table shows what is missing
     out = eval_run.run(cfg, str(tmp_path / "run"))
     missing = [e.id for e in entries[-3:]]
     assert out["n"] == 26 and out["missing"] == 3 and out["missing_ids"] == missing and out["unknown_ids"] == 1
@@ -242,6 +254,11 @@ def test_replay_scores_outputs_made_elsewhere(tiny_world_model, tmp_path):
     by_id = {e["id"]: e for e in written["episodes"]}
     assert all(by_id[i]["error_kind"] == "missing_output" and not by_id[i]["official_pass"] for i in missing)
     assert by_id[given[0].id]["output"] == "I would rather not."
+    table = capsys.readouterr().out
+    assert "| Category | replay | missing |" in table
+    cats = [e.category for e in entries[-3:]]
+    assert out["missing_by_category"] == {c: cats.count(c) for c in out["categories"]}
+    assert f"| {cats[-1]} | 0.00 | {cats.count(cats[-1])} |" in table
 
 
 def test_random_model_single_turn(tiny_world_model, tmp_path):

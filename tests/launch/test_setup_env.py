@@ -18,7 +18,7 @@ SCRIPT = os.path.join(REPO, "launch", "setup_env.sh")
 CPU_STEPS = [
     "install -q --upgrade pip",
     "install -q torch==2.13.0",
-    f"install -q -e {REPO}[test]",
+    f"install -q -e {REPO}[test,serving]",
     "install -q --no-deps bfcl-eval==2026.3.23",
 ]
 
