@@ -4,17 +4,18 @@
 #
 #   bash launch/reproduce.sh [--workdir DIR] [--seeds N] [--jobs J]
 #
-# XLA's CPU runtime runs one program's ops mostly one after another (about one core per process), so the seeds
-# run side by side, J at a time (default 2, one per core; `python -m rcgrpo_jax.pipeline.ablation --only_seed S`),
-# then one run over all seeds finds every stage done and writes DIR/report.md and report.json: each row's mean
-# and spread over seeds (stage 1's beside RL's), the paired bootstrap of every RL row against its init and of
-# RC-GRPO against GRPO, the controls and the curves under DIR/plots. Default DIR: runs/reproduce.
+# Each seed is one process (`python -m rcgrpo_jax.pipeline.ablation --only_seed S`), J at a time. Default 1: two
+# side by side on this 2-core machine took 1.6 s an SFT step each (with other work running), where one alone on
+# an idle machine takes 0.33 s, as XLA's threads of both fight over the cores; J > 1 is for machines with cores
+# to spare. Then one run over all seeds finds every stage done and writes DIR/report.md and report.json: each
+# row's mean and spread over seeds (stage 1's beside RL's), the paired bootstrap of every RL row against its
+# init and of RC-GRPO against GRPO, the controls and the curves under DIR/plots. Default DIR: runs/reproduce.
 # Measure with:  /usr/bin/time -v bash launch/reproduce.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORKDIR="$ROOT/runs/reproduce"
 SEEDS=3
-JOBS=2
+JOBS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --workdir) WORKDIR="$2"; shift 2 ;;
