@@ -34,11 +34,16 @@ explicitly. Export lowers (StableHLO and the kernels' Triton IR), it does not ru
 kernel constraint that Triton checks at lowering (e.g. the decode kernel's power-of-two head_dim) fails
 here, one checked only at GPU compile time would not.
 
+Every program is exported against an abstract H200 (compute capability 9.0) wherever JAX has abstract
+devices (`abstract_target`): from jax 0.11 the Triton lowering needs to be told its GPU on a host without one.
+
 Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted custom-call targets of the
-exported module, `error`; also `devices`, the shapes `at` and `seconds`), then `{"ok": ..., "programs": N, "failed": [...]}`; the exit status
+exported module, `error`; also `devices`, the shapes `at`, `seconds`, the `jax` version and the abstract
+`target` GPU), then `{"ok": ..., "programs": N, "failed": [...], "jax": ..., "target": ...}`; the exit status
 is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
 the model (2 layers, head_dim 16) and the shapes, so CI can run it in seconds
-(tests/bench/test_cuda_lower.py).
+(tests/bench/test_cuda_lower.py). The `tiny` preset itself lowers too, with the architecture its run would
+build (`models.tiny.tiny_architecture`) on its one-device mesh.
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ from rcgrpo_jax.train import state as state_lib
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
 PLATFORM = "cuda"
+# The GPU the programs are lowered for: an H200 (compute capability 9.0, 132 SMs), given to JAX as the
+# abstract device of the mesh (`abstract_target`).
+TARGET_KIND, TARGET_CORES = "NVIDIA H200", 132
 RL_PROGRAMS = (
     "prefill",
     "prefill_packed",
@@ -118,16 +126,59 @@ def _sds(shape, dtype, sharding):
     return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
+def abstract_target() -> Any:
+    """`jax.sharding.AbstractDevice` of the target GPU, or None where this JAX has no abstract devices.
+
+    From jax 0.11 a Pallas Triton kernel asks, at lowering, for the GPU it is lowered for (its compute
+    capability picks the Triton target): with no GPU attached it reads the abstract device of the current
+    abstract mesh, and fails without one ("No supported GPU devices found, please specify an abstract GPU
+    device using AbstractDevice"). jax 0.10 falls back to compute capability 9.0 by itself and ignores the
+    abstract device. So wherever the API exists the programs are lowered under an abstract mesh that names
+    an H200 (feature-detected, not by version number); a JAX without it gets None and lowers as before."""
+    import inspect
+
+    import jax
+
+    device_cls = getattr(jax.sharding, "AbstractDevice", None)
+    mesh_cls = getattr(jax.sharding, "AbstractMesh", None)
+    if device_cls is None or mesh_cls is None or not hasattr(jax.sharding, "use_abstract_mesh"):
+        return None
+    if "abstract_device" not in inspect.signature(mesh_cls).parameters:
+        return None
+    return device_cls(device_kind=TARGET_KIND, num_cores=TARGET_CORES, platform="gpu")
+
+
 def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
-    """Exports jit(fn) for CUDA with explicit shardings; returns its custom-call targets and device count."""
+    """Exports jit(fn) for CUDA with explicit shardings, under the current mesh given the target GPU as its
+    abstract device (`abstract_target`); returns its custom-call targets and device count."""
+    import contextlib
+
     import jax
     from jax import export
 
     jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate)
-    exp = export.export(
-        jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
-    )(*args)
+    target = abstract_target()
+    mesh = jax.sharding.get_abstract_mesh()
+    if target is None:
+        ctx = contextlib.nullcontext()
+    else:
+        if mesh.empty:  # a program traced outside a mesh context: one device
+            mesh = jax.sharding.AbstractMesh((1,), ("data",))
+        ctx = jax.sharding.use_abstract_mesh(mesh.update(abstract_device=target))
+    with ctx:
+        exp = export.export(
+            jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+        )(*args)
     return {"custom_calls": custom_calls(exp.mlir_module()), "devices": exp.nr_devices}
+
+
+def versions() -> dict[str, Any]:
+    """What every JSON line names: the jax version, and the abstract GPU the kernels were lowered for
+    (None: this JAX's own fallback, compute capability 9.0 on jax 0.10)."""
+    import jax
+
+    target = abstract_target()
+    return {"jax": jax.__version__, "target": None if target is None else target.device_kind}
 
 
 def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> dict[str, Any]:
@@ -137,7 +188,7 @@ def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> 
     except Exception as e:  # a failed lowering is the result being reported, with its message
         got, error = {}, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:2000]
     row = {"program": name, "ok": error is None, "custom_calls": got.get("custom_calls", []), "error": error}
-    row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2))
+    row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2), **versions())
     print(json.dumps(row), flush=True)
     return row
 
@@ -398,7 +449,7 @@ def lower_all(config, tiny: bool = False) -> dict[str, Any]:
         else:
             raise ValueError(f"trainer: {config.trainer!r} has no training programs to lower (rl or supervised)")
     failed = [r["program"] for r in rows if not r["ok"]]
-    summary = {"ok": not failed, "programs": len(rows), "failed": failed}
+    summary = {"ok": not failed, "programs": len(rows), "failed": failed, **versions()}
     print(json.dumps(summary), flush=True)
     return summary
 
