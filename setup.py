@@ -8,7 +8,7 @@ setup(
     package_data={"rcgrpo_jax.data": ["*.json"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.10,<0.12",  # 0.10 (the CPU installs) and 0.11 (the GPU test box)
+        "jax>=0.10,<0.13",  # 0.10 (the CPU installs, Python 3.11), 0.11 (the GPU test box) and 0.12
         "flax>=0.12",
         "optax",
         "orbax-checkpoint",
@@ -27,8 +27,8 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
         # CUDA jax (pip-installed CUDA 13 libraries; launch/setup_env.sh --gpu). gpu-cuda12 for drivers < 580.
-        "gpu": ["jax[cuda13]>=0.10,<0.12"],
-        "gpu-cuda12": ["jax[cuda12]>=0.10,<0.12"],
+        "gpu": ["jax[cuda13]>=0.10,<0.13", "tokamax==0.0.12"],
+        "gpu-cuda12": ["jax[cuda12]>=0.10,<0.13", "tokamax==0.0.12"],
         # Benchmark peers only, each in its own env built by launch/bench_env.sh (tunix pins an older
         # transformers than the project's); never imported by the package.
         "bench-trl": ["trl==1.16.0"],

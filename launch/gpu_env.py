@@ -54,6 +54,7 @@ IMPORTS: dict[str, tuple[str, ...]] = {
     "jax-cuda13-pjrt": ("jax_plugins",),
     "jax-cuda13-plugin": ("jax_cuda13_plugin", "jax_plugins"),
     "jaxlib": ("jaxlib",),
+    "jaxtyping": ("jaxtyping",),
     "jinja2": ("jinja2",),
     "kiwisolver": ("kiwisolver",),
     "markupsafe": ("markupsafe",),
