@@ -365,7 +365,8 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     both paths sampled alike (each row up to its first differing token), over the largest |log-prob|.
     {path}_cache_sized_ops: the opcodes (and counts) of the compiled decode program's instructions whose
     result has one cache layer's size in any axis order (a copy or transpose there is a per-step re-layout
-    of the cache; in-place writes show as scatter / dynamic-update-slice or fusions)."""
+    or copy of the cache; in-place writes show as scatter / dynamic-update-slice or fusions). Both paths
+    write the cache with a scatter, the GPU's write, on every backend."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -373,7 +374,11 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
     lengths = np.linspace(span // 8, span - new, rows).astype(np.int32)
-    sampler = Sampler(config, new, SamplingParams(temperature=1.0))
+    # The GPU's cache write ("scatter", what kv_write="auto" picks there) on every backend, so the compiled
+    # program is the GPU's. (The CPU's bf16 "select" write gets 4 cache-sized copies from jax 0.11's XLA CPU:
+    # the select is fused into both the carried cache and the interpreted kernel's read of it, one fusion
+    # writes the loop buffer in place, so copy insertion copies the buffer first. No copy with scatter.)
+    sampler = Sampler(config, new, SamplingParams(temperature=1.0), kv_write="scatter")
     stops = jnp.asarray(stop_table((), rows))
     budgets = jnp.full((rows,), new, jnp.int32)
     logits = jnp.asarray(np.random.default_rng(0).standard_normal((rows, config.vocab_size)), jnp.float32)
@@ -505,7 +510,11 @@ def bench_packed_attention(plan: Plan) -> dict[str, Any]:
         sees = jnp.arange(span)[None, None, :] <= jnp.asarray(q_pos)[:, :, None]  # [K, W, S]
         s = jnp.where(sees[:, None, None], s, -jnp.inf)
         p = jnp.where(sees[:, None, None], jax.nn.softmax(s, axis=-1), 0.0).astype(q.dtype)
-        return jnp.einsum("bgrws,bgsd->bwgrd", p, vb)
+        # The bf16 probabilities and values summed in float32, as the pairs and a GPU's bf16 dots do: jax 0.11's
+        # CPU dot sums a bf16 x bf16 -> bf16 product in bf16 (0.026 of the magnitude off at a 256-slot span, the
+        # pairs 0.002), and its CPU dot has no bf16 x bf16 -> f32 form here, so the operands are widened.
+        f32 = jnp.float32
+        return jnp.einsum("bgrws,bgsd->bwgrd", p.astype(f32), vb.astype(f32)).astype(q.dtype)
 
     row: dict[str, Any] = dict(
         rows=rows, span=span, stepping_rows=len(stepping), tokens_per_row=count, blocks=k_blocks, block_k=bk
