@@ -75,6 +75,16 @@ PALLAS_BACKWARD_BLOCK = 32  # its backward's blocks (JAX's defaults)
 _LOWERING_PLATFORM: list[str] = []  # set by `lowering_for` while a program is traced for another platform
 
 
+def pallas_mha_unavailable() -> str | None:
+    """Why this JAX has no Pallas Triton flash kernel (`jax.experimental.pallas.ops.gpu.attention`), None when
+    it has one: jax 0.10 and 0.11 ship it (0.11 deprecates it), jax 0.12 removed it (tokamax replaces it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("jax.experimental.pallas.ops.gpu.attention") is None:
+        return f"jax {jax.__version__} has no jax.experimental.pallas.ops.gpu.attention (removed in jax 0.12)"
+    return None
+
+
 @contextlib.contextmanager
 def lowering_for(platform: str) -> Iterator[None]:
     """Within this context Pallas kernels are traced for `platform` ("cuda": compiled Triton kernels, not
@@ -120,6 +130,8 @@ def select_implementation(
     if config_value == "xla":
         return "xla"
     if config_value == "pallas":
+        if why := pallas_mha_unavailable():
+            raise ValueError(f"attention_impl: 'pallas' cannot run here: {why}; use 'auto', 'xla' or 'tokamax'")
         return "pallas"
     on_gpu = str(backend).lower() in GPU_BACKENDS
     why_not = None if on_gpu else f"backend {backend!r} (cuDNN attention needs a CUDA GPU)"
