@@ -25,7 +25,8 @@ setup(
         "mpmath",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
+        # tokamax: the CPU tests of attention_impl=tokamax (its XLA reference implementation)
+        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6", "tokamax==0.0.12"],
         # CUDA jax (pip-installed CUDA 13 libraries; launch/setup_env.sh --gpu). gpu-cuda12 for drivers < 580.
         "gpu": ["jax[cuda13]>=0.10,<0.13", "tokamax==0.0.12"],
         "gpu-cuda12": ["jax[cuda12]>=0.10,<0.13", "tokamax==0.0.12"],
