@@ -35,7 +35,8 @@
 # version was read on the box, except torch and the CUDA plugin, plus flax, optax, orbax-checkpoint and chex
 # at the record's versions (not read there; see the record); then the rest of setup.py's install_requires
 # (ml-collections, tensorboardX and mpmath at launch/gpu_wheels.txt's pins; bfcl-eval at its pin with
-# --no-deps, as on the box), tokamax (the `gpu` extra's pin), and pytest with pytest-xdist. pip resolves their dependencies (jax 0.11 and numpy 2.5 need Python 3.12).
+# --no-deps, as on the box), tokamax (the `gpu` extra's pin), and pytest with pytest-xdist. pip resolves
+# their dependencies (jax 0.11 and numpy 2.5 need Python 3.12).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 peer="${1:-}"

@@ -33,8 +33,9 @@ fi
 # The GPU image's versions (DESIGN.md, "The production path": jax 0.11.2, numpy 2.5.2, transformers 5.17.0 on
 # Python 3.12, no torch; launch/gpu_image_packages.txt): a side env, .venv-bench-gpu-image (~75 s to build),
 # runs the lowering proof at tiny shapes and the model, sampling and RL tests that need no HF oracle (torch)
-# after the suite (GPU_IMAGE_TESTS; ~1 min on 2 workers). Built when the registry answers and a Python 3.12 is
-# here, else skipped with the reason printed; a failed build with both at hand fails the run.
+# after the suite (GPU_IMAGE_TESTS: 110 s of tests on one core, ~1 min on 2 workers). Built when the registry
+# answers and a Python 3.12 is here, else skipped with the reason printed; a failed build with both at hand
+# fails the run.
 GPU_IMAGE_TESTS=(
   tests/bench/test_cuda_lower.py
   tests/models/test_attention_tokamax.py
@@ -45,7 +46,12 @@ GPU_IMAGE_TESTS=(
   tests/sampling/test_block_attention.py
   tests/sampling/test_row_shards.py
   tests/sampling/test_sample_fns.py
-  tests/rl
+  tests/rl/test_rl_losses.py
+  tests/rl/test_rl_logprobs.py
+  tests/rl/test_rl_diagnostics.py
+  tests/rl/test_rl_shaping.py
+  tests/rl/test_rl_filters.py
+  tests/rl/test_rl_swap.py
 )
 gpu_image_py=""
 if [[ "$FAST" == 1 ]]; then
