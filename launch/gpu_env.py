@@ -116,7 +116,7 @@ def normalize(name: str) -> str:
 
 
 def requirement_name(req: str) -> str:
-    """'jax[cuda13]>=0.10,<0.12 ; python_version>="3.11"' -> 'jax'."""
+    """'jax[cuda13]>=0.10,<0.13 ; python_version>="3.11"' -> 'jax'."""
     m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
     if not m:
         raise ValueError(f"not a requirement: {req!r}")

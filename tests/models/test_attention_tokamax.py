@@ -17,6 +17,8 @@ from rcgrpo_jax.models import attention
 from rcgrpo_jax.models.cache import attention_mask
 from rcgrpo_jax.models.xla_attention import grouped_attention
 
+pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini); the gpu-image lane runs it
+
 B, T, N, G, DH = 3, 24, 6, 2, 16  # GQA: 3 query heads per kv head
 SCALE = 1.0 / np.sqrt(DH)
 LENGTHS = (17, 24, 5)  # right-padded rows (the trainers' batches), one full
