@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-shot accelerator check on a single H200, offline. In order, most wanted first (rcgrpo_jax/bench/gpu.py):
-#   attention      cuDNN's fused attention against the XLA path at 4k and 16k tokens (Qwen2.5-7B heads: max
-#                  difference, forward and backward times; --skip attention leaves it out)
+#   attention      every training attention that can run (XLA, cuDNN, tokamax's Mosaic GPU kernel, the Pallas
+#                  Triton kernel where JAX ships it) at 4k and 16k tokens (Qwen2.5-7B heads: max difference from
+#                  XLA, forward and backward times; `fastest_fwd_bwd` names the default to take; --skip attention
+#                  leaves it out)
 #   ragged_decode  the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s,
 #                  KV slots read, max log-prob difference, cache-sized copies in the program)
 #   packed_attention  the packed append's block-pair attention against dense attention over the span, on one

@@ -33,16 +33,22 @@ NO_DEPS = ("bfcl-eval",)
 # Never installed by setup_env.sh --gpu: the image's CUDA-coupled builds.
 NEVER_INSTALL = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")
 NEVER_INSTALL += ("torch", "nvidia-*")
+# The wheel folder's compiled builds, one each, for the box's CPython 3.12 on x86-64 Linux (every other wheel
+# is pure Python): pydantic's core, which tokamax needs and the image lacks.
+COMPILED = ("pydantic-core",)
+COMPILED_TAG = re.compile(r"-cp312-cp312-manylinux[\w.]*x86_64\.whl$")
 
 # Distribution -> the top-level modules it provides, for every distribution the lists and setup.py name
 # (tests/launch/test_gpu_env.py fails on one without an entry). The first module is the one `check` imports.
 IMPORTS: dict[str, tuple[str, ...]] = {
     "absl-py": ("absl",),
     "aiofiles": ("aiofiles",),
+    "annotated-types": ("annotated_types",),
     "bfcl-eval": ("bfcl_eval",),
     "chex": ("chex",),
     "contourpy": ("contourpy",),
     "cycler": ("cycler",),
+    "einshape": ("einshape",),
     "etils": ("etils",),
     "filelock": ("filelock",),
     "flax": ("flax",),
@@ -50,10 +56,12 @@ IMPORTS: dict[str, tuple[str, ...]] = {
     "fsspec": ("fsspec",),
     "huggingface-hub": ("huggingface_hub",),
     "humanize": ("humanize",),
+    "immutabledict": ("immutabledict",),
     "jax": ("jax",),
     "jax-cuda13-pjrt": ("jax_plugins",),
     "jax-cuda13-plugin": ("jax_cuda13_plugin", "jax_plugins"),
     "jaxlib": ("jaxlib",),
+    "jaxtyping": ("jaxtyping",),
     "jinja2": ("jinja2",),
     "kiwisolver": ("kiwisolver",),
     "markupsafe": ("markupsafe",),
@@ -72,9 +80,12 @@ IMPORTS: dict[str, tuple[str, ...]] = {
     "pillow": ("PIL",),
     "pip": ("pip",),
     "protobuf": ("google.protobuf", "google"),
+    "pydantic": ("pydantic",),
+    "pydantic-core": ("pydantic_core",),
     "pyparsing": ("pyparsing",),
     "python-dateutil": ("dateutil",),
     "pyyaml": ("yaml",),
+    "qwix": ("qwix",),
     "regex": ("regex",),
     "requests": ("requests",),
     "rich": ("rich",),
@@ -85,13 +96,16 @@ IMPORTS: dict[str, tuple[str, ...]] = {
     "sympy": ("sympy",),
     "tensorboardx": ("tensorboardX",),
     "tensorstore": ("tensorstore",),
+    "tokamax": ("tokamax",),
     "tokenizers": ("tokenizers",),
     "toolz": ("toolz", "tlz"),
     "torch": ("torch", "functorch", "torchgen"),
     "tqdm": ("tqdm",),
     "transformers": ("transformers",),
     "treescope": ("treescope",),
+    "typeguard": ("typeguard",),
     "typing-extensions": ("typing_extensions",),
+    "typing-inspection": ("typing_inspection",),
     "zipp": ("zipp",),
 }
 
@@ -102,7 +116,7 @@ def normalize(name: str) -> str:
 
 
 def requirement_name(req: str) -> str:
-    """'jax[cuda13]>=0.10,<0.12 ; python_version>="3.11"' -> 'jax'."""
+    """'jax[cuda13]>=0.10,<0.13 ; python_version>="3.11"' -> 'jax'."""
     m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
     if not m:
         raise ValueError(f"not a requirement: {req!r}")
@@ -289,7 +303,8 @@ def _marker_true(marker: str) -> bool:
 
 
 def cmd_wheels(folder: str) -> int:
-    """A wheel folder is ready for the GPU box when: every file is a pure-Python wheel, every line of
+    """A wheel folder is ready for the GPU box when: every file is a pure-Python wheel (or, for a name in
+    COMPILED, a CPython 3.12 x86-64 manylinux one), every line of
     gpu_wheels.txt has its wheel, each wheel's own requirements (bfcl-eval's aside: installed --no-deps)
     are on the image list or in the folder, and the whole is under 64 MiB. One line per problem."""
     wheels = sorted(f for f in os.listdir(folder) if not f.startswith("."))
@@ -299,9 +314,10 @@ def cmd_wheels(folder: str) -> int:
         if not f.endswith(".whl"):
             problems.append(f"{f}: not a wheel")
             continue
-        if not f.endswith("-none-any.whl"):
+        name = normalize(f.split("-")[0])
+        if not f.endswith("-none-any.whl") and not (name in COMPILED and COMPILED_TAG.search(f)):
             problems.append(f"{f}: not a pure-Python wheel (the box takes no compiled builds from here)")
-        have[normalize(f.split("-")[0])] = f
+        have[name] = f
     for name, version in read_list(WHEEL_LIST):
         f = have.get(name)
         if f is None:

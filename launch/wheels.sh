@@ -5,7 +5,8 @@
 #
 # The box (DESIGN.md, "The production path") has no package registry and lacks what launch/gpu_wheels.txt
 # lists. This downloads exactly those lines, each --no-deps, as wheels for CPython 3.12 (the box's Python,
-# whatever this machine runs), then `launch/gpu_env.py wheels DIR` checks the folder: pure-Python wheels
+# whatever this machine runs; the one compiled build, pydantic-core, for x86-64 Linux), then
+# `launch/gpu_env.py wheels DIR` checks the folder: pure-Python wheels (and that build)
 # only, one per line of the list, every wheel's own dependencies on launch/gpu_image_packages.txt or in
 # the folder (bfcl-eval's tree aside: installed --no-deps), under 64 MiB (what travels with the working
 # tree). Put DIR under an ignored path (e.g. runs/wheels) or outside the tree; never commit it. On the box:
@@ -23,10 +24,20 @@ spec = importlib.util.spec_from_file_location("gpu_env", sys.argv[1])
 gpu_env = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_env)
 for name, version in gpu_env.read_list(sys.argv[2]):
-    print(f"{name}=={version}")
+    print(("C " if name in gpu_env.COMPILED else "P ") + f"{name}=={version}")
 PYEOF
 )
 [ "${#WANT[@]}" -gt 0 ] || { echo "wheels.sh: launch/gpu_wheels.txt lists nothing" >&2; exit 1; }
+PURE=()
+COMPILED=()
+for w in "${WANT[@]}"; do
+  if [ "${w%% *}" = C ]; then COMPILED+=("${w#* }"); else PURE+=("${w#* }"); fi
+done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py \
-  --dest "$DIR" "${WANT[@]}"
+  --dest "$DIR" "${PURE[@]}"
+# gpu_env.COMPILED: the box's CPython 3.12 on x86-64 Linux
+if [ "${#COMPILED[@]}" -gt 0 ]; then
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+    --platform manylinux2014_x86_64 --dest "$DIR" "${COMPILED[@]}"
+fi
 exec "$PY" "$ROOT/launch/gpu_env.py" wheels "$DIR"

@@ -34,26 +34,32 @@ explicitly. Export lowers (StableHLO and the kernels' Triton IR), it does not ru
 kernel constraint that Triton checks at lowering (e.g. the decode kernel's power-of-two head_dim) fails
 here, one checked only at GPU compile time would not.
 
+Every program is exported against an abstract H200 (compute capability 9.0) wherever JAX has abstract
+devices (`abstract_target`): from jax 0.11 the Triton lowering needs to be told its GPU on a host without one.
+
 Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted custom-call targets of the
-exported module, `error`; also `devices`, the shapes `at` and `seconds`), then `{"ok": ..., "programs": N, "failed": [...]}`; the exit status
+exported module, `error`; also `devices`, the shapes `at`, `seconds`, the `jax` version and the abstract
+`target` GPU), then `{"ok": ..., "programs": N, "failed": [...], "jax": ..., "target": ...}`; the exit status
 is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
 the model (2 layers, head_dim 16) and the shapes, so CI can run it in seconds
-(tests/bench/test_cuda_lower.py).
+(tests/bench/test_cuda_lower.py). The `tiny` preset itself lowers too, with the architecture its run would
+build (`models.tiny.tiny_architecture`) on its one-device mesh.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from rcgrpo_jax import config_checks, stages
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.models.attention import lowering_for
+from rcgrpo_jax.models.attention import lowering_for, pallas_mha_unavailable
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.sampling import SamplingParams, decode_step, packed, packed_append, row_shards, sampler, session
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
@@ -61,6 +67,9 @@ from rcgrpo_jax.train import state as state_lib
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
 PLATFORM = "cuda"
+# The GPU the programs are lowered for: an H200 (compute capability 9.0, 132 SMs), given to JAX as the
+# abstract device of the mesh (`abstract_target`).
+TARGET_KIND, TARGET_CORES = "NVIDIA H200", 132
 RL_PROGRAMS = (
     "prefill",
     "prefill_packed",
@@ -118,16 +127,76 @@ def _sds(shape, dtype, sharding):
     return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
+def abstract_target() -> Any:
+    """`jax.sharding.AbstractDevice` of the target GPU, or None where this JAX has no abstract devices.
+
+    From jax 0.11 a Pallas Triton kernel asks, at lowering, for the GPU it is lowered for (its compute
+    capability picks the Triton target): with no GPU attached it reads the abstract device of the current
+    abstract mesh, and fails without one ("No supported GPU devices found, please specify an abstract GPU
+    device using AbstractDevice"). jax 0.10 falls back to compute capability 9.0 by itself and ignores the
+    abstract device. So wherever the API exists the programs are lowered under an abstract mesh that names
+    an H200 (feature-detected, not by version number); a JAX without it gets None and lowers as before."""
+    import inspect
+
+    import jax
+
+    device_cls = getattr(jax.sharding, "AbstractDevice", None)
+    mesh_cls = getattr(jax.sharding, "AbstractMesh", None)
+    if device_cls is None or mesh_cls is None or not hasattr(jax.sharding, "use_abstract_mesh"):
+        return None
+    if "abstract_device" not in inspect.signature(mesh_cls).parameters:
+        return None
+    return device_cls(device_kind=TARGET_KIND, num_cores=TARGET_CORES, platform="gpu")
+
+
+@contextlib.contextmanager
+def on_target() -> Iterator[None]:
+    """Within this context a program is traced for the target GPU: the current abstract mesh (one device
+    when there is none) with `abstract_target()` as its abstract device. A no-op where JAX has none."""
+    import jax
+
+    target = abstract_target()
+    if target is None:
+        yield
+        return
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:  # a program traced outside a mesh context: one device
+        mesh = jax.sharding.AbstractMesh((1,), ("data",))
+    with jax.sharding.use_abstract_mesh(mesh.update(abstract_device=target)):
+        yield
+
+
 def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
-    """Exports jit(fn) for CUDA with explicit shardings; returns its custom-call targets and device count."""
+    """Exports jit(fn) for CUDA with explicit shardings, under the current mesh given the target GPU as its
+    abstract device (`on_target`); returns its custom-call targets and device count."""
     import jax
     from jax import export
 
     jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate)
-    exp = export.export(
-        jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
-    )(*args)
+    with on_target():
+        exp = export.export(
+            jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+        )(*args)
     return {"custom_calls": custom_calls(exp.mlir_module()), "devices": exp.nr_devices}
+
+
+def kernels() -> dict[str, str]:
+    """The attention the programs are lowered with on this JAX: training `pallas` (the Triton flash kernel)
+    and decode `ragged` (the Pallas decode kernel) where JAX ships them (0.10, 0.11), else `xla` for each
+    (jax 0.12 removed both; tokamax's Mosaic GPU attention cannot be lowered without a GPU: docs/gpu.md)."""
+    return {
+        "attention": "xla" if pallas_mha_unavailable() else "pallas",
+        "decode_attention": "xla" if decode_step.ragged_kernel_unavailable() else "ragged",
+    }
+
+
+def versions() -> dict[str, Any]:
+    """What every JSON line names: the jax version, the abstract GPU the kernels were lowered for (None:
+    this JAX's own fallback, compute capability 9.0 on jax 0.10) and the attention used (`kernels`)."""
+    import jax
+
+    target = abstract_target()
+    return {"jax": jax.__version__, "target": None if target is None else target.device_kind, **kernels()}
 
 
 def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> dict[str, Any]:
@@ -137,7 +206,7 @@ def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> 
     except Exception as e:  # a failed lowering is the result being reported, with its message
         got, error = {}, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:2000]
     row = {"program": name, "ok": error is None, "custom_calls": got.get("custom_calls", []), "error": error}
-    row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2))
+    row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2), **versions())
     print(json.dumps(row), flush=True)
     return row
 
@@ -156,7 +225,9 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     model_cfg = model_prep.abstract_model_config(
         config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
     )
-    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl="pallas")
+    impl = kernels()["attention"]
+    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl=impl)
+    layout = kernels()["decode_attention"]
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
         rows = 2 * sampler.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
@@ -179,9 +250,9 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     per_layer = decode_step.split_shardings(stacked_sh)
     weights = jax.eval_shape(lambda p: decode_step._cast_and_split(p, dtype), abstract_params)
     w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
-    cache_sh = sampler.cache_sharding(model_cfg, mesh, "ragged")
+    cache_sh = sampler.cache_sharding(model_cfg, mesh, layout)
     cache = jax.eval_shape(
-        lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity, dtype=dtype, layout="ragged")
+        lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity, dtype=dtype, layout=layout)
     )
     top_p = float(config.rl.top_p) if float(config.rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(config.rl.temperature), int(config.rl.top_k or 0) or None, top_p)
@@ -339,7 +410,8 @@ def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
     config = config_checks.resolved(config, n_dev)
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), n_dev))
     model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
-    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl="pallas")
+    impl = kernels()["attention"]
+    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl=impl)
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
         shapes = Shapes(micro=shards, length=128, grad_accum=2)
@@ -398,7 +470,7 @@ def lower_all(config, tiny: bool = False) -> dict[str, Any]:
         else:
             raise ValueError(f"trainer: {config.trainer!r} has no training programs to lower (rl or supervised)")
     failed = [r["program"] for r in rows if not r["ok"]]
-    summary = {"ok": not failed, "programs": len(rows), "failed": failed}
+    summary = {"ok": not failed, "programs": len(rows), "failed": failed, **versions()}
     print(json.dumps(summary), flush=True)
     return summary
 

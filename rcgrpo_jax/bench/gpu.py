@@ -365,7 +365,8 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     both paths sampled alike (each row up to its first differing token), over the largest |log-prob|.
     {path}_cache_sized_ops: the opcodes (and counts) of the compiled decode program's instructions whose
     result has one cache layer's size in any axis order (a copy or transpose there is a per-step re-layout
-    of the cache; in-place writes show as scatter / dynamic-update-slice or fusions)."""
+    or copy of the cache; in-place writes show as scatter / dynamic-update-slice or fusions). Both paths
+    write the cache with a scatter, the GPU's write, on every backend."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -373,7 +374,11 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     config, params, init_s = production_model(plan, {} if holder is None else holder)
     rows, span, new = plan.prod_rows, plan.prod_span, plan.prod_new
     lengths = np.linspace(span // 8, span - new, rows).astype(np.int32)
-    sampler = Sampler(config, new, SamplingParams(temperature=1.0))
+    # The GPU's cache write ("scatter", what kv_write="auto" picks there) on every backend, so the compiled
+    # program is the GPU's. (The CPU's bf16 "select" write gets 4 cache-sized copies from jax 0.11's XLA CPU:
+    # the select is fused into both the carried cache and the interpreted kernel's read of it, one fusion
+    # writes the loop buffer in place, so copy insertion copies the buffer first. No copy with scatter.)
+    sampler = Sampler(config, new, SamplingParams(temperature=1.0), kv_write="scatter")
     stops = jnp.asarray(stop_table((), rows))
     budgets = jnp.full((rows,), new, jnp.int32)
     logits = jnp.asarray(np.random.default_rng(0).standard_normal((rows, config.vocab_size)), jnp.float32)
@@ -505,7 +510,11 @@ def bench_packed_attention(plan: Plan) -> dict[str, Any]:
         sees = jnp.arange(span)[None, None, :] <= jnp.asarray(q_pos)[:, :, None]  # [K, W, S]
         s = jnp.where(sees[:, None, None], s, -jnp.inf)
         p = jnp.where(sees[:, None, None], jax.nn.softmax(s, axis=-1), 0.0).astype(q.dtype)
-        return jnp.einsum("bgrws,bgsd->bwgrd", p, vb)
+        # The bf16 probabilities and values summed in float32, as the pairs and a GPU's bf16 dots do: jax 0.11's
+        # CPU dot sums a bf16 x bf16 -> bf16 product in bf16 (0.026 of the magnitude off at a 256-slot span, the
+        # pairs 0.002), and its CPU dot has no bf16 x bf16 -> f32 form here, so the operands are widened.
+        f32 = jnp.float32
+        return jnp.einsum("bgrws,bgsd->bwgrd", p.astype(f32), vb.astype(f32)).astype(q.dtype)
 
     row: dict[str, Any] = dict(
         rows=rows, span=span, stepping_rows=len(stepping), tokens_per_row=count, blocks=k_blocks, block_k=bk
@@ -632,6 +641,13 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
       fused  implementation "cudnn" on a CUDA GPU; elsewhere, as a stand-in that checks the argument
              mapping (and this script), the library's XLA attention given the very arguments built for
              cuDNN (`fused_impl` says which ran)
+      tokamax  implementation "tokamax" where tokamax is installed (its Mosaic GPU kernel on a GPU, its
+             XLA reference elsewhere)
+      pallas implementation "pallas" on a GPU where JAX ships the kernel (jax 0.10, 0.11; off a GPU its
+             interpret mode would only time the interpreter)
+
+    `fastest_fwd_bwd` names the implementation whose forward + backward was fastest among those that ran
+    and agreed with xla (differences under 2e-2): what `attention_impl=auto` should pick on that GPU.
 
     Times are medians over `plan.repeats` after a warm-up call (its time, with compilation, reported
     apart); differences are max |fused - xla| over real queries divided by max |xla| (output and dq).
@@ -653,6 +669,8 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
     def make(path: str):
         def attend(q, k, v):
             mask = attention_mask(valid, jnp.arange(seq))  # built inside the program, as in the model
+            if path in ("tokamax", "pallas"):
+                return attention.attention(q, k, v, mask, scale, implementation=path, causal=True)
             if path == "xla" or on_gpu:
                 impl = "xla" if path == "xla" else "cudnn"
                 return attention.attention(q, k, v, mask, scale, implementation=impl, causal=True)
@@ -665,9 +683,15 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
 
         return jax.jit(attend), jax.jit(train)
 
+    paths = ["xla", "fused"]
+    if not attention.tokamax_unavailable():
+        paths.append("tokamax")
+    if on_gpu and not attention.pallas_mha_unavailable():
+        paths.append("pallas")
     row = {} if row is None else row
     row.update(
         seq=seq,
+        paths=paths,
         real_tokens=real,
         heads=n,
         kv_heads=g,
@@ -675,7 +699,7 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
         fused_impl="cudnn" if on_gpu else "xla_with_cudnn_arguments",
     )
     results = {}
-    for path in ("xla", "fused"):
+    for path in paths:
         try:  # one path failing (the dense XLA backward at 16k may not fit) still measures the other
             fwd, train = make(path)
             t = time.perf_counter()
@@ -687,16 +711,28 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
         except Exception as e:  # noqa: BLE001 - reported in the row
             results.pop(path, None)
             row[f"{path}_error"] = f"{type(e).__name__}: {e}"[:300]
-    if len(results) < 2:
+    if "xla" not in results or "fused" not in results:
         raise RuntimeError(f"attention at {seq}: {'; '.join(str(row[k]) for k in row if k.endswith('_error'))}")
     keep = valid[:, :, None, None]
-    for name, i in (("out", 0), ("dq", 1)):
-        ref, got = (results[p][i].astype(jnp.float32) for p in ("xla", "fused"))
-        diff = float(jnp.max(jnp.where(keep, jnp.abs(got - ref), 0.0)))
-        row[f"max_rel_diff_{name}"] = diff / max(float(jnp.max(jnp.abs(ref))), 1e-30)
+    agree = {"xla"}
+    for path in results:
+        if path == "xla":
+            continue
+        suffix = "" if path == "fused" else f"_{path}"
+        for name, i in (("out", 0), ("dq", 1)):
+            ref, got = (results[p][i].astype(jnp.float32) for p in ("xla", path))
+            diff = float(jnp.max(jnp.where(keep, jnp.abs(got - ref), 0.0)))
+            row[f"max_rel_diff_{name}{suffix}"] = diff / max(float(jnp.max(jnp.abs(ref))), 1e-30)
+        if max(row[f"max_rel_diff_out{suffix}"], row[f"max_rel_diff_dq{suffix}"]) < 2e-2:
+            agree.add(path)
     row["fwd_speedup"] = row["xla_fwd_ms"] / row["fused_fwd_ms"]
     row["fwd_bwd_speedup"] = row["xla_fwd_bwd_ms"] / row["fused_fwd_bwd_ms"]
+    fastest = min(agree, key=lambda p: row[f"{p}_fwd_bwd_ms"])
+    row["fastest_fwd_bwd"] = row["fused_impl"] if fastest == "fused" else fastest
     row["peak_memory_gb"] = peak_memory_gb()
+    failed = [p for p in paths if p not in results]
+    if failed:  # after the figures of the paths that ran
+        raise RuntimeError(f"attention at {seq}: {'; '.join(str(row[p + '_error']) for p in failed)}")
     return row
 
 

@@ -57,7 +57,8 @@ def model() -> ml_collections.ConfigDict:
     # --unroll`); the rolled loop keeps 28-32-layer compiles short.
     c.scan_unroll = 1
     # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
-    # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run).
+    # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run) | pallas (JAX's Triton flash kernel, jax
+    # 0.10/0.11 only) | tokamax (tokamax's Mosaic GPU flash attention on Hopper/Blackwell).
     c.attention_impl = "auto"
     # RL rollouts' one-token decode attention (rcgrpo_jax.sampling.decode_step): auto (JAX's Pallas GPU decode
     # kernel, each row over its own length, on a GPU; the dense XLA dots elsewhere) | xla | ragged.

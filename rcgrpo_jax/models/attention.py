@@ -16,9 +16,19 @@ Three implementations of the same softmax(q k^T * scale) v over grouped KV heads
            in Pallas interpret mode (slow; what the tests run, tests/models/test_attention_pallas.py). Only
            the no-cache causal calls (training, reference log-probs, SFT): see the mask contract below.
 
+  "tokamax" `tokamax.dot_product_attention` (tokamax 0.0.12, the library JAX points to in place of its
+           deprecated Pallas ops): on a GPU its Mosaic GPU flash attention (Hopper and Blackwell: sm90 and
+           sm100 kernels, forward and backward; an error elsewhere, never a silent fallback); off a GPU
+           tokamax's own XLA reference implementation, through the same call (what the tests run,
+           tests/models/test_attention_tokamax.py). The mask goes in as cuDNN's does (`cudnn_arguments`:
+           causal plus per-row lengths without a cache, the mask itself with one), GQA natively. It cannot be
+           lowered for CUDA without a GPU: tokamax reads the compute capability off the process's default
+           device, not JAX's abstract one ("Only supported for sm90 and sm100 GPUs"), and its Triton
+           implementation calls `pl.dot`, which jax 0.11 removed (docs/gpu.md).
+
 `ModelConfig.attention_impl` picks: "auto" (cudnn where it can run: a GPU backend and a supported dtype
-and head_dim; else xla), "xla", "cudnn" (an error where it cannot run) or "pallas" (never picked by
-"auto": gpu_check times it against cudnn). Decoding and the sampler's prefill do not go through here
+and head_dim; else xla), "xla", "cudnn" (an error where it cannot run), "pallas" or "tokamax" (neither
+picked by "auto": gpu_check times every implementation on the GPU, and that decides the default). Decoding and the sampler's prefill do not go through here
 (`sampling.decode_step` has its own attention over its cache).
 
 How the cuDNN call expresses the mask. The model's masks are `cache.attention_mask(valid, slots)`:
@@ -64,7 +74,9 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax.models.xla_attention import grouped_attention
 from rcgrpo_jax.sharding import BATCH_AXES
 
-IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas")
+IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas", "tokamax")
+TOKAMAX_GPU = "mosaic_gpu"  # tokamax's implementation on a GPU: its Mosaic GPU flash attention (sm90, sm100)
+TOKAMAX_REFERENCE = "xla"  # off a GPU: tokamax's XLA reference implementation
 FUSED_DTYPES = ("bfloat16", "float16")
 FUSED_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every GPU cuDNN's flash kernel supports
 GPU_BACKENDS = ("gpu", "cuda")  # jax.default_backend() names CUDA (and ROCm) "gpu"; ROCm has no cuDNN
@@ -73,6 +85,16 @@ PALLAS_MIN_BLOCK = 16  # Triton's smallest dot tile
 PALLAS_BACKWARD_BLOCK = 32  # its backward's blocks (JAX's defaults)
 
 _LOWERING_PLATFORM: list[str] = []  # set by `lowering_for` while a program is traced for another platform
+
+
+def pallas_mha_unavailable() -> str | None:
+    """Why this JAX has no Pallas Triton flash kernel (`jax.experimental.pallas.ops.gpu.attention`), None when
+    it has one: jax 0.10 and 0.11 ship it (0.11 deprecates it), jax 0.12 removed it (tokamax replaces it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("jax.experimental.pallas.ops.gpu.attention") is None:
+        return f"jax {jax.__version__} has no jax.experimental.pallas.ops.gpu.attention (removed in jax 0.12)"
+    return None
 
 
 @contextlib.contextmanager
@@ -94,6 +116,21 @@ def pallas_interpret() -> bool:
     return str(target).lower() not in GPU_BACKENDS
 
 
+def tokamax_unavailable() -> str | None:
+    """Why tokamax cannot be imported here (None when it can): it is in setup.py's `gpu` and `test` extras."""
+    import importlib.util
+
+    if importlib.util.find_spec("tokamax") is None:
+        return "tokamax is not installed (pip install tokamax==0.0.12: setup.py's gpu and test extras)"
+    return None
+
+
+def tokamax_implementation() -> str:
+    """The tokamax implementation a call uses: `TOKAMAX_GPU` on a GPU backend or traced `lowering_for` a
+    GPU, else `TOKAMAX_REFERENCE`."""
+    return TOKAMAX_REFERENCE if pallas_interpret() else TOKAMAX_GPU
+
+
 def fused_unsupported(dtype: Any = None, head_dim: int | None = None) -> str | None:
     """Why cuDNN's fused kernel cannot take this model (None when it can)."""
     if dtype is not None and jnp.dtype(dtype).name not in FUSED_DTYPES:
@@ -106,20 +143,27 @@ def fused_unsupported(dtype: Any = None, head_dim: int | None = None) -> str | N
 def select_implementation(
     backend: str, config_value: str = "auto", *, dtype: Any = None, head_dim: int | None = None
 ) -> str:
-    """ "xla", "cudnn" or "pallas" for `ModelConfig.attention_impl` = `config_value` on `backend`
+    """ "xla", "cudnn", "pallas" or "tokamax" for `ModelConfig.attention_impl` = `config_value` on `backend`
     (`jax.default_backend()`), given the compute `dtype` and `head_dim` when known.
 
     "auto": cudnn on a GPU backend when the dtype and head_dim are supported, else xla. "xla": xla
     everywhere. "cudnn": cudnn, or a ValueError naming what stands in the way (a non-GPU backend, an
     unsupported dtype or head_dim), so a requested kernel is never silently replaced. "pallas": pallas on
     any backend (interpret mode off a GPU; the kernel pads head_dim to a power of two itself, so every
-    head_dim lowers: 8, 64, 96, 128 and 200 were exported for CUDA).
+    head_dim lowers: 8, 64, 96, 128 and 200 were exported for CUDA). "tokamax": tokamax on any backend
+    (its XLA reference off a GPU), or a ValueError where tokamax is not installed.
     """
     if config_value not in IMPLEMENTATIONS:
         raise ValueError(f"attention_impl: unknown value {config_value!r}; choose one of {IMPLEMENTATIONS}")
     if config_value == "xla":
         return "xla"
+    if config_value == "tokamax":
+        if why := tokamax_unavailable():
+            raise ValueError(f"attention_impl: 'tokamax' cannot run here: {why}; use 'auto' or 'xla'")
+        return "tokamax"
     if config_value == "pallas":
+        if why := pallas_mha_unavailable():
+            raise ValueError(f"attention_impl: 'pallas' cannot run here: {why}; use 'auto', 'xla' or 'tokamax'")
         return "pallas"
     on_gpu = str(backend).lower() in GPU_BACKENDS
     why_not = None if on_gpu else f"backend {backend!r} (cuDNN attention needs a CUDA GPU)"
@@ -227,6 +271,74 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
     )
 
 
+def _per_shard(fn, q: jax.Array, k: jax.Array, v: jax.Array, extra: jax.Array) -> jax.Array:
+    """fn(q, k, v, extra) per shard of the current mesh (`shard_map`; XLA cannot partition a custom call):
+    rows over the batch axes when they divide the batch, heads over 'tensor' when it divides both head
+    counts; `extra`'s leading axis is the rows'. Called directly without a mesh."""
+    b, _, n, _ = q.shape
+    g = k.shape[2]
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return fn(q, k, v, extra)
+    rows = tuple(a for a in BATCH_AXES if a in mesh.shape)
+    row_shards = 1
+    for a in rows:
+        row_shards *= mesh.shape[a]
+    rows = rows if rows and b % row_shards == 0 else None
+    tp = mesh.shape.get("tensor", 1)
+    heads = "tensor" if tp > 1 and n % tp == 0 and g % tp == 0 else None
+    qkv = P(rows, None, heads, None)
+    extra_spec = P(rows, *([None] * (extra.ndim - 1)))
+    return jax.shard_map(fn, mesh=mesh, in_specs=(qkv, qkv, qkv, extra_spec), out_specs=qkv, check_vma=False)(
+        q, k, v, extra
+    )
+
+
+def tokamax_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, *, causal: bool
+) -> jax.Array:
+    """`tokamax.dot_product_attention` with `cudnn_arguments`' mask contract: q [B, T, N, Dh], k/v
+    [B, S, G, Dh], mask [B, 1, T, S] -> [B, T, N, Dh], equal to `grouped_attention` at every real query
+    (`causal`: the no-cache mask of right-padded rows, as causal plus per-row lengths). The implementation
+    is `tokamax_implementation()`; per shard under a mesh."""
+    import tokamax
+    from absl import flags
+
+    # tokamax reads its options (tokamax.config) from absl flags and, where the process has not parsed them,
+    # parses sys.argv itself: the host program's own arguments (pytest's, a launcher's). Mark them parsed,
+    # at their defaults, instead; a program that parses its flags later still does.
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    impl = tokamax_implementation()
+    if causal:
+        if q.shape[1] != k.shape[1]:
+            raise ValueError(f"causal attention needs as many queries as keys, got {q.shape[1]} and {k.shape[1]}")
+
+        def fn(q, k, v, n):
+            return tokamax.dot_product_attention(
+                q,
+                k,
+                v,
+                scale=float(scale),
+                is_causal=True,
+                query_seq_lengths=n,
+                key_value_seq_lengths=n,
+                implementation=impl,
+            )
+
+        extra = row_lengths(mask)
+    else:
+
+        def fn(q, k, v, m):
+            return tokamax.dot_product_attention(q, k, v, mask=m, scale=float(scale), implementation=impl)
+
+        extra = mask
+    if impl == TOKAMAX_REFERENCE:
+        return fn(q, k, v, extra)
+    with tokamax.config.cross_compile(True):  # lowered for a GPU that may not be this host's
+        return _per_shard(fn, q, k, v, extra)
+
+
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -240,7 +352,7 @@ def attention(
     """`xla_attention.grouped_attention`'s contract: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S]
     -> [B, T, N, Dh]. implementation "xla" is `grouped_attention` itself (values unchanged); "cudnn"
     the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows); "pallas"
-    `pallas_attention` (`causal` only: a cache call is refused). A single-query call (T == 1) stays on
+    `pallas_attention` (`causal` only: a cache call is refused); "tokamax" `tokamax_attention`. A single-query call (T == 1) stays on
     xla: nothing to fuse."""
     if implementation == "pallas":
         if not causal:
@@ -250,6 +362,8 @@ def attention(
             )
         if q.shape[1] > 1:
             return pallas_attention(q, k, v, mask, scale)
+    if implementation == "tokamax" and q.shape[1] > 1:
+        return tokamax_attention(q, k, v, mask, scale, causal=causal)
     if implementation == "cudnn" and q.shape[1] > 1:
         return jax.nn.dot_product_attention(
             **cudnn_arguments(q, k, v, mask, scale, causal=causal), implementation="cudnn"

@@ -64,7 +64,7 @@ class ModelConfig:
     # (straight-line code). On CPU the rolled loop's per-layer slicing and gradient stacking cost a small
     # model a large share of its training step (`bench.train --unroll` measures it).
     scan_unroll: int = 1
-    attention_impl: str = "auto"  # training attention: auto | xla | cudnn | pallas (models.attention)
+    attention_impl: str = "auto"  # training attention: auto | xla | cudnn | pallas | tokamax (models.attention)
 
     def __post_init__(self):
         # Accept jnp dtypes or strings; store canonical names so equal configs hash equal.

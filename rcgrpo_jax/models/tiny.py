@@ -200,6 +200,8 @@ _FAMILY = {
 # Qwen3: Qwen2's tokenizer and Hermes tool calls, plus the reasoning tags as (non-special) added tokens.
 _FAMILY["qwen3"] = dict(_FAMILY["qwen2"], added=[*_FAMILY["qwen2"]["added"], "<think>", "</think>"], tie=True)
 ARCHS = tuple(_FAMILY)
+TINY_SIZES = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
+TINY_VOCAB = 1024  # `build_tiny_checkpoint`'s tokenizer target; a built checkpoint's vocab is its tokenizer's
 QWEN_STYLE = ("qwen2", "qwen3")  # the archs with Qwen's tokenizer and the Qwen2-style template
 
 
@@ -316,7 +318,7 @@ def build_tiny_tokenizer(
     *,
     arch: str = "qwen2",
     corpus: Iterable[str] | None = None,
-    tokenizer_vocab_size: int = 1024,
+    tokenizer_vocab_size: int = TINY_VOCAB,
     model_max_length: int = 32768,
     tools_format: str = "json",
     chats: Iterable[dict] | None = None,
@@ -394,16 +396,47 @@ def _write_tokenizer(
     return tok
 
 
+def tiny_architecture(arch: str = "qwen2") -> dict:
+    """The config.json fields of `build_tiny_checkpoint(arch=arch)` at its default sizes, without building it
+    (dry runs and the lowering proof of the `tiny` preset). The vocabulary is `TINY_VOCAB`, the BPE target:
+    a built checkpoint's vocabulary is its trained tokenizer's, at most that plus its special tokens (651 on
+    the default corpus)."""
+    if arch not in _FAMILY:
+        raise ValueError(f"tiny arch {arch!r}: expected one of {ARCHS}")
+    fam, row = _FAMILY[arch], model_families.get(arch)
+    sizes = TINY_SIZES
+    hf = {
+        "model_type": row.model_type,
+        "vocab_size": TINY_VOCAB,
+        "hidden_size": sizes["hidden_size"],
+        "intermediate_size": sizes["intermediate_size"],
+        "num_hidden_layers": sizes["num_layers"],
+        "num_attention_heads": sizes["num_heads"],
+        "num_key_value_heads": sizes["num_kv_heads"],
+        "rope_theta": fam["rope_theta"],
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": fam["tie"],
+        "max_position_embeddings": 32768,
+        "torch_dtype": "float32",
+        **dict(row.hf_extra),
+    }
+    if arch == "qwen3":
+        hf["head_dim"] = 2 * (sizes["hidden_size"] // sizes["num_heads"])
+    if row.attention_bias != "always":
+        hf["attention_bias"] = False
+    return hf
+
+
 def build_tiny_checkpoint(
     path: str | os.PathLike,
     *,
     arch: str = "qwen2",
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
+    hidden_size: int = TINY_SIZES["hidden_size"],
+    num_layers: int = TINY_SIZES["num_layers"],
+    num_heads: int = TINY_SIZES["num_heads"],
+    num_kv_heads: int = TINY_SIZES["num_kv_heads"],
     head_dim: int | None = None,
-    intermediate_size: int = 128,
+    intermediate_size: int = TINY_SIZES["intermediate_size"],
     vocab_size: int | None = None,
     corpus: Iterable[str] | None = None,
     seed: int = 0,
@@ -411,7 +444,7 @@ def build_tiny_checkpoint(
     rope_theta: float | None = None,
     rope_scaling: dict | None = None,
     max_position_embeddings: int = 32768,
-    tokenizer_vocab_size: int = 1024,
+    tokenizer_vocab_size: int = TINY_VOCAB,
     dtype: str = "float32",
     tools_format: str = "json",
     chats: Iterable[dict] | None = None,

@@ -94,9 +94,23 @@ class DecodeCache:
         return jnp.swapaxes(k, 2, 3) if self.layout == "xla" else k
 
 
+def ragged_kernel_unavailable() -> str | None:
+    """Why this JAX has no Pallas GPU decode kernel (`jax.experimental.pallas.ops.gpu.decode_attention`), None
+    when it has one: jax 0.10 and 0.11 ship it (0.11 deprecates it), jax 0.12 removed it. Neither tokamax
+    0.0.12 nor JAX's Mosaic GPU ops ship a ragged decode (docs/gpu.md), so without it decoding is dense."""
+    import importlib.util
+
+    if importlib.util.find_spec("jax.experimental.pallas.ops.gpu.decode_attention") is None:
+        return f"jax {jax.__version__} has no jax.experimental.pallas.ops.gpu.decode_attention (removed in jax 0.12)"
+    return None
+
+
 def ragged_unsupported(head_dim: int) -> str | None:
-    """Why the Pallas decode kernel cannot take this head_dim (None when it can): its Triton tiles are
-    [16, head_dim] and [block_k, head_dim], so head_dim must be a power of two, at least 16."""
+    """Why the Pallas decode kernel cannot take this head_dim (None when it can): this JAX must ship it
+    (`ragged_kernel_unavailable`), and its Triton tiles are [16, head_dim] and [block_k, head_dim], so
+    head_dim must be a power of two, at least 16."""
+    if why := ragged_kernel_unavailable():
+        return why
     if head_dim < 16 or head_dim & (head_dim - 1):
         return f"head_dim {head_dim} (the Pallas decode kernel needs a power of two >= 16)"
     return None
@@ -110,7 +124,7 @@ def select_decode_attention(backend: str, value: str = "auto", *, head_dim: int 
     or a ValueError when head_dim does not suit the kernel (a requested path is never silently replaced)."""
     if value not in DECODE_ATTENTION:
         raise ValueError(f"decode_attention: unknown value {value!r}; choose one of {DECODE_ATTENTION}")
-    why_not = ragged_unsupported(head_dim) if head_dim is not None else None
+    why_not = ragged_unsupported(head_dim) if head_dim is not None else ragged_kernel_unavailable()
     if value == "ragged" and why_not:
         raise ValueError(f"decode_attention: 'ragged' cannot run: {why_not}; use 'auto' or 'xla'")
     if value != "auto":

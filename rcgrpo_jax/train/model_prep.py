@@ -20,7 +20,7 @@ from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.hf_io import load_hf, save_hf
-from rcgrpo_jax.models.tiny import build_tiny_checkpoint
+from rcgrpo_jax.models.tiny import build_tiny_checkpoint, tiny_architecture
 
 
 def model_dir(config, workdir: str) -> str:
@@ -71,8 +71,14 @@ def model_config(config, path_or_dict) -> Any:
 
 
 def abstract_model_config(config, *, extra_tokens: int = 0) -> Any:
-    """The ModelConfig a dry run sizes: `model.path`'s, else the preset's published architecture."""
-    hf = config.model.path or common.hf_architecture(config.preset)
+    """The ModelConfig a dry run sizes: `model.path`'s, else the preset's published architecture (for a
+    checkpoint built offline, `model.build_tiny`: the one it would build, `tiny.tiny_architecture`)."""
+    if config.model.path:
+        hf = config.model.path
+    elif config.model.get("build_tiny"):
+        hf = tiny_architecture(config.model.get("tiny_arch", "qwen2"))
+    else:
+        hf = common.hf_architecture(config.preset)
     cfg = model_config(config, hf)
     return dataclasses.replace(cfg, vocab_size=cfg.vocab_size + extra_tokens) if extra_tokens else cfg
 

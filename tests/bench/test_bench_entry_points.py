@@ -125,7 +125,8 @@ def test_gpu_packed_attention_row(gpu_run):
     assert row["real_pairs"] == 40 * (32 + 93 + 154 + 216) + 4 * (40 * 41 // 2)
     assert _close(row["pairs_tflop_s"], 4 * 4 * 16 * 16 * 32 * 128 / (row["pairs_ms"] / 1e3) / 1e12, 2e-2)
     assert _close(row["speedup"], row["dense_ms"] / row["pairs_ms"], 2e-2)
-    assert row["max_rel_diff"] < 2e-2  # bf16 queries, keys and values
+    # bf16 queries, keys, values and outputs, each path summing in float32 (0.003 under jax 0.10 and 0.11)
+    assert row["max_rel_diff"] < 2e-2
 
 
 def test_gpu_ragged_decode_row(gpu_run):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from rcgrpo_jax.bench import cuda_lower
+from rcgrpo_jax.models import attention
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -38,19 +39,34 @@ def _lower(config: str) -> tuple[int, list[dict]]:
         ("configs/rc_grpo.py:qwen2_5_7b", cuda_lower.RL_PROGRAMS),
         ("configs/awpo.py:qwen3_8b", cuda_lower.RL_PROGRAMS),  # q/k norms; a JSONL trajectory source unset
         ("configs/sft.py:qwen2_5_7b", cuda_lower.SFT_PROGRAMS),
+        ("configs/rc_grpo.py:tiny", cuda_lower.RL_PROGRAMS),  # the tiny preset's own model, one device
     ],
 )
 def test_tiny_programs_lower_for_cuda(config, programs):
+    import jax
+
     rc, lines = _lower(config)
     *rows, summary = lines
     assert [r["program"] for r in rows] == list(programs)
+    # every line names the JAX that lowered it and the GPU it lowered for (an abstract H200 where JAX has them)
+    target = cuda_lower.TARGET_KIND if hasattr(jax.sharding, "AbstractDevice") else None
+    # the Pallas kernels where this JAX ships them (0.10, 0.11), XLA attention where it does not (0.12)
+    kernels = cuda_lower.kernels()
+    has_kernels = not attention.pallas_mha_unavailable()
+    assert kernels == {
+        "attention": "pallas" if has_kernels else "xla",
+        "decode_attention": "ragged" if has_kernels else "xla",
+    }
+    info = {"jax": jax.__version__, "target": target, **kernels}
     for r in rows:
         assert r["ok"] and r["error"] is None, r
-        assert r["devices"] == 8, r  # exported over the preset's 8-device mesh
+        assert {k: r[k] for k in info} == info, r
+        # exported over the preset's mesh: 8 devices, the tiny preset's one
+        assert r["devices"] == (1 if config.endswith(":tiny") else 8), r
         has_triton = cuda_lower.TRITON_CALL in r["custom_calls"]
-        assert has_triton == (r["program"] in cuda_lower.TRITON_PROGRAMS), r
+        assert has_triton == (has_kernels and r["program"] in cuda_lower.TRITON_PROGRAMS), r
         assert "cudnn" not in " ".join(r["custom_calls"]).lower(), r
-    assert summary == {"ok": True, "programs": len(programs), "failed": []}
+    assert summary == {"ok": True, "programs": len(programs), "failed": [], **info}
     assert rc == 0
 
 
@@ -59,7 +75,7 @@ def test_a_failed_export_is_a_row_and_fails_the_summary(capsys):
         raise ValueError("head_dim 96 is not a power of two\nmore detail")
 
     row = cuda_lower._run("decode", broken, {})
-    assert row["ok"] is False and row["custom_calls"] == []
+    assert row["ok"] is False and row["custom_calls"] == [] and row["jax"]
     assert row["error"] == "ValueError: head_dim 96 is not a power of two"
     assert json.loads(capsys.readouterr().out.strip()) == row
 

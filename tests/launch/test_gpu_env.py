@@ -149,6 +149,26 @@ def _check(folder) -> tuple[int, list[str]]:
     return rc, err.getvalue().splitlines()
 
 
+# tokamax's wheels as downloaded (wheels.sh): pure but pydantic-core, built for the box's CPython 3.12 on x86-64
+TOKAMAX_WHEELS = {
+    "tokamax-0.0.12-py3-none-any.whl": ["absl-py", "einshape", "jax", "jaxlib", "jaxtyping", "pydantic", "qwix"]
+    + ["tqdm", "typing_extensions", "typeguard==2.13.3", "immutabledict", "tensorboardx"],
+    "qwix-0.1.8-py3-none-any.whl": ["absl-py", "flax", "jax", "jaxlib", "numpy", "opt_einsum"],
+    "einshape-1.0-py3-none-any.whl": ["absl-py", "numpy"],
+    "immutabledict-4.3.1-py3-none-any.whl": [],
+    "typeguard-2.13.3-py3-none-any.whl": [],
+    "pydantic-2.14.4-py3-none-any.whl": ["annotated-types", "pydantic-core", "typing-extensions", "typing-inspection"],
+    "pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl": ["typing-extensions"],
+    "annotated_types-0.8.0-py3-none-any.whl": [],
+    "typing_inspection-0.4.5-py3-none-any.whl": ["typing-extensions"],
+}
+
+
+def _tokamax_wheels(folder) -> None:
+    for f, requires in TOKAMAX_WHEELS.items():
+        _wheel(folder, f, requires)
+
+
 def test_the_wheel_folder_check(tmp_path, monkeypatch):
     folder = tmp_path / "wheels"
     folder.mkdir()
@@ -163,6 +183,7 @@ def test_the_wheel_folder_check(tmp_path, monkeypatch):
     _wheel(folder, "tensorboardX-2.6.5-py3-none-any.whl", ["numpy", "protobuf>=3.20", "packaging"])
     _wheel(folder, "bfcl_eval-2026.3.23-py3-none-any.whl", ["openai", "anthropic"])  # installed --no-deps
     _wheel(folder, "mpmath-1.3.0-py3-none-any.whl", [])
+    _tokamax_wheels(folder)
     assert _check(folder) == (0, [])
 
     _wheel(folder, "mpmath-1.3.0-py3-none-any.whl", ["left-pad"])
@@ -186,6 +207,7 @@ def test_the_wheel_folder_check(tmp_path, monkeypatch):
     small.mkdir()
     for f in ("ml_collections-1.1.0", "tensorboardX-2.6.5", "bfcl_eval-2026.3.23", "mpmath-1.3.0"):
         _wheel(small, f + "-py3-none-any.whl", [], payload=1000)
+    _tokamax_wheels(small)
     monkeypatch.setattr(gpu_env, "WHEEL_FOLDER_LIMIT", 2000)
     rc, problems = _check(small)
     assert rc == 1 and len(problems) == 1 and "over the 64 MiB" in problems[0]
@@ -201,6 +223,7 @@ def test_wheels_sh_downloads_the_list_for_python_3_12_then_checks_the_folder(tmp
     served.mkdir()
     for f in ("ml_collections-1.1.0", "tensorboardX-2.6.5", "bfcl_eval-2026.3.23", "mpmath-1.3.0"):
         _wheel(served, f + "-py3-none-any.whl", [])
+    _tokamax_wheels(served)
     log = tmp_path / "pip.log"
     python = tmp_path / "python"
     python.write_text(
@@ -219,11 +242,16 @@ def test_wheels_sh_downloads_the_list_for_python_3_12_then_checks_the_folder(tmp
     )
     out = run(tmp_path / "wheels")
     assert out.returncode == 0, out.stderr
-    assert '"ok": true' in out.stdout and '"wheels": 4' in out.stdout
-    want = " ".join(f"{n}=={v}" for n, v in gpu_env.read_list(gpu_env.WHEEL_LIST))
+    assert '"ok": true' in out.stdout and f'"wheels": {4 + len(TOKAMAX_WHEELS)}' in out.stdout
+    listed = gpu_env.read_list(gpu_env.WHEEL_LIST)
+    pure = " ".join(f"{n}=={v}" for n, v in listed if n not in gpu_env.COMPILED)
+    compiled = " ".join(f"{n}=={v}" for n, v in listed if n in gpu_env.COMPILED)
+    assert compiled == "pydantic-core==2.50.5"
     assert open(log).read().splitlines() == [
         "-m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py"
-        f" --dest {tmp_path / 'wheels'} {want}"
+        f" --dest {tmp_path / 'wheels'} {pure}",
+        "-m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312"
+        f" --platform manylinux2014_x86_64 --dest {tmp_path / 'wheels'} {compiled}",
     ]
     _wheel(served, "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl", [])  # a compiled build came too
     out = run(tmp_path / "more")

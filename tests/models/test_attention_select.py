@@ -209,3 +209,12 @@ def test_xla_path_exports_for_cuda():
     assert exported.platforms == ("cuda",)
     text = exported.mlir_module()
     assert "stablehlo" in text and "cudnn" not in text.lower()
+
+
+def test_pallas_on_a_jax_without_the_kernel_is_refused(monkeypatch):
+    """jax 0.12 removed the Pallas flash kernel: 'pallas' names why and the alternatives; 'auto' never used it."""
+    why = "jax 0.12.1 has no jax.experimental.pallas.ops.gpu.attention (removed in jax 0.12)"
+    monkeypatch.setattr(attention, "pallas_mha_unavailable", lambda: why)
+    with pytest.raises(ValueError, match="'pallas' cannot run here: jax 0.12.1 has no.*'auto', 'xla' or 'tokamax'"):
+        attention.select_implementation("gpu", "pallas", dtype="bfloat16", head_dim=128)
+    assert attention.select_implementation("gpu", "auto", dtype="bfloat16", head_dim=128) == "cudnn"

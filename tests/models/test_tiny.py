@@ -244,3 +244,19 @@ def test_signature_tool_list_and_chats_in_the_tokenizer_corpus(tmp_path):
         build_tiny_checkpoint(tmp_path / "x", tools_format="yaml", **small)
     with pytest.raises(ValueError, match="only available"):
         build_tiny_checkpoint(tmp_path / "y", arch="llama", tools_format="signatures", **small)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_architecture_is_the_built_checkpoints_without_its_vocabulary(ckpts, arch):
+    """What a dry run and the lowering proof size for the tiny preset (`tiny_architecture`) is the model
+    `build_tiny_checkpoint` builds, but for the vocabulary (its trained tokenizer's size) and token ids."""
+    import dataclasses
+
+    from rcgrpo_jax.models.config import ModelConfig
+    from rcgrpo_jax.models.tiny import TINY_VOCAB, tiny_architecture
+
+    built = ModelConfig.from_hf(ckpts[arch]["path"])
+    sized = ModelConfig.from_hf(tiny_architecture(arch))
+    assert sized.vocab_size == TINY_VOCAB and built.vocab_size <= TINY_VOCAB + 16  # the BPE target + specials
+    same = {"vocab_size": 0, "bos_token_id": None, "eos_token_id": None}
+    assert dataclasses.replace(sized, **same) == dataclasses.replace(built, **same)
