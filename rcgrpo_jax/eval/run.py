@@ -281,10 +281,10 @@ def check_eval_config(config) -> None:
             raise ConfigError("eval.policy", "multi-turn replay reads BFCL result files: data.source must be bfcl")
     if e.split not in sources.SPLITS:
         raise ConfigError("eval.split", f"{e.split!r} is not one of {', '.join(sources.SPLITS)}")
-    if any(s != "multi_turn" for s in names) and e.split == "train":
+    if any(s != "multi_turn" for s in names) and e.split not in ("test", "all"):
         raise ConfigError(
             "eval.split",
-            "the single-turn categories, API-Bank and MMLU-Pro have no training split (nothing here trains on "
+            "the single-turn categories, API-Bank and MMLU-Pro have no training, RL or i.i.d. split (nothing here trains on "
             "them): use eval.split=test or all (both mean every entry)",
         )
     if policy == "model" and not config.model.path:

@@ -303,7 +303,8 @@ def test_random_model_single_turn(tiny_world_model, tmp_path):
         ({"policy": "replay", "replay_path": ""}, "eval.replay_path"),
         ({"policy": "replay", "replay_path": "/nonexistent.jsonl"}, "eval.replay_path"),
         ({"policy": "oracle", "split": "train"}, "eval.split"),
-        ({"policy": "oracle", "split": "dev"}, "eval.split"),
+        ({"policy": "oracle", "split": "dev"}, "eval.split"),  # the world's; single-turn has test (= all) only
+        ({"policy": "oracle", "split": "validation"}, "eval.split"),
     ],
 )
 def test_bad_eval_config_names_the_field(tiny_world_model, tmp_path, fields, field):
