@@ -246,29 +246,14 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
     [B, T, G, Dh], mask [B, 1, T, T] from `cache.attention_mask(valid, arange(T))` -> [B, T, N, Dh], equal
     to `grouped_attention` at every real query. Per shard under a mesh."""
 
-    b, t, n, _ = q.shape
-    g = k.shape[2]
+    t = q.shape[1]
     if k.shape[1] != t:
         raise ValueError(
             f"attention_impl 'pallas' takes only no-cache causal attention (as many keys as queries), got "
             f"{t} queries over {k.shape[1]} keys; use 'xla' for a forward over a cache"
         )
     fn = functools.partial(_flash, scale=scale, interpret=pallas_interpret())
-    seg = segment_ids(mask)
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or mesh.size == 1:
-        return fn(q, k, v, seg)
-    rows = tuple(a for a in BATCH_AXES if a in mesh.shape)
-    row_shards = 1
-    for a in rows:
-        row_shards *= mesh.shape[a]
-    rows = rows if rows and b % row_shards == 0 else None
-    tp = mesh.shape.get("tensor", 1)
-    heads = "tensor" if tp > 1 and n % tp == 0 and g % tp == 0 else None
-    qkv = P(rows, None, heads, None)
-    return jax.shard_map(fn, mesh=mesh, in_specs=(qkv, qkv, qkv, P(rows, None)), out_specs=qkv, check_vma=False)(
-        q, k, v, seg
-    )
+    return _per_shard(fn, q, k, v, segment_ids(mask))
 
 
 def _per_shard(fn, q: jax.Array, k: jax.Array, v: jax.Array, extra: jax.Array) -> jax.Array:

@@ -287,6 +287,17 @@ def probe_tasks(tasks: Sequence, per_type: int) -> list:
     return out
 
 
+def cached_summary(out_path: str, request: Mapping[str, Any], what: str) -> dict | None:
+    """The summary a finished evaluation wrote to `out_path` (None when there is none), after checking that it was
+    made for `request` (cache.StaleCacheError otherwise, naming `what`)."""
+    if not os.path.exists(out_path):
+        return None
+    with open(out_path) as f:
+        cached = json.load(f)
+    cache.check(cached.get("request"), request, f"{what} {out_path}")
+    return cached["summary"]
+
+
 def evaluate_row(
     model_path: str,
     out_path: str,
@@ -306,11 +317,9 @@ def evaluate_row(
         "eval": dict(budget.eval),
         "world": dict(budget.world),
     }
-    if os.path.exists(out_path):
-        with open(out_path) as f:
-            cached = json.load(f)
-        cache.check(cached.get("request"), request, f"the evaluation {out_path}")
-        return cached["summary"]
+    cached = cached_summary(out_path, request, "the evaluation")
+    if cached is not None:
+        return cached
 
     config = stage_config("eval", budget, {}, **{f"eval.{k}": v for k, v in budget.eval.items()})
     config.eval.split = split
@@ -348,11 +357,9 @@ def pass_at_k(
     k, temperature = int(budget.passk["k"]), float(budget.passk["temperature"])
     request = {"split": split, "per_type": per_type, "k": k, "temperature": temperature, "seed": seed,
                "eval": dict(budget.eval), "world": dict(budget.world)}  # fmt: skip
-    if os.path.exists(out_path):
-        with open(out_path) as f:
-            cached = json.load(f)
-        cache.check(cached.get("request"), request, f"the pass@k probe {out_path}")
-        return cached["summary"]
+    cached = cached_summary(out_path, request, "the pass@k probe")
+    if cached is not None:
+        return cached
     config = stage_config("eval", budget, {}, **{f"eval.{k_}": v for k_, v in budget.eval.items()})
     mesh = stage_mesh(budget)
     model_cfg, params, tokenizer = eval_run.load_policy_model(config, model_path, mesh)
