@@ -57,7 +57,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from rcgrpo_jax import config_checks, stages
+from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, pallas_mha_unavailable
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
@@ -67,9 +67,9 @@ from rcgrpo_jax.train import state as state_lib
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
 PLATFORM = "cuda"
-# The GPU the programs are lowered for: an H200 (compute capability 9.0, 132 SMs), given to JAX as the
-# abstract device of the mesh (`abstract_target`).
-TARGET_KIND, TARGET_CORES = "NVIDIA H200", 132
+# The GPU the programs are lowered for (`hardware.H200`), given to JAX as the abstract device of the mesh
+# (`abstract_target`).
+TARGET_KIND, TARGET_CORES = hardware.H200.kind, hardware.H200.cores
 RL_PROGRAMS = (
     "prefill",
     "prefill_packed",

@@ -55,8 +55,9 @@ import time
 import types
 from typing import Any
 
-from rcgrpo_jax import models
+from rcgrpo_jax import hardware, models
 from rcgrpo_jax.bench import common
+from rcgrpo_jax.config_lib import common as config_common
 from rcgrpo_jax.models import ModelConfig, attention
 from rcgrpo_jax.models.cache import attention_mask
 from rcgrpo_jax.sampling import (
@@ -76,8 +77,13 @@ from rcgrpo_jax.train import rl_step
 from rcgrpo_jax.train import state as state_lib
 from rcgrpo_jax.train.rl_batch import RolloutBatch
 
-H200_HBM_BYTES_S = 4.8e12
-H200_BF16_FLOPS = 989e12
+
+def _published(preset: str) -> dict[str, Any]:
+    """The shape fields of a preset's published architecture."""
+    cfg = ModelConfig.from_hf(config_common.hf_architecture(preset))
+    fields = "vocab_size hidden_size intermediate_size num_layers num_heads num_kv_heads head_dim tie_word_embeddings"
+    return {f: getattr(cfg, f) for f in fields.split()}
+
 
 # Qwen2.5-1.5B's published shape (tied embeddings, q/k/v biases, rope theta 1e6).
 SHAPES: dict[str, dict[str, Any]] = {
@@ -93,17 +99,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16
     ),
-    # Qwen2.5-7B's published shape (untied embeddings): the production decode row.
-    "qwen2.5-7b": dict(
-        vocab_size=152064,
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_layers=28,
-        num_heads=28,
-        num_kv_heads=4,
-        head_dim=128,
-        tie_word_embeddings=False,
-    ),
+    # Qwen2.5-7B's published shape (`config_lib.common.hf_architecture`): the production decode row.
+    "qwen2.5-7b": _published("qwen2_5_7b"),
 }
 
 
@@ -121,7 +118,8 @@ class Plan:
     repeats: int = 3
     deadline_s: float = 420.0  # measurements not started by then are reported as skipped
     attn_seqs: tuple[int, ...] = (4096, 16384)
-    attn_heads: tuple[int, int, int] = (28, 4, 128)  # Qwen2.5-7B: query heads, KV heads, head_dim
+    # Qwen2.5-7B's: query heads, KV heads, head_dim
+    attn_heads: tuple[int, int, int] = tuple(SHAPES["qwen2.5-7b"][k] for k in ("num_heads", "num_kv_heads", "head_dim"))
     # The production decode (configs/rc_grpo.py:qwen2_5_7b): 160 rows over 4 batch shards = 40 rows per
     # device, each row reading an 8k-slot span (the mean of BFCL's 2k-16k contexts), bf16 weights and cache.
     # One H200 holds the whole model (the production mesh splits it over tensor=2: half the weight bytes).
@@ -754,8 +752,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--rl-seq", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--deadline-s", type=float, default=None)
-    ap.add_argument("--hbm-bytes-s", type=float, default=H200_HBM_BYTES_S)
-    ap.add_argument("--peak-flops", type=float, default=H200_BF16_FLOPS)
+    ap.add_argument("--hbm-bytes-s", type=float, default=hardware.H200.hbm_bytes_s)
+    ap.add_argument("--peak-flops", type=float, default=hardware.H200.bf16_flops)
     args = ap.parse_args(argv)
     plan = TINY if args.tiny else Plan()
     overrides = {

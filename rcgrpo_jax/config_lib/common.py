@@ -24,12 +24,10 @@ from __future__ import annotations
 import ml_collections
 from ml_collections.config_dict import placeholder  # a None default that the command line may set to a str
 
+from rcgrpo_jax import hardware
 from rcgrpo_jax.data import sources
 
 PRESETS = ("tiny", "qwen2_5_7b", "llama3_1_8b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b")
-
-# H200: 141 GB of HBM per device (the paper's target); the fit check uses this unless the device reports its own.
-H200_BYTES = 141 * 10**9
 
 
 def parse_preset(arg: str | None) -> str:
@@ -193,7 +191,8 @@ def runtime() -> ml_collections.ConfigDict:
 
 def memory() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.device_bytes = H200_BYTES  # budget per device when the device does not report one (CPU, dry runs)
+    # the paper's target's HBM: the budget per device when the device does not report one (CPU, dry runs)
+    c.device_bytes = hardware.H200.hbm_bytes
     c.check_fit = True  # compile the update step first and refuse to start when it cannot fit
     return c
 
