@@ -16,7 +16,7 @@ fails before the first rollout, naming the field:
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, NamedTuple, TypeVar
 
 import ml_collections
 
@@ -50,6 +50,16 @@ def check_entry(cfg: ml_collections.ConfigDict, field: str, registry: Registry) 
     if name not in registry:
         raise OptionError(field, f"{value!r} is not one of {', '.join(registry.names())}")
     return name
+
+
+class Api(NamedTuple):
+    """A registry's functions as a module exposes them (`Registry.api`)."""
+
+    register: Callable
+    get: Callable
+    names: Callable
+    default_config: Callable
+    check: Callable
 
 
 class Registry(Generic[F]):
@@ -92,6 +102,15 @@ class Registry(Generic[F]):
 
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._fns))
+
+    def api(self, *, lookup: bool = False) -> Api:
+        """The functions a module that owns this registry exposes as its own, in one line:
+
+            register, get, names, default_config, check = FILTERS.api()
+
+        (`_` for one the module writes itself, e.g. a `register` that records more per entry). With `lookup`,
+        `get` is `lookup`: a "module:entry" name imports its module first."""
+        return Api(self.register, self.lookup if lookup else self.get, self.names, self.default_config, self.check)
 
     def __contains__(self, name: str) -> bool:
         return name in self._fns

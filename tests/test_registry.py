@@ -109,3 +109,17 @@ def test_lookup_and_check_entry_take_module_colon_entry(tmp_path, monkeypatch, r
         with pytest.raises(OptionError, match=message) as e:
             registry.check_entry(cfg, "part", reg)
         assert e.value.field == "part"
+
+
+def test_api_is_the_registrys_own_functions(reg):
+    """`Registry.api` hands a module the registry's functions (one line, no copied aliases); `lookup=True` makes
+    `get` take "module:entry"."""
+    register, get, names, default_config, check = reg.api()
+    assert (register, get, names, default_config, check) == (
+        reg.register,
+        reg.get,
+        reg.names,
+        reg.default_config,
+        reg.check,
+    )
+    assert reg.api(lookup=True).get == reg.lookup

@@ -44,9 +44,8 @@ class EpisodeOutcome:
 
 RewardFn = Callable[[EpisodeOutcome], float]
 REWARDS: Registry[RewardFn] = Registry("reward")
-register = REWARDS.register
-get = REWARDS.lookup  # a registered name, or "module:name" (the module is imported first)
-names = REWARDS.names
+# `get`: a registered name, or "module:name" (the module is imported first)
+register, get, names, default_config, check = REWARDS.api(lookup=True)
 
 
 def canonical(value: Any) -> Any:

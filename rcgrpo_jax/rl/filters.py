@@ -34,12 +34,7 @@ Metrics = dict[str, Array]
 GroupFilter = Callable[..., tuple[Array, Metrics]]
 
 GROUP_FILTERS: Registry[GroupFilter] = Registry("group filter")
-REGISTRY = GROUP_FILTERS
-register = GROUP_FILTERS.register
-get = GROUP_FILTERS.get
-names = GROUP_FILTERS.names
-default_config = GROUP_FILTERS.default_config
-check = GROUP_FILTERS.check
+register, get, names, default_config, check = GROUP_FILTERS.api()
 
 
 def _f32(rewards: Array) -> Array:

@@ -33,11 +33,7 @@ Shaping = Callable[..., tuple[np.ndarray, Metrics]]
 RunCheck = Callable[[ml_collections.ConfigDict, Any], None]
 
 REWARD_SHAPING: Registry[Shaping] = Registry("reward shaping")
-REGISTRY = REWARD_SHAPING
-get = REWARD_SHAPING.get
-names = REWARD_SHAPING.names
-default_config = REWARD_SHAPING.default_config
-check = REWARD_SHAPING.check
+_, get, names, default_config, check = REWARD_SHAPING.api()  # `register` below also records the run check
 _RUN_CHECKS: dict[str, RunCheck | None] = {}
 
 
