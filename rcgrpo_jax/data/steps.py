@@ -58,6 +58,8 @@ top-level argument name by a random string, consistently across the tools, the r
 history (calls, tool-message names, BFCL release docs in user messages) and the target; descriptions,
 values and free text (message content, `reasoning_content`, tool results, rationales: they may still
 spell a name) are untouched. The mapping is kept on the instance and `unmask(mask(x)) == x`.
+
+The instance's type (`StepInstance`, `NameMap`) is `envs.step_instance`'s, which the environments run.
 """
 
 from __future__ import annotations
@@ -72,9 +74,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rcgrpo_jax.config_fields import InputError
 from rcgrpo_jax.data import jsonl, trajectories
-
-Message = dict[str, Any]
-Tool = dict[str, Any]
+from rcgrpo_jax.envs.base import Message, Tool
+from rcgrpo_jax.envs.step_instance import NameMap, StepInstance
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -110,64 +111,6 @@ class Trajectory:
     @property
     def step_indices(self) -> tuple[int, ...]:
         return tuple(i for i, m in enumerate(self.messages) if m["role"] == "assistant")
-
-
-@dataclasses.dataclass(frozen=True)
-class NameMap:
-    """A Hammer mask: original -> masked function names, and per function original -> masked argument
-    names (keyed by the original function name). Both are bijections."""
-
-    functions: tuple[tuple[str, str], ...]
-    arguments: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
-
-    def forward(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-        return dict(self.functions), {f: dict(a) for f, a in self.arguments}
-
-    def inverse(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-        """masked -> original function names, and per *masked* function masked -> original arguments."""
-        fns = dict(self.functions)
-        return {m: o for o, m in self.functions}, {fns[f]: {m: o for o, m in a} for f, a in self.arguments}
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class StepInstance:
-    """One single-step instance (see the module docstring). Read-only by convention; compare with
-    `to_json()`. `reward` names the step reward it is scored with (`envs.single_step.STEP_REWARDS`)."""
-
-    id: str  # "<trajectory id>:step<k>"
-    category: str
-    trajectory_id: str
-    step: int  # k, 0-based among the trajectory's steps
-    num_steps: int  # K
-    context: tuple[Message, ...]
-    tools: tuple[Tool, ...]
-    target: Message
-    released_tools: tuple[Tool, ...] = ()  # tools documented inside the context (released before the step)
-    reference_rationale: str | None = None
-    name_map: NameMap | None = None  # set by `mask`
-    reward: str = "exact"
-
-    @property
-    def target_calls(self) -> list[dict]:
-        """The target's calls as {"name", "arguments"} (fresh copies)."""
-        return message_calls(self.target)
-
-    def to_json(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["context"], out["tools"], out["released_tools"] = (
-            list(self.context),
-            list(self.tools),
-            list(self.released_tools),
-        )
-        return json.loads(json.dumps(out))
-
-
-def message_calls(message: Mapping[str, Any]) -> list[dict]:
-    """An assistant message's calls as [{"name", "arguments"}] (fresh copies)."""
-    return [
-        {"name": c["function"]["name"], "arguments": copy.deepcopy(c["function"]["arguments"])}
-        for c in message.get("tool_calls") or []
-    ]
 
 
 def expert_script(instance: StepInstance) -> list[list[list[dict]]]:

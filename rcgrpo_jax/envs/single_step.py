@@ -1,4 +1,4 @@
-"""One single-step instance (`data.steps.StepInstance`) as an `Environment`, and its outcome rewards.
+"""One single-step instance (`envs.step_instance.StepInstance`) as an `Environment`, and its outcome rewards.
 
 Episode: `reset()` gives the instance's context messages and tools; the policy takes one step. A step
 with calls is recorded (not executed: there is no world state behind a decomposed step) and ends the
@@ -42,11 +42,11 @@ import copy
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from rcgrpo_jax.data.steps import StepInstance
 from rcgrpo_jax.envs import rewards
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import Limits, normalize_call
 from rcgrpo_jax.envs.schema import check_json_value
+from rcgrpo_jax.envs.step_instance import StepInstance
 from rcgrpo_jax.registry import Registry
 
 COMPLETED = "completed"
