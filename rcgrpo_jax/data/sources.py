@@ -289,8 +289,8 @@ register(
 # `steps`: every assistant step of a set of trajectories as a one-step task (rcgrpo_jax.data.steps), scored by
 # rcgrpo_jax.envs.single_step. Its options live under `data.steps` (STEPS_DEFAULTS):
 #   trajectories    'bfcl' | 'world': the expert trajectories of that source's split; 'jsonl': the files at
-#                   `path`; else (kept for older configs) a JSONL path itself. JSONL rows (the schema of
-#                   rcgrpo_jax.data.steps) are split by rows with test_fraction and seed
+#                   `path`. JSONL rows (the schema of rcgrpo_jax.data.steps) are split by rows with
+#                   test_fraction and seed
 #   path            trajectories='jsonl': the JSONL file(s), comma-separated (ToolACE, xLAM, Hammer data
 #                   converted to the schema); required there, and refused with any other trajectories
 #   test_fraction   JSONL only: the share of rows (whole trajectories) held out as 'test'
@@ -332,10 +332,11 @@ def steps_options(data_config) -> StepsOptions:
     if unknown:
         raise ConfigError(f"data.steps.{unknown[0]}", f"unknown field; known: {', '.join(STEPS_DEFAULTS)}")
     values = {**STEPS_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
-    if not isinstance(values["trajectories"], str) or not values["trajectories"]:
+    if values["trajectories"] not in (*STEPS_FROM_SOURCES, STEPS_JSONL):
         raise ConfigError(
             "data.steps.trajectories",
-            f"a source name {STEPS_FROM_SOURCES}, {STEPS_JSONL!r} (data.steps.path) or a JSONL path",
+            f"{values['trajectories']!r} is not one of {', '.join((*STEPS_FROM_SOURCES, STEPS_JSONL))} "
+            f"({STEPS_JSONL!r} reads the JSONL files at data.steps.path)",
         )
     if not isinstance(values["path"], str):
         raise ConfigError("data.steps.path", f"must be a string (JSONL files, comma-separated), got {values['path']!r}")
@@ -371,15 +372,6 @@ def steps_paths(path: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in str(path or "").split(",") if p.strip())
 
 
-def _jsonl_paths(opts: StepsOptions) -> tuple[str, tuple[str, ...]] | None:
-    """(the field that names them, the JSONL files) the instances come from; None for a source's experts."""
-    if opts.trajectories == STEPS_JSONL:
-        return "data.steps.path", steps_paths(opts.path)
-    if opts.trajectories in STEPS_FROM_SOURCES:
-        return None
-    return "data.steps.trajectories", (opts.trajectories,)
-
-
 def _steps_key(data_config) -> tuple:
     """Everything the instances depend on, hashable (each JSONL file by path, size and mtime)."""
     import os
@@ -392,7 +384,7 @@ def _steps_key(data_config) -> tuple:
         origin = ("bfcl",)
     else:
         files = []
-        for p in _jsonl_paths(opts)[1]:
+        for p in steps_paths(opts.path):
             st = os.stat(os.path.abspath(p))
             files.append((os.path.abspath(p), st.st_size, st.st_mtime_ns))
         origin = ("jsonl", tuple(files))
@@ -444,31 +436,17 @@ def _steps_check(data_config) -> None:
     import os
 
     opts = steps_options(data_config)
-    if opts.trajectories == "steps":
-        raise ConfigError("data.steps.trajectories", "'steps' cannot decompose itself")
     if opts.trajectories == "world":
         _world_check(data_config)
-    elif opts.trajectories != "bfcl":
-        if opts.trajectories in SOURCES:
-            raise ConfigError(
-                "data.steps.trajectories",
-                f"source {opts.trajectories!r} has no expert trajectories to decompose; use one of "
-                f"{STEPS_FROM_SOURCES}, {STEPS_JSONL!r} (with data.steps.path) or a JSONL path",
-            )
-        field, paths = _jsonl_paths(opts)
-        for p in paths:
+    elif opts.trajectories == STEPS_JSONL:
+        for p in steps_paths(opts.path):
             if not os.path.isfile(p):
-                what = (
-                    "no such JSONL file"
-                    if field == "data.steps.path"
-                    else f"not a source name {STEPS_FROM_SOURCES} and no such JSONL file"
-                )
-                raise ConfigError(field, f"{what}: {p!r}")
+                raise ConfigError("data.steps.path", f"no such JSONL file: {p!r}")
 
         try:  # read (and cache) the files now, so a malformed row stops the run at start-up
             _steps_trajectories(_steps_key(data_config)[1], opts.test_fraction, opts.seed)
         except InputError as err:  # a malformed row (StepDataError), an empty or unreadable file
-            raise ConfigError(field, str(err)) from None
+            raise ConfigError("data.steps.path", str(err)) from None
 
 
 def _steps_corpus(data_config) -> list[str] | None:

@@ -208,7 +208,7 @@ def play_expert(d, task):
 
 
 def test_source_from_jsonl_splits_rows_and_plays_experts():
-    d = data_config(trajectories=str(FIXTURE), test_fraction=0.34, seed=0)
+    d = data_config(trajectories="jsonl", path=str(FIXTURE), test_fraction=0.34, seed=0)
     sources.check(d)
     train, test = sources.tasks(d, "train"), sources.tasks(d, "test")
     assert len({t.trajectory_id for t in test}) == 1 and len({t.trajectory_id for t in train}) == 2
@@ -225,7 +225,14 @@ def test_source_from_jsonl_splits_rows_and_plays_experts():
 
 
 def test_source_options_mask_partial_calls_only():
-    d = data_config(trajectories=str(FIXTURE), test_fraction=0.0, mask_names=True, partial_credit=True, calls_only=True)
+    d = data_config(
+        trajectories="jsonl",
+        path=str(FIXTURE),
+        test_fraction=0.0,
+        mask_names=True,
+        partial_credit=True,
+        calls_only=True,
+    )
     tasks = sources.tasks(d, "train")
     assert len(tasks) == 4 and all(t.target_calls and t.name_map is not None and t.reward == "partial" for t in tasks)
     assert all(play_expert(d, t).reward() == 1.0 for t in tasks)
@@ -250,8 +257,9 @@ def test_source_from_world_expert_trajectories():
     "fields,field,message",
     [
         ({"trajectory": "bfcl"}, "data.steps.trajectory", "unknown field"),
-        ({"trajectories": "/no/such/file.jsonl"}, "data.steps.trajectories", "no such JSONL file"),
-        ({"trajectories": "steps"}, "data.steps.trajectories", "cannot decompose itself"),
+        ({"trajectories": "jsonl", "path": "/no/such/file.jsonl"}, "data.steps.path", "no such JSONL file"),
+        ({"trajectories": "/no/such/file.jsonl"}, "data.steps.trajectories", "is not one of bfcl, world, jsonl"),
+        ({"trajectories": "steps"}, "data.steps.trajectories", "is not one of bfcl, world, jsonl"),
         ({"test_fraction": 1.0}, "data.steps.test_fraction", "[0, 1)"),
         ({"mask_names": "yes"}, "data.steps.mask_names", "true or false"),
     ],
@@ -266,8 +274,8 @@ def test_source_check_reads_the_jsonl_at_start_up(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(FIXTURE.read_text() + '{"messages": [{"role": "user", "content": "x"}], "tools": []}\n')
     with pytest.raises(ConfigError) as err:
-        sources.check(data_config(trajectories=str(bad)))
-    assert err.value.field == "data.steps.trajectories" and f"{bad}:4" in str(err.value)
+        sources.check(data_config(trajectories="jsonl", path=str(bad)))
+    assert err.value.field == "data.steps.path" and f"{bad}:4" in str(err.value)
 
 
 def test_source_defaults_and_world_section():

@@ -250,8 +250,7 @@ class AwpoTest(chex.TestCase):
 
     def test_gate_in_the_papers_notation(self):
         """eps_mix is the paper's bound (rho_g <= eps_mix, rho_g = sigma_mix / sigma_out), so a value taken
-        from the paper means the same here; the default 2 is the former notation's 0.5 on sigma_out /
-        sigma_mix. By hand: r = [1, 0, 0, 0], s = [1, .5, 0, 0], m = [2, .5, 0, 0]; sigma_out^2 = (.75^2 +
+        from the paper means the same here (docs/awpo.md converts the notation before it). By hand: r = [1, 0, 0, 0], s = [1, .5, 0, 0], m = [2, .5, 0, 0]; sigma_out^2 = (.75^2 +
         3 * .25^2) / 4 = 3/16, sigma_mix^2 = (1.375^2 + .125^2 + 2 * .625^2) / 4 = 43/64, so rho_g^2 = 43/12
         and rho_g = 1.8930."""
         r, s = jnp.asarray([[1.0, 0.0, 0.0, 0.0]]), jnp.asarray([[1.0, 0.5, 0.0, 0.0]])
@@ -265,9 +264,9 @@ class AwpoTest(chex.TestCase):
 
         assert opened(2.0) == 1.0 and opened(1.9) == 1.0  # 1.893 <= 1.9
         assert opened(1.89) == 0.0  # 1.893 > 1.89
-        for former, now in adv_lib.AWPO_FORMER_GATES.items():  # the old names stop with the conversion
-            with pytest.raises(OptionError, match=f"use gate='{now}' with eps_mix = 1 / the old value") as e:
-                adv_lib.check("awpo", {"gate": former})
+        for gone in ("ratio_above", "ratio_below"):  # the names before the paper's notation (docs/awpo.md)
+            with pytest.raises(OptionError) as e:
+                adv_lib.check("awpo", {"gate": gone})
             assert e.value.field == "gate"
 
     def test_gate_never_without_difficulty_is_grpo(self):
