@@ -21,11 +21,7 @@ in the row; ours and the other peers are still reported.
 device decodes batch / N rows with its own copy of the weights, the programs at the same time); the peers
 are unchanged (tunix on its single device, HF on torch's threads). The row says `devices`.
 
-Each line also places the decode step against the memory-bandwidth bound: the bytes one step must read
-(every weight but the embedding table, once per device, plus the KV-cache span the loop attends over),
-the read bandwidth of all cores measured at that working-set size, the fraction of that bound the step
-reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach (our
-measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here.
+Each line also places the decode step against the memory-bandwidth bound (`bench_model`).
 """
 
 from __future__ import annotations
@@ -196,7 +192,13 @@ def bench_model(
 ) -> dict:
     """One model's row. `peers` as `parse_peers` gives them; `tunix_python` the tunix env's interpreter
     (None with "tunix" in `peers`: the row says the env is missing); `greedy` tokens for the greedy check
-    (0: none); `devices`: ours on `common.data_mesh(devices)`."""
+    (0: none); `devices`: ours on `common.data_mesh(devices)`.
+
+    The row also places the decode step against the memory-bandwidth bound: the bytes one step must read
+    (every weight but the embedding table, once per device, plus the KV-cache span the loop attends over),
+    the read bandwidth of all cores measured at that working-set size, the fraction of that bound the step
+    reaches, and `bound_ratio`: the ratio to HF a decode running exactly at the bound would reach (our
+    measured prefill plus NEW - 1 bound steps). A goal above `bound_ratio` is out of reach here."""
     import jax
     import numpy as np
     import torch

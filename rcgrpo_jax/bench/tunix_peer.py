@@ -17,16 +17,8 @@ samples exactly `new_tokens` per row (checked). Sampling is top-p mode with top_
 which tunix runs as a plain categorical draw from logits / temperature over the whole vocabulary (the
 same distribution as ours and HF's); the KV cache holds prompt + new tokens exactly.
 
-Protocol over stdin/stdout, one JSON object per line. Once the weights are in memory the worker prints
-{"loaded": true} (the parent may then delete the checkpoint). After loading, one untimed warm-up call at the
-timed shape (compilation) and, when K > 0, one greedy call of K new tokens, the worker prints
-{"ready": true, "greedy": [[K ids] per row] (K > 0), "load_s", "warmup_s", "tunix_version",
-"jax_backend", "params"}. Then each line on stdin runs one timed call (a fresh seed each) and prints
-{"round": i, "s": wall seconds of the call, tokens back on the host, "cpu_s": the process's CPU seconds
-(all threads) over the same span, "tokens": tokens sampled}. EOF on stdin ends it with {"done": true}.
-
-The parent's side (`TunixPeer`, `start`, `ready`, `peer_command`, `peer_env`) lives here too, so
-`bench.sampler` holds only the rounds and the row's fields.
+The protocol over stdin/stdout: `TunixPeer`'s docstring. The parent's side (`TunixPeer`, `start`, `ready`,
+`peer_command`, `peer_env`) lives here too, so `bench.sampler` holds only the rounds and the row's fields.
 """
 
 from __future__ import annotations
@@ -141,7 +133,15 @@ class TunixPeer:
     """`bench.tunix_peer` as a subprocess: `__call__()` runs one timed sampling call, returns its seconds.
 
     Started with the checkpoint still on disk; `loaded()` returns once the worker holds the weights (the
-    checkpoint may go), `ready()` once it has compiled and done its greedy check (its info message)."""
+    checkpoint may go), `ready()` once it has compiled and done its greedy check (its info message).
+
+    Protocol over stdin/stdout, one JSON object per line. Once the weights are in memory the worker prints
+    {"loaded": true} (the parent may then delete the checkpoint). After loading, one untimed warm-up call at the
+    timed shape (compilation) and, when K > 0, one greedy call of K new tokens, the worker prints
+    {"ready": true, "greedy": [[K ids] per row] (K > 0), "load_s", "warmup_s", "tunix_version",
+    "jax_backend", "params"}. Then each line on stdin runs one timed call (a fresh seed each) and prints
+    {"round": i, "s": wall seconds of the call, tokens back on the host, "cpu_s": the process's CPU seconds
+    (all threads) over the same span, "tokens": tokens sampled}. EOF on stdin ends it with {"done": true}."""
 
     def __init__(self, python: str, checkpoint: str, work: dict[str, Any], tmp: str):
         """`work` as `bench.tunix_peer` reads it, written to `tmp`/tunix_work.json (kept until `loaded()`)."""

@@ -10,12 +10,10 @@ Families:
 
 - ``hermes`` (Qwen2 / Qwen2.5 / Qwen3): zero or more blocks ``<tool_call>\\n{"name": ...,
   "arguments": {...}}\\n</tool_call>``; text outside the blocks is the content. A leading reasoning
-  block ``<think>...</think>`` (Qwen3; the opening tag may sit in the generation prompt instead) is
-  split off first into `ParsedTurn.reasoning`, the way Qwen3's template and BFCL's handler split it
-  (text before the first ``</think>``, without ``<think>`` and surrounding newlines): a ``<tool_call>``
-  inside the reasoning is not a call (see `split_reasoning` for the exact rule). A ``<think>`` that is
-  never closed (the step budget ran out while thinking) makes the whole text reasoning and an
-  ``unterminated`` error.
+  block ``<think>...</think>`` (Qwen3) is split off first into `ParsedTurn.reasoning`, as Qwen3's
+  template and BFCL's handler split it (`split_reasoning`): a ``<tool_call>`` inside it is not a call.
+  A ``<think>`` never closed (the step budget ran out while thinking) makes the whole text reasoning and
+  an ``unterminated`` error.
 - ``llama3_json`` (LLaMA 3.1): the whole message is one or more JSON objects ``{"name": ...,
   "parameters": {...}}`` (``"arguments"`` also accepted) separated by ``;``, ``,`` and/or newlines,
   or one JSON list of such objects, optionally after ``<|python_tag|>`` (what LLaMA-3.1 emits, and

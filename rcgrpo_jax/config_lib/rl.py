@@ -1,15 +1,7 @@
 """The shared builder of every RL stage config (configs/grpo.py, rc_grpo.py, dr_grpo.py, dapo.py, awpo.py): `base`.
 
-Paper setting (RC-GRPO, Table 12 for the GRPO baseline): AdamW lr 1e-6, KL beta 0.1 to the frozen
-stage-1 policy, group size 5, batch 64, clip 0.2 (RC-GRPO itself, Table 10: batch 256). The paper's
-batch counts tasks (as verl's train_batch_size counts prompts), so `train.batch_size` (rollouts) =
-tasks x 5. Run length: Table 10 prints "Epochs 400"; we read it as 400 passes over the 720 training
-tasks (verl's total_epochs), each pass visiting every task exactly once (`rl_data.task_indices`), so
-256 tasks per step give ceil(400 * 720 / 256) = 1125 steps (`train.max_steps` caps a run). Not stated
-by the paper, our choices: 4 PPO mini-batches per step, 1 PPO epoch, the k3 KL estimator (clamped), token-mean
-loss, the sampler (temperature 1.0, no top-k / top-p) and the optimizer's other settings (config_lib/common.py:
-warmup 3%, cosine to 0, AdamW betas and eps, no weight decay, clip norm 1.0). docs/paper_vs_code.md lists
-every difference from the paper.
+`base` holds the paper's values (RC-GRPO Table 10, the GRPO baseline's Table 12) and, where the paper states
+none, our choices; docs/paper_vs_code.md lists each, with how "Epochs 400" is read as a run length.
 
 Swapping (one override each; every entry's options sit in its own subsection, defaulted from its
 registry, and are validated at start-up):

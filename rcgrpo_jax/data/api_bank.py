@@ -22,9 +22,6 @@ context's ToolSearcher results have revealed.
 
 Registered as the task source `api_bank` (its environment: `envs.api_bank.ApiBankEnv`); the eval suite
 `api_bank` (`eval.api_bank_run`) reads `eval.api_bank.path` and `.levels`.
-
-A file that is not in this layout, a line that is not JSON or an item without its fields raises
-`ApiBankDataError` naming the file, the line or sample, and the field.
 """
 
 from __future__ import annotations
@@ -48,7 +45,8 @@ REQUIRED_RESULT_FIELDS = ("output", "exception")
 
 
 class ApiBankDataError(ValueError):
-    """The copy at the path is not in API-Bank's layout or format; the message names where and what."""
+    """The copy at the path is not in API-Bank's layout or format (a file that is not in the layout, a line that
+    is not JSON or an item without its fields); the message names the file, the line or sample, and the field."""
 
 
 @dataclasses.dataclass(frozen=True)

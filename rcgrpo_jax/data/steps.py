@@ -1,65 +1,24 @@
 """Step-level data (SWiRL decomposition): a K-step trajectory becomes K single-step instances.
 
-A *step* is one assistant message of a trajectory. The instance of step k has
+A *step* is one assistant message of a trajectory. The instance of step k (`envs.step_instance.StepInstance`,
+the type the environments run) has
 
   context  every message before the step (system, user, earlier assistant steps, tool results)
   target   the step's assistant message: its `tool_calls` (the action) and its `reasoning_content`
            (the step's chain of thought) when present, plus its text `content`
   tools    the tool list rendered at the top of the conversation (the trajectory's `tools`)
 
-so that the targets interleaved with the messages between them give back the trajectory:
-`reassemble(decompose(t)) == t.messages` (each instance's context extends the previous instance's
-context by its target and the non-assistant messages that followed it). A step whose target has no
-calls (a plain answer) is an instance too; `calls_only` keeps only the tool-calling steps.
+so that `reassemble(decompose(t)) == t.messages`. A step whose target has no calls (a plain answer) is an
+instance too; `calls_only` keeps only the tool-calling steps.
 
-Sources
-- The BFCL (or generated-world) expert trajectories, `trajectories.expert_trajectory(task)`: the 720
-  BFCL training tasks give 5,655 instances (2,644 of them tool-calling steps holding 4,160 calls;
-  the rest are each turn's closing answer), the 80 test tasks 605 (280).
-- Any JSONL of chats in the OpenAI messages format with tools (ToolACE, xLAM, Hammer data converted to
-  it; our own trajectory records are rows of it too). `load_jsonl(path)` reads it, `load_jsonl_files`
-  several (the `steps` source's `data.steps.path`, comma-separated: AWPO's own training data).
+Sources: the BFCL (or generated-world) expert trajectories (`expert_trajectories`), and any JSONL of chats in
+the OpenAI messages format with tools (ToolACE, xLAM, Hammer data converted to it): `load_jsonl(path)`,
+`load_jsonl_files` for several; the schema, its rules and the normalisation on load are `parse_row`'s.
+Reference rationales are read from the data only (none is generated here); they travel on
+`StepInstance.reference_rationale` for the judge and never reach the policy's context.
 
-JSONL schema (one JSON object per line; blank lines are skipped; a malformed row raises
-`StepDataError` naming the file and line):
-
-  {"messages": [...],                      required, non-empty
-   "tools": [...],                         required (may be empty)
-   "id": str,                              optional; default "<file name>:<line>"
-   "category": str,                        optional; default "jsonl"
-   "reference_rationale": str | [str|null],  optional: a string when the row has one step, else one
-                                           entry per assistant step (null: none for that step)
-   "released_tools": {"<turn>": [tool]}}   optional: tools documented inside a later user turn (our
-                                           BFCL records, miss_func); visible to steps from that turn on
-
-  messages: {"role": "system" | "user", "content": str}
-            {"role": "assistant", "content": str | null, "tool_calls": [call]?, "reasoning_content": str?,
-             "reference_rationale": str?}
-            {"role": "tool", "content": str, "name": str?, "tool_call_id": str?}
-  call:     {"id": str?, "type": "function"?, "function": {"name": str, "arguments": object | JSON string}}
-  tool:     {"type": "function", "function": {"name", "description"?, "parameters"?}}, or the bare
-            {"name", "description"?, "parameters"?} object (wrapped on load). Names are unique per row.
-
-Rules: the first step has a user message before it; a tool message follows an assistant message with
-calls (or another tool message); the row ends with an assistant message (trailing messages would be in
-no instance, so they are refused rather than dropped). Reasoning is read from `reasoning_content` only.
-
-Normalisation on load (what `reassemble` gives back): arguments given as JSON strings are parsed to
-objects, `"type": "function"` is added to calls and bare tools, an assistant `content` of null becomes
-"", and `reference_rationale` is moved off the messages onto the instances (`reassemble(...,
-rationales=True)` puts it back). Every other field of every message is kept as it was.
-
-Reference rationales are read from the data only (message field first, else the row field; both given
-and different is an error); none is generated here. They travel on `StepInstance.reference_rationale`
-for the judge and never reach the policy's context.
-
-Masking (Hammer, Lin et al. 2024): `mask(instance, seed)` replaces every function name and every
-top-level argument name by a random string, consistently across the tools, the released tools, the
-history (calls, tool-message names, BFCL release docs in user messages) and the target; descriptions,
-values and free text (message content, `reasoning_content`, tool results, rationales: they may still
-spell a name) are untouched. The mapping is kept on the instance and `unmask(mask(x)) == x`.
-
-The instance's type (`StepInstance`, `NameMap`) is `envs.step_instance`'s, which the environments run.
+`mask(instance, seed)` (Hammer, Lin et al. 2024) renames every function and top-level argument name;
+`unmask(mask(x)) == x`.
 """
 
 from __future__ import annotations
@@ -81,10 +40,10 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 class StepDataError(InputError):
-    """A row of step data that does not follow the schema of this module's docstring (or a file of none)."""
+    """A row of step data that does not follow the schema of `parse_row` (or a file of none)."""
 
 
-# The schema above in one line, for start-up errors that ask for a file of it (`sources`, `data.steps.path`).
+# `parse_row`'s schema in one line, for start-up errors that ask for a file of it (`sources`, `data.steps.path`).
 SCHEMA_LINE = (
     '{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "tool_calls"?: '
     '[{"function": {"name": str, "arguments": object}}], "reasoning_content"?: str}, ...], '
@@ -223,7 +182,41 @@ def _message(msg: Any, where: str) -> tuple[Message, str | None]:
 
 def parse_row(row: Any, where: str, *, default_id: str = "", default_category: str = "jsonl") -> Trajectory:
     """A normalised `Trajectory` from one row of the schema (our trajectory records included);
-    raises `StepDataError` prefixed by `where` on anything else."""
+    raises `StepDataError` prefixed by `where` on anything else.
+
+    JSONL schema (one JSON object per line; blank lines are skipped; a malformed row raises
+    `StepDataError` naming the file and line):
+
+      {"messages": [...],                      required, non-empty
+       "tools": [...],                         required (may be empty)
+       "id": str,                              optional; default "<file name>:<line>"
+       "category": str,                        optional; default "jsonl"
+       "reference_rationale": str | [str|null],  optional: a string when the row has one step, else one
+                                               entry per assistant step (null: none for that step)
+       "released_tools": {"<turn>": [tool]}}   optional: tools documented inside a later user turn (our
+                                               BFCL records, miss_func); visible to steps from that turn on
+
+      messages: {"role": "system" | "user", "content": str}
+                {"role": "assistant", "content": str | null, "tool_calls": [call]?, "reasoning_content": str?,
+                 "reference_rationale": str?}
+                {"role": "tool", "content": str, "name": str?, "tool_call_id": str?}
+      call:     {"id": str?, "type": "function"?, "function": {"name": str, "arguments": object | JSON string}}
+      tool:     {"type": "function", "function": {"name", "description"?, "parameters"?}}, or the bare
+                {"name", "description"?, "parameters"?} object (wrapped on load). Names are unique per row.
+
+    Rules: the first step has a user message before it; a tool message follows an assistant message with
+    calls (or another tool message); the row ends with an assistant message (trailing messages would be in
+    no instance, so they are refused rather than dropped). Reasoning is read from `reasoning_content` only.
+
+    Normalisation on load (what `reassemble` gives back): arguments given as JSON strings are parsed to
+    objects, `"type": "function"` is added to calls and bare tools, an assistant `content` of null becomes
+    "", and `reference_rationale` is moved off the messages onto the instances (`reassemble(...,
+    rationales=True)` puts it back). Every other field of every message is kept as it was.
+
+    Reference rationales are read from the data only (message field first, else the row field; both given
+    and different is an error); none is generated here. They travel on `StepInstance.reference_rationale`
+    for the judge and never reach the policy's context.
+    """
     if not isinstance(row, dict):
         raise _fail(where, f"a row must be a JSON object, got {type(row).__name__}")
     for key in ("messages", "tools"):
@@ -561,7 +554,12 @@ def _rename(inst: StepInstance, fns, args, name_map: NameMap | None) -> StepInst
 
 
 def mask(inst: StepInstance, seed: int = 0) -> StepInstance:
-    """The instance with function and argument names replaced (see the module docstring)."""
+    """The instance with every function name and every top-level argument name replaced by a random string
+    (Hammer, Lin et al. 2024), consistently across the tools, the released tools, the
+    history (calls, tool-message names, BFCL release docs in user messages) and the target; descriptions,
+    values and free text (message content, `reasoning_content`, tool results, rationales: they may still
+    spell a name) are untouched. The mapping is kept on the instance and `unmask(mask(x)) == x`.
+    """
     if inst.name_map is not None:
         raise ValueError(f"{inst.id} is already masked")
     name_map = make_name_map(inst, seed)

@@ -20,10 +20,7 @@ ToolSearcher is not executed: the benchmark's ranks APIs with a sentence-embeddi
 which a run here may not do. A ToolSearcher prediction is scored by its name only and marked
 `by_name_only` in the verdict (the suite counts them).
 
-Error kinds (the evaluator's error statistics, lower-cased): no_api_call, api_name_mismatch,
-invalid_input_parameter, missing_input_argument, has_exception, output_mismatch, input_mismatch,
-result_mismatch (the class's check said no otherwise), key_error, execution_error, api_unavailable (the
-class's module did not import here; the reason is kept).
+Error kinds: `ApiBankEnv.official_verdict`.
 """
 
 from __future__ import annotations
@@ -414,6 +411,12 @@ class ApiBankEnv:
         return None
 
     def official_verdict(self) -> dict:
+        """The verdict of the ground-truth API's check, with an error kind when it fails.
+
+        Error kinds (the evaluator's error statistics, lower-cased): no_api_call, api_name_mismatch,
+        invalid_input_parameter, missing_input_argument, has_exception, output_mismatch, input_mismatch,
+        result_mismatch (the class's check said no otherwise), key_error, execution_error, api_unavailable (the
+        class's module did not import here; the reason is kept)."""
         if self._verdict is None:
             return {
                 "valid": False,

@@ -12,20 +12,9 @@ BFCL's targets state only the arguments they give, as `bfcl.ground_truth_calls` 
 compare as JSON data (`rewards.canonical`: 1 == 1.0, booleans distinct from numbers). Arguments that
 are not plain JSON objects (bounded depth and size) never match.
 
-STEP_REWARDS (by name; `StepInstance.reward` or `SingleStepConfig.reward` chooses):
-- `exact`: 1 if the multiset of predicted calls equals the target's, else 0 (a plain-answer target
-  is matched by an answer without calls).
-- `partial` (ToolRL's correctness reward, Qian et al. 2025, rescaled to [0, 1]):
-      R = r_name + max over matchings M of sum_{(g, p) in M} [ J(keys g, keys p) + #{k in keys g: g[k] == p[k]} ]
-      partial = R / S_max,   S_max = 1 + |G| + sum_{g in G} |keys g|
-  with r_name the Jaccard index of the predicted and target name multisets (1 when both are empty),
-  J the Jaccard index of argument-key sets (1 when both are empty), M a one-to-one matching of target
-  calls G to predicted calls of the same name (maximised exactly, Hungarian). ToolRL's R_correct in
-  [-3, 3] is 6 * partial - 3; its format reward is not part of it. partial == 1 exactly when exact == 1.
-
-official_verdict: BFCL has no checker for one step of a multi-turn episode; the verdict is our exact
-match, named as such (`checker`), with an error type saying how it failed: single_step:no_call,
-unexpected_call, missing_call / extra_call (the function multisets nest), wrong_function, wrong_arguments.
+STEP_REWARDS (by name; `StepInstance.reward` or `SingleStepConfig.reward` chooses): `exact` and `partial`
+(ToolRL's credit), each defined in its docstring. `official_verdict` is our exact match (BFCL has no checker
+for one step of a multi-turn episode), with an error type saying how it failed.
 
 Rollouts: a step whose output does not parse never reaches `step`, and the engine by default lets the
 model try again; run single-step sources with `RolloutConfig(max_steps_per_turn=0)` so that every
@@ -65,6 +54,8 @@ def _key(call: Call) -> tuple | None:
 
 @STEP_REWARDS.register("exact")
 def exact(predicted: Sequence[Call], target: Sequence[Call]) -> float:
+    """1 if the multiset of predicted calls equals the target's, else 0 (a plain-answer target is matched by an
+    answer without calls)."""
     keys = [_key(c) for c in predicted]
     if any(k is None for k in keys):
         return 0.0
@@ -81,7 +72,15 @@ def _pair_score(g: Mapping[str, Any], p: Mapping[str, Any]) -> float:
 
 @STEP_REWARDS.register("partial")
 def partial(predicted: Sequence[Call], target: Sequence[Call]) -> float:
-    """ToolRL's name + argument-key + argument-value credit, in [0, 1] (module docstring)."""
+    """ToolRL's name + argument-key + argument-value credit (Qian et al. 2025), rescaled to [0, 1]:
+
+        R = r_name + max over matchings M of sum_{(g, p) in M} [ J(keys g, keys p) + #{k in keys g: g[k] == p[k]} ]
+        partial = R / S_max,   S_max = 1 + |G| + sum_{g in G} |keys g|
+
+    with r_name the Jaccard index of the predicted and target name multisets (1 when both are empty), J the
+    Jaccard index of argument-key sets (1 when both are empty), M a one-to-one matching of target calls G to
+    predicted calls of the same name (maximised exactly, Hungarian). ToolRL's R_correct in [-3, 3] is
+    6 * partial - 3; its format reward is not part of it. partial == 1 exactly when exact == 1."""
     gn = collections.Counter(n for n, _ in target)
     pn = collections.Counter(n if type(n) is str else None for n, _ in predicted)
     union = sum((gn | pn).values())
@@ -210,6 +209,9 @@ class SingleStepEnv:
         return float(self._reward_fn(*self._compared()))
 
     def official_verdict(self) -> dict:
+        """Our exact match, named as such (`checker`), with an error type saying how it failed: single_step:
+        no_call, unexpected_call, missing_call / extra_call (the function multisets nest), wrong_function,
+        wrong_arguments."""
         predicted, target = self._compared()
         etype = error_type(predicted, target)
         return {

@@ -23,10 +23,6 @@ leaderboard's overall: that one scores a missing agentic group as 0, which is
 
 The package counts a category that was not evaluated as accuracy 0 in its groups; here a group is
 reported only when all its categories ran (`groups`), so no group silently mixes in zeros.
-
-A test runs the package's own `generate_leaderboard_csv` (from its source, its imports stubbed: the
-module needs pandas and the model registry, absent from our install) on a synthetic score table and
-compares every group and the overall with ours.
 """
 
 from __future__ import annotations

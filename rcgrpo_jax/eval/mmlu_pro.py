@@ -1,15 +1,6 @@
 """MMLU-Pro (TIGER-Lab): its released records, the chain-of-thought prompt and the benchmark's answer rules.
 
-Data. The released splits as the user has them on disk, read at `eval.mmlu_pro.path`: one file, or a folder
-holding the test split (a file whose name starts with `test`, e.g. the release's
-`data/test-00000-of-00001.parquet`) and optionally the validation split (`validation*`, the few-shot
-examples). Formats: parquet (the release's, read with pyarrow), JSON lines, or one JSON list. A record has
-`question_id` (int), `question` (str), `options` (list of str; the release pads to ten with "N/A", which
-the benchmark drops before prompting, as `load` does), `answer` (a letter A-J), `answer_index` (int, the
-answer's position, `answer == "ABCDEFGHIJ"[answer_index]`), `cot_content` (str, the validation split's
-worked answer; may be empty), `category` (the subject) and `src` (str). A missing field, a wrong type,
-more than ten options or an answer that disagrees with its index raises `MmluProDataError` naming the
-file, the record and the field.
+Data: `load` (the release's splits from the user's copy at `eval.mmlu_pro.path`).
 
 Prompt (`prompt_text`): the benchmark's chain-of-thought prompt as its chat-model script sends it, one
 user message: the instruction naming the subject and asking to finish with "The answer is (X)", `shots`
@@ -182,7 +173,19 @@ def _split_files(folder: str, prefix: str) -> list[str]:
 
 
 def load(path: str) -> Splits:
-    """The test split (and the validation split when the folder has one) at `path`; raises MmluProDataError."""
+    """The test split (and the validation split when the folder has one) at `path`; raises MmluProDataError.
+
+    The released splits as the user has them on disk, read at `eval.mmlu_pro.path`: one file, or a folder
+    holding the test split (a file whose name starts with `test`, e.g. the release's
+    `data/test-00000-of-00001.parquet`) and optionally the validation split (`validation*`, the few-shot
+    examples). Formats: parquet (the release's, read with pyarrow), JSON lines, or one JSON list. A record has
+    `question_id` (int), `question` (str), `options` (list of str; the release pads to ten with "N/A", which
+    the benchmark drops before prompting, as `load` does), `answer` (a letter A-J), `answer_index` (int, the
+    answer's position, `answer == "ABCDEFGHIJ"[answer_index]`), `cot_content` (str, the validation split's
+    worked answer; may be empty), `category` (the subject) and `src` (str). A missing field, a wrong type,
+    more than ten options or an answer that disagrees with its index raises `MmluProDataError` naming the
+    file, the record and the field.
+    """
     if not path or not os.path.exists(path):
         raise MmluProDataError(f"no such file or folder: {path!r}")
     if os.path.isfile(path):

@@ -21,17 +21,7 @@ summary sits under its name in the printed summary and in eval.json (with its re
 A reward-conditioned checkpoint (its tokenizer holds `<|high_reward|>`) gets `[Reward Goal:
 <|high_reward|>]` in the first user message (`eval.reward_token`: auto | high | low | none).
 
-Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
-family's format and parsed back through the same path: 100% on every multi-turn category, and on every
-single-turn entry but the six whose shipped answers no output can satisfy, `single_turn_oracle.unanswerable`);
-replay (raw assistant texts made elsewhere, at `eval.replay_path`: the folder `bfcl generate` writes,
-one of its result files, or our JSONL `{"id", "output"}`; see `bfcl_results`. Each step's text is parsed
-by the family's parser; multi-turn steps are executed in the environment in order and scored by the
-official checker; the model is never called. A missing id, a malformed line or an undecodable step is
-counted and listed, never a crash). `eval.bfcl_results_dir` also writes the run's outputs as `bfcl
-generate` does (`bfcl_results.write_results`), for `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree`.
-
-`evaluate(...)` is the in-process multi-turn core (the ablation pipeline calls it on parameters in
+Policies (`eval.policy`: model, oracle, replay): `run`'s docstring. `evaluate(...)` is the in-process multi-turn core (the ablation pipeline calls it on parameters in
 memory); `run(config, workdir)` loads a checkpoint, runs the suite, writes workdir/eval.json (one record
 per episode: id, category, official_pass, error_kind, ...) and eval.md, and returns the summary
 (`suite_summary`: categories, groups, overall, n, error_kinds) that main prints as its last line.
@@ -405,7 +395,18 @@ def _single_turn_records(
 
 def run(config, workdir: str) -> dict[str, Any]:
     """The `eval` stage of rcgrpo_jax.main: `eval.suite` on `eval.split`, scored by BFCL's official checkers.
-    Returns the summary (`suite_summary`) that main prints as its last line."""
+    Returns the summary (`suite_summary`) that main prints as its last line.
+
+    Policies (`eval.policy`): model (greedy decoding); oracle (the ground truth written in the checkpoint
+    family's format and parsed back through the same path: 100% on every multi-turn category, and on every
+    single-turn entry but the six whose shipped answers no output can satisfy, `single_turn_oracle.unanswerable`);
+    replay (raw assistant texts made elsewhere, at `eval.replay_path`: the folder `bfcl generate` writes,
+    one of its result files, or our JSONL `{"id", "output"}`; see `bfcl_results`. Each step's text is parsed
+    by the family's parser; multi-turn steps are executed in the environment in order and scored by the
+    official checker; the model is never called. A missing id, a malformed line or an undecodable step is
+    counted and listed, never a crash). `eval.bfcl_results_dir` also writes the run's outputs as `bfcl
+    generate` does (`bfcl_results.write_results`), for `bfcl evaluate` and `python -m rcgrpo_jax.eval.agree`.
+    """
     import jax
 
     shape = config_checks.check(config, jax.device_count())

@@ -15,23 +15,7 @@ block: we hand the template OpenAI-style tools with JSON-schema type names (`env
 ``dict`` -> ``object``, ``float`` -> ``number``, ...), exactly as the multi-turn environment does, so a
 model trained here sees one tool format.
 
-Scoring (`score`). The raw assistant text is parsed by the checkpoint family's own parser
-(`chat.get_parser(family)`). A call that does not parse is dropped, as BFCL's Qwen handler drops a
-``<tool_call>`` block that is not JSON; the rest go to the checker as ``[{name: arguments}]`` with
-their JSON values unchanged, as BFCL's function-calling handlers pass them (for Java and JavaScript the
-model was told every value is a string in the language's syntax, and the checker converts those
-strings; a non-string value there fails with the checker's own ``type_error:java|js``).
-- AST categories: the verdict of the official `ast_checker` (`envs.ast_checker.check`) on the raw docs.
-- Irrelevance categories: pass when no call decodes; relevance: pass when at least one does (BFCL's
-  `_evaluate_single_relevance_entry`: a successful decode with a non-empty call list is a call).
-
-Error kinds (`error_kind`), one per failed entry: wrong_function, missing_or_extra_argument,
-wrong_type, wrong_value, wrong_count, parse_error (nothing parsed and the parser reported errors),
-irrelevance_violated; plus missing_output (replay: no output for the id), truncated (the prompt does
-not fit `eval.max_context`), render_error (the chat template refused the entry) and checker_error (the
-checker raised). The checker's own error type is kept beside it.
-
-The oracle is in `single_turn_oracle.py`; generating and replaying outputs in `single_turn_run.py`.
+Scoring: `score`; error kinds: `error_kind`. The oracle is in `single_turn_oracle.py`; generating and replaying outputs in `single_turn_run.py`.
 """
 
 from __future__ import annotations
@@ -270,7 +254,14 @@ def _kind_of_error_type(error_type: str, error: Any, names_match: bool = True) -
 
 
 def error_kind(category: str, verdict: Mapping[str, Any], parsed, ground_truth=None) -> str | None:
-    """None for a pass; else the error kind of a scored entry (see the module docstring)."""
+    """None for a pass; else the error kind of a scored entry.
+
+    Error kinds (`error_kind`), one per failed entry: wrong_function, missing_or_extra_argument,
+    wrong_type, wrong_value, wrong_count, parse_error (nothing parsed and the parser reported errors),
+    irrelevance_violated; plus missing_output (replay: no output for the id), truncated (the prompt does
+    not fit `eval.max_context`), render_error (the chat template refused the entry) and checker_error (the
+    checker raised). The checker's own error type is kept beside it.
+    """
     if verdict.get("valid") is True:
         return None
     if category in IRRELEVANCE:
@@ -296,7 +287,18 @@ def official_verdict(entry: Entry, parsed) -> dict[str, Any]:
 
 
 def score(entry: Entry, text: str, parser) -> EntryResult:
-    """Parse one raw assistant text with the family parser and score it as BFCL does."""
+    """Parse one raw assistant text with the family parser and score it as BFCL does.
+
+    Scoring (`score`). The raw assistant text is parsed by the checkpoint family's own parser
+    (`chat.get_parser(family)`). A call that does not parse is dropped, as BFCL's Qwen handler drops a
+    ``<tool_call>`` block that is not JSON; the rest go to the checker as ``[{name: arguments}]`` with
+    their JSON values unchanged, as BFCL's function-calling handlers pass them (for Java and JavaScript the
+    model was told every value is a string in the language's syntax, and the checker converts those
+    strings; a non-string value there fails with the checker's own ``type_error:java|js``).
+    - AST categories: the verdict of the official `ast_checker` (`envs.ast_checker.check`) on the raw docs.
+    - Irrelevance categories: pass when no call decodes; relevance: pass when at least one does (BFCL's
+      `_evaluate_single_relevance_entry`: a successful decode with a non-empty call list is a call).
+    """
     parsed = parser.parse(text)
     verdict = official_verdict(entry, parsed)
     message = verdict.get("error")

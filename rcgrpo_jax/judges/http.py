@@ -5,30 +5,7 @@ only (urllib, a thread pool).
 One request per item (`POST <url>/chat/completions`, body {model, messages, temperature, max_tokens,
 **extra_body}); the score is `parse_score(choices[0].message.content)`.
 
-- Concurrency: `concurrency` requests in flight (a thread pool per call).
-- Timeout: `timeout_s` per socket operation (connect, each read), so one attempt lasts at most
-  2 x timeout_s.
-- Retries: up to `retries` more attempts after an HTTP 408/409/425/429/5xx, a timeout, a connection
-  error or a malformed body, sleeping min(backoff_max_s, backoff_s * 2^k) before retry k (a 429's
-  Retry-After, when longer, up to backoff_max_s). Other HTTP errors (400, 401, 404, ...) and a reply
-  without a score are not retried.
-- Deadline: a retry starts only when it can end within `max_item_s` of the item's first attempt
-  (elapsed + sleep + 2 x timeout_s <= max_item_s), so one item never holds a step longer than
-  max(max_item_s, 2 x timeout_s). The defaults (25 s, 2 retries, max_item_s 55 s) bound it under a minute:
-  a refused connection or a 5xx is retried at once, a hung judge is given up after one 25 s wait.
-- Cache: a successful score is kept, keyed by the SHA-256 of the request body (model, messages and
-  sampling options), so a repeated request (the same reasoning and reference) is not sent again;
-  identical items of one call share one request. Failures are not cached. `cache_size` entries, least
-  recently used dropped first.
-- The API key is read from the environment variable named `api_key_env` (sent as
-  `Authorization: Bearer ...`; no header when the variable is unset or empty). It is never logged:
-  every logged string has it replaced by '***'.
-- Failures: an item whose attempts all failed scores `default` and is counted by kind (`http`,
-  `timeout`, `connection`, `malformed`, `no_score`, `error` for anything unexpected); the call never
-  raises. The first `log_first` failures of each kind are logged as warnings, then every 100th, and
-  each call with failures logs one summary line.
-
-`stats()`: calls, requests (HTTP attempts), retries, cache_hits, failures, failures/<kind>.
+Concurrency, timeouts, retries, the deadline per item, the cache, the API key and failures: `HttpJudge`.
 """
 
 from __future__ import annotations
@@ -82,7 +59,31 @@ def _is_timeout(e: BaseException) -> bool:
 
 
 class HttpJudge:
-    """See the module docstring. `request_body(item)` is what is sent; `stats()` the counters."""
+    """`request_body(item)` is what is sent; `stats()` the counters.
+
+    - Concurrency: `concurrency` requests in flight (a thread pool per call).
+    - Timeout: `timeout_s` per socket operation (connect, each read), so one attempt lasts at most
+      2 x timeout_s.
+    - Retries: up to `retries` more attempts after an HTTP 408/409/425/429/5xx, a timeout, a connection
+      error or a malformed body, sleeping min(backoff_max_s, backoff_s * 2^k) before retry k (a 429's
+      Retry-After, when longer, up to backoff_max_s). Other HTTP errors (400, 401, 404, ...) and a reply
+      without a score are not retried.
+    - Deadline: a retry starts only when it can end within `max_item_s` of the item's first attempt
+      (elapsed + sleep + 2 x timeout_s <= max_item_s), so one item never holds a step longer than
+      max(max_item_s, 2 x timeout_s). The defaults (25 s, 2 retries, max_item_s 55 s) bound it under a minute:
+      a refused connection or a 5xx is retried at once, a hung judge is given up after one 25 s wait.
+    - Cache: a successful score is kept, keyed by the SHA-256 of the request body (model, messages and
+      sampling options), so a repeated request (the same reasoning and reference) is not sent again;
+      identical items of one call share one request. Failures are not cached. `cache_size` entries, least
+      recently used dropped first.
+    - The API key is read from the environment variable named `api_key_env` (sent as
+      `Authorization: Bearer ...`; no header when the variable is unset or empty). It is never logged:
+      every logged string has it replaced by '***'.
+    - Failures: an item whose attempts all failed scores `default` and is counted by kind (`http`,
+      `timeout`, `connection`, `malformed`, `no_score`, `error` for anything unexpected); the call never
+      raises. The first `log_first` failures of each kind are logged as warnings, then every 100th, and
+      each call with failures logs one summary line.
+    """
 
     stand_in = False
 
@@ -293,6 +294,7 @@ class HttpJudge:
         return scores
 
     def stats(self) -> dict[str, int]:
+        """Calls, requests (HTTP attempts), retries, cache_hits, failures, failures/<kind>."""
         return self._counters.snapshot()
 
 

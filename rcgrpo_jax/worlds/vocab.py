@@ -6,9 +6,8 @@ user-given operand in a test task comes from the test side, which no training ta
 File stems and folder names are made of two or three syllables from one small syllable set
 ("ba", "ko", ...), split between train and test by combination. A byte-level BPE trained on the world
 learns the syllables as tokens, so train and test names alike are short multi-token spans of the same
-pieces, and the skill "copy this name" learned on train names carries over to unseen ones. (With whole
-English words, train names became single tokens and test names pieces of them: a model trained to copy
-one token did not copy four.) Extensions and line counts are shared: they are what the skills are about,
+pieces, and the skill "copy this name" learned on train names carries over to unseen ones (docs/experiments.md:
+why not whole words). Extensions and line counts are shared: they are what the skills are about,
 not scenario names.
 
 A third side, RL, serves an RL pool that no stage-1 example names (`data.world.rl_vocab="own"`): a fifth of
@@ -22,10 +21,8 @@ operands above the others' range (40-63), built from the same syllables and digi
 
 The WIDE train side (`data.world.train_vocab="wide"`) names stage 1's scenarios from twice the syllables: the
 test's twelve and twelve more, every word of distinct syllables that is not a test name, about 12k stems and
-534 folders against the narrow side's 1068 and 114, and operands 64-99 beside 2-39's train ones. On the narrow
-side each name recurs in dozens of training tasks and a small model learns the list: 125 of the 181 made-up
-string arguments of the quickstart SFT model's test episodes were train names. With ten times the names, most
-occur once, and the model has to copy. Test and FRESH names and operands stay outside it.
+534 folders against the narrow side's 1068 and 114, and operands 64-99 beside 2-39's train ones. With ten times the
+names, most occur once, and the model has to copy (docs/experiments.md, "Train vocabulary"). Test and FRESH names and operands stay outside it.
 """
 
 from __future__ import annotations
