@@ -135,9 +135,8 @@ class Attention(nn.Module):
     def __call__(self, x, positions, mask, kv, index):
         c = self.config
         b, t, _ = x.shape
-        # Three dots, not one fused qkv kernel: a fused kernel (and a fused gate/up in the MLP) made the
-        # quickstart's SFT step slower on the CPU (2026-12-02, `bench.train --models world --batch 16 --seq
-        # 256 --unroll -1 --skip-torch`, alternated three times: 0.30-0.32 s against 0.27-0.30 s).
+        # Three dots, not one fused qkv kernel (nor a fused gate/up in the MLP): fused was slower on the CPU
+        # (docs/performance.md, "The quickstart model's SFT step").
         q = _dense(c, c.num_heads * c.head_dim, c.attention_bias, "q_proj")(x)
         k = _dense(c, c.num_kv_heads * c.head_dim, c.attention_bias, "k_proj")(x)
         v = _dense(c, c.num_kv_heads * c.head_dim, c.attention_bias, "v_proj")(x)
