@@ -28,8 +28,9 @@ global row indices and values whole on every shard:
                                x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a
                                layer), likewise; a row past the array (a padding token's -1) is dropped.
 
-`at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). Without a
-mesh in context (`jax.set_mesh`), or with one batch shard, these are the plain jnp ops on global indices.
+`at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). `mode` of the
+K/V writes (`put_tokens`, `copy_rows`) is "scatter", or "footprint" (`decode_step.footprint_write`: the memory
+of the write, not its values; the dry run's plan). Without a mesh in context (`jax.set_mesh`), or with one batch shard, these are the plain jnp ops on global indices.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling import buckets, decode_step
 from rcgrpo_jax.sharding import BATCH_AXES
 
 
@@ -139,16 +140,21 @@ def scatter(
     return _smap(write, mesh, (spec, new_spec, P(BATCH_AXES), extra_spec), spec)(x, new, idx, extra)
 
 
-def copy_rows(x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: int, at: tuple = ()) -> jax.Array:
+def copy_rows(
+    x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: int, at: tuple = (), mode: str = "scatter"
+) -> jax.Array:
     """x with rows dst[b] set, on their first `window` slots along `axis`, to those of rows src[b] (global
     replicated indices; read before any is written; a dst past len(x) is dropped; src in range)."""
+
+    def set_window(x, part, dst):
+        return decode_step.footprint_write(x, part) if mode == decode_step.FOOTPRINT else _set_window(x, part, dst)
 
     def window_of(xl):
         return jax.lax.slice_in_dim(xl, 0, window, axis=axis)
 
     mesh = batch_mesh()
     if mesh is None:
-        return _set_window(x, window_of(jnp.take(x, src, axis=0, mode="clip")), dst)
+        return set_window(x, window_of(jnp.take(x, src, axis=0, mode="clip")), dst)
     spec = _spec(at, x.ndim)
 
     def f(xl, s, d):
@@ -158,15 +164,14 @@ def copy_rows(x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: i
         part = jnp.take(window_of(xl), jnp.where(own, s - first, n), axis=0, mode="fill", fill_value=0)
         part = jax.lax.psum(part, BATCH_AXES)  # every window from the shard that owns it (the others add 0)
         mine = (d >= first) & (d < first + n)
-        return _set_window(xl, part, jnp.where(mine, d - first, n))
+        return set_window(xl, part, jnp.where(mine, d - first, n))
 
     return _smap(f, mesh, (spec, P(), P()), spec)(x, src, dst)
 
 
 def _set_window(x: jax.Array, part: jax.Array, dst: jax.Array) -> jax.Array:
     """x [R, ...] with part [B, ...] written at rows dst from index 0 on along every other axis (part is
-    shorter on the window's axis); a dst out of range is dropped. (The dry run swaps this write for its
-    in-place stand-in: `train.dry_run.inplace_scatter_stand_in`.)"""
+    shorter on the window's axis); a dst out of range is dropped."""
     idx = (dst,) + tuple(slice(0, n) for n in part.shape[1:])
     return x.at[idx].set(part.astype(x.dtype), mode="drop")
 
@@ -197,22 +202,28 @@ def put_rows(x: jax.Array, new: jax.Array, rows: jax.Array, at: tuple = ()) -> j
     return _smap(f, mesh, (_spec(at, x.ndim), _tail_spec(at, new.ndim), P()), _spec(at, x.ndim))(x, new, rows)
 
 
-def _put_token_slots(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
+def _put_token_slots(
+    x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, mode: str
+) -> jax.Array:
+    if mode == decode_step.FOOTPRINT:
+        return decode_step.footprint_write(x, new)
     if axis == 3:  # [R, G, Dh, S]
         return x.at[rows, :, :, slots].set(new.astype(x.dtype), mode="drop")
     return x.at[rows, :, slots, :].set(new.astype(x.dtype), mode="drop")  # [R, G, S, Dh]
 
 
-def put_tokens(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, at: tuple = ()) -> jax.Array:
+def put_tokens(
+    x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, at: tuple = (), mode: str = "scatter"
+) -> jax.Array:
     """x [R, G, ., .] (one layer's K or V, its slots on `axis`: 2 or 3) with new[n] ([N, G, Dh]) written at
     row rows[n], slot slots[n] (global rows, whole on every shard; a row outside [0, R) is dropped)."""
     mesh = batch_mesh()
     if mesh is None:
         safe = jnp.where((rows >= 0) & (rows < x.shape[0]), rows, x.shape[0])
-        return _put_token_slots(x, new, safe, slots, axis)
+        return _put_token_slots(x, new, safe, slots, axis, mode)
 
     def f(xl, nl, r, s):
-        return _put_token_slots(xl, nl, _owned(r, xl.shape[0]), s, axis)
+        return _put_token_slots(xl, nl, _owned(r, xl.shape[0]), s, axis, mode)
 
     spec = _spec(at, x.ndim)
     return _smap(f, mesh, (spec, _tail_spec(at, new.ndim), P(), P()), spec)(x, new, rows, slots)

@@ -51,9 +51,9 @@ program is compiled once.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -97,30 +97,11 @@ def allocator_limit_bytes(config, env: dict | None = None) -> int:
     return int(fraction * int(config.memory.device_bytes))
 
 
-def _stand_in_attention(q, k, v, mask, scale, *, implementation: str = "xla", causal: bool = False):
-    """A fused attention's memory without its arithmetic: q [B, T, N, Dh], k/v [B, S, G, Dh], mask
-    [B, 1, T, S] -> [B, T, N, Dh], every temporary O(B x (T x N + S x G) x Dh) (reductions over S, no
-    [T, S] tensor), differentiable in q, k and v (gradients of their shapes, as a flash backward's)."""
-    del implementation, causal
-    n, g = q.shape[2], k.shape[2]
-    rows = jnp.sum(mask[:, 0, -1, :], axis=-1).astype(jnp.float32)  # the row lengths a fused kernel reads
-    kv = jnp.mean(k.astype(jnp.float32), axis=1) * jnp.mean(v.astype(jnp.float32), axis=1)  # [B, G, Dh]
-    kv = jnp.repeat(kv, n // g, axis=1) * (scale * rows)[:, None, None]  # [B, N, Dh]
-    return (q.astype(jnp.float32) * kv[:, None]).astype(q.dtype)
-
-
-@contextlib.contextmanager
-def fused_attention_stand_in() -> Iterator[None]:
-    """While open, every no-cache model attention (`models.attention.attention`, through which the
-    training, reference and SFT forwards go) is `_stand_in_attention`: programs traced inside size like
-    the GPU's fused kernel, not like the CPU's dense probabilities. Trace (lower) inside, not just call."""
-
-    real = attention_lib.attention
-    attention_lib.attention = _stand_in_attention
-    try:
-        yield
-    finally:
-        attention_lib.attention = real
+def planned_model(model_cfg):
+    """The model as the plan compiles its no-cache forwards (training, reference, SFT): attention
+    `models.attention.FOOTPRINT`, a fused kernel's memory (`footprint_attention`), not the CPU's dense
+    probabilities. Its values are meaningless: only compile it."""
+    return dataclasses.replace(model_cfg, attention_impl=attention_lib.FOOTPRINT)
 
 
 def decode_dtype(config) -> str:
@@ -130,38 +111,6 @@ def decode_dtype(config) -> str:
 
 def _with_shardings(tree, shardings):
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
-
-
-def _inplace_stand_in(x: jax.Array, update: jax.Array) -> jax.Array:
-    """x updated in place by an elementwise op that reads all of `update` (a sum): the memory of a scatter
-    into a donated buffer (nothing beyond the operand and the update), sharding-neutral (x keeps its
-    sharding; the update reduces to a scalar)."""
-    return x + (jnp.sum(update.astype(jnp.float32)) * 0.0).astype(x.dtype)
-
-
-@contextlib.contextmanager
-def inplace_scatter_stand_in() -> Iterator[None]:
-    """While open, the KV writes of the decode/prefill forwards (`decode_step._write`) and of the session's
-    row programs (`session._put_slots`, `row_shards._set_window`, `row_shards._put_token_slots`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
-    its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array: 0.27 GB of
-    temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
-    donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
-    jitted function, whose trace cache would keep the stand-in)."""
-
-    saved = (decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots)
-    decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
-    session._put_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
-    row_shards._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
-    row_shards._put_token_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
-    try:
-        yield
-    finally:
-        decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots = saved
-
-
-def _fresh_jit(impl, **kw):
-    """jax.jit of a new closure over `impl` (its own trace cache: see `inplace_scatter_stand_in`)."""
-    return jax.jit(lambda *args: impl(*args), **kw)
 
 
 def rollout_shapes(config, mesh) -> dict[str, int]:
@@ -211,7 +160,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     rl = config.rl
     dtype = jnp.dtype(decode_dtype(config))
     stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
-    weights = jax.eval_shape(lambda p: decode_step._cast_and_split(p, dtype), abstract_params)
+    weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     per_layer = decode_step.split_shardings(stacked_sh)
     weights_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     weights = _with_shardings(weights, weights_sh)
@@ -226,18 +175,13 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 
     top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
-    # kv_write="scatter": the program a GPU runs (on a CPU backend "auto" would pick the CPU's select).
-    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write="scatter")
-    # The session's programs (`session._programs`: donated cache and logits, outputs on their shardings) and
-    # the sampler's decode, as fresh closures, traced under the in-place scatter stand-in.
-    outs = {"out_shardings": (cache_sh, sharding_lib.batch_sharding(mesh, 2))}
-    programs = {
-        "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "prefill_packed": _fresh_jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_packed": _fresh_jit(packed_append.append_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
-    }
+    # kv_write="footprint": every KV write of these programs (the decode's, the appends', the row copies')
+    # is the memory of the in-place scatter a GPU runs (`decode_step.footprint_write`; XLA's CPU backend
+    # expands a scatter into a loop over a copy of its operand), and the programs trace apart from the
+    # session's own (the Sampler is their static argument).
+    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write=decode_step.FOOTPRINT)
+    # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
+    programs = {**session.programs(model_cfg, mesh, "xla"), "decode": sampler.decode_jit}
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
     rules = model_prep.rules(config.sharding.decode_rules)
     weights_b = model_prep.shard_bytes(weights, weights_sh)
@@ -246,7 +190,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # beyond the decode weights, the cache and its logits (resident: counted apart)
     beyond = lambda compiled: (model_prep.program_bytes(compiled) - weights_b - cache_b - logits_b) / 1e9  # noqa: E731
     out: dict[str, Any] = {}
-    with mesh_context(mesh, rules), inplace_scatter_stand_in():
+    with mesh_context(mesh, rules):
         whole_batch = programs["append_all"].lower(
             s, weights, cache, logits, batch((rows, width), jnp.int32), batch((rows,), jnp.int32)
         )
@@ -296,14 +240,14 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         n_copy = shapes["copy_rows"]
         layer = cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
-        copy = _fresh_jit(
-            row_shards.copy_rows, static_argnums=(3, 4, 5), donate_argnums=0, out_shardings=cache_sh.v[0]
-        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at)
+        copy = jax.jit(
+            row_shards.copy_rows, static_argnums=(3, 4, 5, 6), donate_argnums=0, out_shardings=cache_sh.v[0]
+        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at, decode_step.FOOTPRINT)
         layer_b = model_prep.shard_bytes(layer, cache_sh.v[0])
         out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - layer_b) / 1e9
         # take_rows: one layer's K (then V) at the new row count, placed on the cache's sharding, beside the
         # old cache; at the same row count (the largest new one a shrink makes).
-        take = session._take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
+        take = session.take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
         out["take_rows_gb"] = (model_prep.program_bytes(take) - model_prep.shard_bytes(layer, cache_sh.k[0])) / 1e9
         decode = (
             programs["decode"]
@@ -324,7 +268,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # cast copy and the decode weights both exist.
     train_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
     train_params = _with_shardings(abstract_params, train_sh)
-    cast = decode_step._cast_and_split_jit.lower(train_params, dtype).compile()
+    cast = decode_step.cast_and_split_jit.lower(train_params, dtype).compile()
     out["cast_gb"] = (model_prep.program_bytes(cast) - model_prep.shard_bytes(train_params, train_sh)) / 1e9
     return {
         **shapes,
@@ -341,21 +285,19 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 
 def supervised(config) -> dict[str, Any]:
     """Per-device memory of the SFT update step at the largest bucket, without allocating the model, its
-    attention sized as the GPU's fused kernel (`fused_attention_stand_in`)."""
+    attention sized as the GPU's fused kernel (`planned_model`)."""
 
     config = config_checks.resolved(config, jax.device_count())
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), jax.device_count()))
     model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
+    model_cfg = planned_model(model_cfg)
     _, state_sh, abstract, step_fn = sft.optimizer_and_state(
         config, model_cfg, abstract_params_of(model_cfg), mesh, 1000
     )
     micro = config.train.batch_size // config.train.grad_accum
     length = int(config.data.buckets[-1])
     logical = model_prep.rules(config.sharding.train_rules).logical
-    with fused_attention_stand_in():
-        compiled = sft.compile_step(
-            step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical
-        )
+    compiled = sft.compile_step(step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical)
     report = model_prep.memory_report(compiled, abstract, state_sh)
     budget_gb = allocator_limit_bytes(config) / 1e9
     train_state = report["params_gb"] + report["opt_state_gb"]
@@ -405,17 +347,17 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
     abstract = state_lib.abstract_state(abstract_params, tx)
     state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
     chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
-    updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
+    planned = planned_model(model_cfg)  # the training programs' attention: a fused kernel's memory
+    updater = rl_step.Updater(planned, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
     length = int(config.data.buckets[-1])
     with (
-        fused_attention_stand_in(),
         jax.set_mesh(mesh),
         sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical),
     ):
         micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref)
         grads_c, apply_c = updater.lower(state_lib.with_shardings(abstract, state_sh), micro_shapes)
-        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
+        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(planned, chunk, temp), p_sh, mesh)
         tok = sharding_lib.batch_sharding(mesh, 2)
         ref_c = logprob.lower(
             _with_shardings(abstract_params, p_sh),

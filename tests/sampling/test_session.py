@@ -80,7 +80,9 @@ def test_slot_window_and_put_slots_against_a_loop(axis):
     cache, sub = rng.normal(size=shape).astype(np.float32), rng.normal(size=(3,) + shape[1:]).astype(np.float32)
     rows, slots = np.array([4, 1, 5]), np.array([[2, 3, 7], [0, 1, 2], [5, 6, 7]])  # row 5, slot 7: padding
     new = np.asarray(session_mod._slot_window(jnp.asarray(sub), jnp.asarray(slots), axis))
-    got = np.asarray(session_mod._put_slots(jnp.asarray(cache), jnp.asarray(new), jnp.asarray(rows), slots, axis))
+    got = np.asarray(
+        session_mod._put_slots(jnp.asarray(cache), jnp.asarray(new), jnp.asarray(rows), slots, axis, "scatter")
+    )
     want = cache.copy()
     for b in range(3):
         for t in range(3):
@@ -225,7 +227,7 @@ def test_a_row_count_change_frees_each_old_layer_as_it_copies(params, monkeypatc
     sess = _session(params, 8, span=64)
     sess.append([[1, 2, 3]] * 8)
     alive_at_call = []
-    real = session_mod._take_program
+    real = session_mod.take_program
 
     def counting(sh):
         take = real(sh)
@@ -237,7 +239,7 @@ def test_a_row_count_change_frees_each_old_layer_as_it_copies(params, monkeypatc
 
         return run
 
-    monkeypatch.setattr(session_mod, "_take_program", counting)
+    monkeypatch.setattr(session_mod, "take_program", counting)
     sess.select([6, 1, 0, 3, 0, 1, 2, 3])  # as many rows: an in-place copy, no new arrays
     assert alive_at_call == [] and sess.stats["row_copies"] == 1
     old = [weakref.ref(x) for pair in zip(sess.cache.k, sess.cache.v) for x in pair]
