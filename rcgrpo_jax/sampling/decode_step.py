@@ -1,41 +1,26 @@
 """The sampler's own forward over its KV cache: a block of tokens per row (prefill, or one token in the
-decode loop), in the layout the decode loop reads (the model's math, re-laid out).
+decode loop), in the layout the decode loop reads: the model's math (`models.layers`' RMSNorm, RoPE and MLP,
+applied per layer) re-laid out; greedy decoding stays token-for-token equal to HF (tests/sampling).
 
-Layout. `models.forward` scans the layers (`nn.scan`) over params and a cache stacked on a leading [L]
-axis. Inside a decode `while_loop` that costs, every step, a copy of each layer's weight slice out of the
-stack and of each layer's cache slice, and two transposes of it to the [B, Hkv, ., .] order the batched
-attention dots want. So the sampler keeps, for the whole life of a session:
-  - the decode weights as one pytree per layer (`decode_weights`, once per RL step, cast to the decode
-    dtype and placed by the decode rules), q, k, v, gate and up kept as separate kernels. (Fusing them
-    into a [D, G, R + 2, Dh] qkv kernel and a [D, 2, F] gate/up kernel was measured on 2026-12-02 with
-    `bench.sampler --models tiny`, old and new code alternated: the decode step took 3-8% less, the
-    128-token prefill 15-35% more, and tokens per second did not rise, so the layout stays as it is);
-  - the cache (`DecodeCache`) as per-layer K and V in the layout its decode attention reads, which prefill
-    and decode both read and write in place (donated): no per-call re-layout, no copy back.
+Layout (why: docs/sampling.md). The decode weights are one pytree per layer (`decode_weights`, once per RL
+step: cast to the decode dtype, placed by the decode rules; q, k, v, gate and up separate kernels); the
+cache (`DecodeCache`) holds per-layer K and V in the order its decode attention reads, read and written in
+place (donated) by prefill and decode alike.
 
-Decode attention (`select_decode_attention`; a session's `decode_attention`: auto | xla | ragged), a static
-property of the cache chosen when it is made (`init_cache(layout=...)`):
-  "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: the dense dots' order. Every row attends over the
-            whole span S (slots past its length are masked): a step reads rows x S slots. The CPU's path.
-  "ragged"  K and V [B, Hkv, S, Dh]: what JAX's Pallas GPU decode kernel
-            (`jax.experimental.pallas.ops.gpu.decode_attention.gqa`) reads per (row, kv head), a [S, Dh]
-            slab. A one-token step gives it kv_seq_len = lengths + 1 for the rows decoding (0 for the
-            others); its split-k blocks past a row's length are skipped (no loads), so a step reads
-            about sum_b roundup(len_b, block_k) slots, not rows x S. (`gqa` itself takes [B, S, Hkv, Dh] and
-            swaps the axes to [B, Hkv, S, Dh] before the kernel; it is handed the swapped view of this
-            layout, so the two swaps cancel in XLA and nothing is copied. A cache stored [B, S, Hkv, Dh]
-            would make that swap a copy of every layer's cache at every step.) "auto" picks it on a GPU
-            backend when head_dim suits the kernel. Off a GPU it runs in Pallas interpret mode (slow;
-            what the tests run). Prefill blocks (T > 1), and spans the kernel cannot split into blocks,
-            take the XLA attention over this layout.
+Decode attention (`select_decode_attention`: auto | xla | ragged), fixed when the cache is made
+(`init_cache(layout=...)`):
+  "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: dense dots; every row attends over the whole span S
+            (slots past its length masked), a step reads rows x S slots. The CPU's path.
+  "ragged"  K and V [B, Hkv, S, Dh]: JAX's Pallas GPU decode kernel (`decode_attention.gqa`), row b over its
+            first lengths[b] + 1 slots. "auto" picks it on a GPU backend when head_dim suits the kernel; off
+            a GPU it runs in Pallas interpret mode (slow; the tests). Prefill blocks (T > 1), and spans the
+            kernel cannot split into blocks, take the XLA attention over this layout.
 
-Per-row slots. Row b's context token i sits at slot i, with RoPE position i: `lengths[b]` slots are
-valid, a block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees
-the keys at slots <= p. There are no holes and no shared write index; the cache's span S (its slot axis)
-only has to hold the longest row, and the session sizes it to a bucket of that (`buckets.span_bucket`).
-Writes of padding tokens and of rows that are not live are dropped (scatter mode "drop"), so they never
-touch a valid slot. The math follows `models.layers` (the same RMSNorm, RoPE and MLP modules, applied
-per layer); greedy decoding stays token-for-token equal to HF (tests/sampling).
+Per-row slots. Row b's context token i sits at slot i with RoPE position i: `lengths[b]` slots are valid, a
+block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees the keys at
+slots <= p. No holes, no shared write index: the span only holds the longest row (the session sizes it,
+`buckets.span_bucket`). Writes of padding tokens and of rows that are not live are dropped (scatter mode
+"drop"). How a write happens: `write_kv` (`kv_write_for`: scatter | select | footprint, the dry run's).
 """
 
 from __future__ import annotations

@@ -1,36 +1,27 @@
 """Row gathers and scatters on a row-sharded array that keep each device on its own rows.
 
 The session's arrays keep their rows over the mesh's batch axes (`sharding.BATCH_AXES`: m shards, shard j
-holding rows [j R/m, (j + 1) R/m)). Indexing them with a global, replicated row list (`x[rows]`,
-`x.at[rows].set(...)`) is what the SPMD partitioner cannot localise: it all-gathers the whole array on
-every device first (a 7B cache layer at 16k: GBs per layer and device, for every layer of a prefill).
-So the session builds each sub-batch shard by shard (`shard_local_rows`): block j of a sub-batch of m x K
-rows holds shard j's rows, as indices into shard j's own block, and inside `jax.shard_map`
+holding rows [j R/m, (j + 1) R/m)). Indexing them with a global row list would make the SPMD partitioner
+all-gather the whole array on every device (docs/sampling.md), so a sub-batch is built shard by shard
+(`shard_local_rows`: block j of m x K rows lists shard j's rows as indices into its own block), and inside
+`jax.shard_map`:
 
-  gather(x, idx)               y = x[idx] per shard (zeros for the padding index K_local = R/m): no data
-                               leaves a device; y is row-sharded like x.
+  gather(x, idx)               y = x[idx] per shard (zeros at the padding index R/m); row-sharded like x.
   scatter(x, new, idx)         x[idx] = new per shard (padding dropped), in place when x is donated;
                                `write` replaces the row write (the K/V slot writes, a lengths add).
-
-A sibling copy moves rows between shards (a group's prefix row to rows on other devices):
-
-  copy_rows(x, src, dst, w)    x[dst[b], :w on `axis`] = x[src[b], :w], global replicated indices: each
-                               shard takes the sources it owns (the others zero), a psum over the batch axes
-                               gives every shard all B windows, each writes the destinations it owns. Its
-                               transient is B windows of one array: the session runs it one layer's K or V
-                               at a time (`DecodeSession.copy_rows`).
-
-A token-packed prefill (`sampling.packed`) computes tokens away from their rows and writes them back with
-global row indices and values whole on every shard:
-
-  put_rows(x, new, rows)       x[rows[b]] = new[b]: each shard writes the entries whose rows it owns.
+  copy_rows(x, src, dst, w)    x[dst[b], :w on `axis`] = x[src[b], :w], global replicated indices (a sibling
+                               may live on another shard): each shard takes the sources it owns, a psum over
+                               the batch axes gives every shard all B windows, each writes the destinations
+                               it owns. Its transient is B windows of one array.
+  put_rows(x, new, rows)       x[rows[b]] = new[b], global rows and values whole on every shard (the packed
+                               prefills' writes): each shard writes the rows it owns.
   put_tokens(x, new, rows, slots, axis)
-                               x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a
-                               layer), likewise; a row past the array (a padding token's -1) is dropped.
+                               x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a layer),
+                               likewise; a row past the array (a padding token's -1) is dropped.
 
 `at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). `mode` of the
-K/V writes (`put_tokens`, `copy_rows`) is "scatter", or "footprint" (`decode_step.footprint_write`: the memory
-of the write, not its values; the dry run's plan). Without a mesh in context (`jax.set_mesh`), or with one batch shard, these are the plain jnp ops on global indices.
+K/V writes (`put_tokens`, `copy_rows`): "scatter", or "footprint" (`decode_step.footprint_write`, the dry
+run's). Without a mesh in context, or with one batch shard, these are the plain jnp ops on global indices.
 """
 
 from __future__ import annotations

@@ -1,54 +1,25 @@
-"""A live batched KV cache on the host side: append token deltas, decode, truncate, gather rows.
+"""A live batched KV cache on the host side (`DecodeSession`): append token deltas, decode, truncate, select
+or copy rows. The thin stateful shell the multi-turn rollout engine drives: every device operation is one of
+the pure jitted programs here (`programs`: cache and logits donated, outputs on the session's shardings) or
+in `sampler.py`. Rows are episodes; each appends at its own length (`decode_step.DecodeCache`: no holes, no
+compaction). Layout, memory and sizes: docs/sampling.md.
 
-This is the thin stateful shell the multi-turn rollout engine drives; every device operation is one of
-the pure jitted functions here or in `sampler.py`. Rows are episodes. Each row appends at its own length
-(`decode_step.DecodeCache`), so the cache has no holes and needs no compaction; every call works on the
-cache's whole span, which the session keeps at `buckets.span_bucket` of the slots its rows need:
-
-  append / decode  grow the span to span_bucket(max_b(lengths[b] + written[b])) when that is larger;
-  select / truncate  shrink it to span_bucket(max_b(lengths[b]) + max_new_tokens) when that is smaller
-                     (room for the next decode, so the two do not alternate);
-
-so a decode step reads (rows x span) slots, span within a bucket of the longest row, whatever the rows'
-history. Resizing copies one layer's K or V at a time (a transient of one layer, not of the cache).
-
-On a mesh of m > 1 row shards an append is token-packed (`packed_prefill`, on by default there): the rows
-that hold no token yet by `sampling.packed` (their tokens split over the row shards, K/V gathered), the others
-by `sampling.packed_append` (their tokens split over the row shards for the matmuls, each row attended on the
-shard that owns it). What follows is the row sub-batch, which runs off a mesh (where it computes about the
-rows' own tokens) or with packed_prefill=False.
-
-Only the rows that have tokens are computed. Each chunk of an append (a prompt, a tool result, a group's
-shared prefix) takes the rows it writes to into a sub-batch, runs the forward over the sub-batch, and
-writes the new slots' K/V, the lengths and the next-token logits back into those rows of the session's
-donated cache. On a mesh of m row shards the sub-batch is built shard by shard
-(`row_shards.shard_local_rows`): each device takes its own live rows into K = row_bucket(its most live
-rows, rows / m, 1) rows (padding rows read zeros and write nothing), so m x K rows in all, and no K/V
-leaves a device (indexing the sharded cache with global rows would make XLA all-gather each layer);
-off a mesh, row_bucket(n, rows, 1) rows. Admitting one group's prefix into a 160-row session computes
-about one row, not 160 (on a mesh, one per shard: a device computes what one row costs). When the
-sub-batch reaches the session's rows, the forward runs over the whole batch as it is (no gather).
-Copying a group's prefix to its sibling rows (`select` keeping the row count, or `copy_rows`) writes
-the source rows' slot window into the sibling rows in place, one layer's K or V at a time (a sibling may
-live on another device: `row_shards.copy_rows`). Only a change of the row count (`select` with fewer or
-more rows: a shrink, a broadcast of group rows) makes new arrays, one layer at a time
-(`DecodeSession._per_layer` over `take_rows`' per-array program).
-
-What each device program allocates beyond its inputs (the cache is donated, and aliased to the output, in
-all but the row-count change; tests/sampling/test_session.py checks the aliases and the temporaries with XLA's
-memory analysis, tests/sampling/test_row_shards.py what moves between devices):
-  `_append_rows` (a sub-batch of `sub` rows, a block of T tokens)  per layer, the sub-batch's K and V
-      (sub x span slots, taken from the cache), its activations and attention scores; the logits
-      [sub, V]. It writes T slots per real row and layer into the cache, in place.
-  `_append_all` (the whole batch)  the activations of [rows, T] tokens; each layer's K/V is written in
-      the cache in place (`decode_step.forward`), the logits merged in place.
-  `_copy_array` (`sub` destination rows, a window of W slots; once per layer's K and V, and the logits)
-      the sources' windows (sub x W slots of one array, on every row shard), written into the destination
-      rows in place.
-  `select` to a new row count R (`_take_program`, once per layer's K and V)  that array's copy (R rows),
-      placed on the cache's sharding (out_shardings); the session drops the old layer before the next
-      one is copied, so the transient is one layer, not a second cache. A buffer of another shape cannot
-      alias the old one, so donating it would save nothing.
+- Span: every call works on the cache's whole span, `buckets.span_bucket` of what the rows need: append
+  and decode grow it to hold max_b(lengths[b] + written[b]); select and truncate shrink it to
+  max_b(lengths[b]) + max_new_tokens. A resize copies one layer's K or V at a time.
+- Appends compute only the rows given tokens; the other rows are left bit for bit. On a mesh of m > 1 row
+  shards an append is token-packed (`packed_prefill`): rows with no token yet by `sampling.packed`, rows
+  with context by `sampling.packed_append`. Otherwise each chunk (at most `prefill_chunk` columns) runs over
+  a sub-batch of its rows (`append_rows_impl`; built shard by shard, `row_shards.shard_local_rows`, so no
+  K/V leaves a device), or over the whole batch when the sub-batch would be it (`append_all_impl`).
+- Row copies (`copy_rows`, and `select` keeping the row count) write the sources' slot window into the
+  destination rows in place, one layer's K or V at a time (`row_shards.copy_rows`). Only a change of the
+  row count (`select` with fewer or more rows) makes new arrays, one layer at a time (`take_program`): the
+  transient is one layer, not a second cache.
+- The cache is donated to, and aliased by, every program but the row-count change
+  (tests/sampling/test_session.py checks it with XLA's memory analysis).
+- KV writes follow the Sampler's `kv_write` (`decode_step.block_write`): a scatter, or the dry run's
+  footprint.
 """
 
 from __future__ import annotations
@@ -163,10 +134,10 @@ def _rows_forward(c: ModelConfig, weights, cache: DecodeCache, idx: jax.Array, t
     """`decode_step.forward` over some of the cache's rows only: sub-batch row b is the cache row at the
     shard-local index idx[b] (`row_shards.shard_local_rows`; off a mesh, the row itself; the padding index
     is a padding row: it reads zeros and writes nothing). Row b appends its first counts[b] tokens of
-    tokens[b] at that cache row's length (its K/V writes in `mode`: `decode_step.block_write`). Each layer takes the sub-batch's K/V from the cache (on each
+    tokens[b] at that cache row's length. Each layer takes the sub-batch's K/V from the cache (on each
     device, from its own rows), runs the same attention as `decode_step.forward` over it, and writes the new
-    slots back into their cache rows (in place when the cache is donated). Returns (final-normed hidden
-    [B, T, D], cache with the rows' lengths += counts)."""
+    slots back into their cache rows (in place when the cache is donated; `mode`: `decode_step.block_write`).
+    Returns (final-normed hidden [B, T, D], cache with the rows' lengths += counts)."""
     b, t = tokens.shape
     dt, span, layout = c.jnp_dtype, cache.span, cache.layout
     lengths = row_shards.gather(cache.lengths, idx)

@@ -1,52 +1,28 @@
-"""Will it fit? Each trainer kind's programs compiled against abstract parameters at the preset's
-production shapes on the configured mesh (no weights are allocated), with XLA's memory analysis per
-device, assembled into one memory plan (`model_prep.memory_plan`):
+"""Will it fit? Each trainer kind's programs compiled against abstract parameters at the preset's production
+shapes on the configured mesh (no weights allocated), XLA's memory analysis per device assembled into one
+memory plan (`model_prep.memory_plan`):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
 
-The plan sizes the GPU's programs, not the CPU's. On a CPU backend the training attention compiles to
-XLA's dense attention (`xla_attention.grouped_attention`), whose [B, G, T, R, S] float32 probabilities (15 GB
-per tensor at 16k tokens) the GPU's fused kernel (cuDNN or Pallas flash attention, `models.attention`)
-never allocates. So every no-cache attention call (the update, the reference and recompute log-probs, the
-SFT step) is compiled with `fused_attention_stand_in`: a function of the same inputs and output whose
-temporaries are O(B x T x H x Dh), as a flash kernel's (its output, and the small per-row sums it reads);
-XLA drops the mask but for the row lengths the fused kernel reads. The rollout's forwards over a cache
-(prefill, appends) keep `sampling.decode_step`'s own attention: the GPU runs that very XLA code
-(per 128-query block scores), and its one-token decode on a GPU is the Pallas ragged kernel, whose scores
-are [B, H] per step (the CPU's dense decode scores are [B, H, S] f32 per step: under 0.1 GB here). Their
-buffers are the CPU compiler's assignment of those programs: copies of cache layers it makes (inside the
-decode loop, in the scatters of the session's row programs) count here, whether or not the GPU compiler
-makes them; on a GPU, `memory_stats()` of a real step settles it.
+The plan sizes the GPU's programs, not the CPU's, through the owning modules' seams (docs/sampling.md): the
+no-cache forwards use `planned_model`'s attention (`models.attention.FOOTPRINT`, a fused kernel's memory)
+and the rollout's programs a `Sampler(kv_write="footprint")` (every KV write an in-place write's memory).
 
-Phases (each what its program needs beyond the resident buffers it reads, with those resident):
-  update     the micro-batch gradient step (its activations, float32 gradient output and the gradient
-             accumulator) or the optimizer apply, at the largest bucket          [train state, reference]
-  reference  the reference log-prob pass at the largest bucket (the recompute of the behaviour
-             log-probs is the same program on the policy's parameters)          [train state, reference]
-  cast       the decode weights' cast (`decode_step.decode_weights`): the cast copy on the training
-             shards, before it moves onto the decode shards                     [train state, reference,
-             decode weights] (the KV cache of the step before is gone; this one is not made yet)
-  prefill    the session's appends (`sampling.session`): the whole-batch forward (`append_all`, a
-             `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
-             forward below it (`append_rows`) and the token-packed prefill of one fresh row of a whole
-             context (`prefill_packed`, `sampling.packed`) and the packed append of as many tokens to one
-             row shard's rows (`append_packed`, `sampling.packed_append`), the largest     [all four]
-             (the packed programs' block-pair attention gathers bf16 key blocks, which the CPU compiles by
-             converting the layer's whole K and V to f32 first: ~1.4 GB a device at rc_grpo qwen2_5_7b's
-             shapes that a GPU, which gathers bf16 natively, should not allocate: these two err high)
-  session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
-             groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
-             row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the
-             larger                                                             [all four]
-  decode     one `max_step_tokens` decode call over the full-capacity cache     [all four]
+Phases (each what its program needs beyond the resident buffers it reads) [resident during it]:
+  update     the micro-batch gradient step or the optimizer apply, largest bucket   [train state, reference]
+  reference  the reference (and recompute) log-prob pass, largest bucket            [train state, reference]
+  cast       the decode weights' cast on the training shards (`decode_step.decode_weights`)
+                                                                       [train state, reference, decode weights]
+  prefill    the largest of the session's appends: `append_all`, `append_rows` (largest sub-batch),
+             `prefill_packed` (one fresh row of a whole context), `append_packed`             [all four]
+  session    the larger of its row copies: `copy_rows` (one layer's K or V) and `take_rows`   [all four]
+  decode     one `max_step_tokens` decode call over the full-capacity cache                   [all four]
 Resident: train state (params + AdamW moments), the frozen reference, the decode weights
 (`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity).
 
-limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's
-default 0.75 when unset) x `memory.device_bytes` (141 GB, an H200). launch/pipeline.sh and
-launch/slurm.sbatch set the fraction explicitly. SFT: the update only (the other phases are 0). Each
-program is compiled once.
+limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's default
+0.75 when unset) x `memory.device_bytes` (141 GB, an H200). SFT: the update only. Each program compiles once.
 """
 
 from __future__ import annotations
