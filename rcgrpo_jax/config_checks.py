@@ -45,7 +45,9 @@ def mesh_shape(mesh_cfg, num_devices: int) -> dict[str, int]:
     return sizes  # a mesh smaller than the device count runs on the first devices
 
 
-def _check_path(config, dotted: str, *, required: bool, must_have: str | None = None) -> None:
+def check_path(config, dotted: str, *, required: bool, must_have: str | None = None) -> None:
+    """A ConfigError unless config's `dotted` path exists (when set; `required`: it must be), holds
+    `must_have`, and, for an HF checkpoint's config.json, names its model_type."""
     path = get(config, dotted)
     if path is None or path == "":
         if required:
@@ -107,7 +109,7 @@ def check(config, num_devices: int) -> dict[str, int]:
 
     # Model: a real preset needs weights; tiny may build them.
     build_tiny = bool(get(config, "model.build_tiny", False))
-    _check_path(config, "model.path", required=not build_tiny, must_have="config.json")
+    check_path(config, "model.path", required=not build_tiny, must_have="config.json")
     dec = get(config, "model.decode_attention")
     if dec is not None and dec not in DECODE_ATTENTION:  # the choices, defined once (sampling.decode_step)
         raise ConfigError("model.decode_attention", f"{dec!r} is not one of {', '.join(DECODE_ATTENTION)}")
@@ -119,7 +121,7 @@ def check(config, num_devices: int) -> dict[str, int]:
         if get(config, f) is not None and get(config, f) not in DTYPES:
             raise ConfigError(f, f"unknown dtype {get(config, f)!r}; known: {', '.join(DTYPES)}")
     if "reference" in config:  # RL: the frozen stage-1 policy
-        _check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
+        check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
     if build_tiny and not get(config, "model.path"):
         arch, tools = get(config, "model.tiny_arch", "qwen2"), get(config, "model.tiny_tools_format", "json")
         if arch not in ("qwen2", "qwen3") and tools != "json":
@@ -152,8 +154,8 @@ def check(config, num_devices: int) -> dict[str, int]:
             raise ConfigError("train.batch_size", f"{batch} is not divisible by rl.group_size={group}")
 
     # Data, optimizer, run length, checkpoints, multi-host.
-    _check_path(config, "data.path", required=False)
-    _check_path(config, "data.exploration_path", required=False)
+    check_path(config, "data.path", required=False)
+    check_path(config, "data.exploration_path", required=False)
     site = get(config, "data.failure_site")
     if site is not None and site not in trajectories.FAILURE_SITES:
         raise ConfigError("data.failure_site", f"{site!r} is not one of {', '.join(trajectories.FAILURE_SITES)}")

@@ -8,17 +8,17 @@ On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset'
 shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
 `jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes:
 
-  RL stage:  prefill      the sampler's prefill (`sampler._prefill_impl`): an `rl.prefill_chunk` block into a
+  RL stage:  prefill      the sampler's prefill (`sampler.prefill_impl`): an `rl.prefill_chunk` block into a
                           full-capacity cache of the ragged layout (its attention is `decode_step`'s XLA one)
              prefill_packed  the token-packed prefill of a fresh row (`sampling.packed.prefill_impl`): one
                           row of `rl.max_context` tokens split over the row shards, its K/V gathered on each
              append_packed   the token-packed append to rows with context (`sampling.packed_append`): as many
                           tokens, every attention block on one row shard, over the full capacity
-             append_rows  the session's append to some rows (`session._append_rows_impl`): the largest
+             append_rows  the session's append to some rows (`session.append_rows_impl`): the largest
                           sub-batch below the whole batch, each device taking its own rows (`shard_map`)
              copy_rows    the session's sibling copy of one layer's K or V (`row_shards.copy_rows`, a psum
                           of the sources' full-capacity windows over the row shards)
-             decode       the sampler's decode loop (`sampler._decode_impl`) on that cache with
+             decode       the sampler's decode loop (`sampler.decode_impl`) on that cache with
                           decode_attention=ragged: each step's attention is the Pallas GPU decode kernel
              ref_logprobs the reference log-probs (`rl_step.make_logprob_fn`) of one micro-batch at the
                           largest bucket
@@ -248,7 +248,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     dtype = jnp.dtype(dry_run.decode_dtype(config))
     stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
     per_layer = decode_step.split_shardings(stacked_sh)
-    weights = jax.eval_shape(lambda p: decode_step._cast_and_split(p, dtype), abstract_params)
+    weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     cache_sh = sampler.cache_sharding(model_cfg, mesh, layout)
     cache = jax.eval_shape(
@@ -262,7 +262,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
 
     def prefill():
         def fn(w, tokens, counts, kv):
-            return sampler._prefill_impl(s, w, tokens, counts, kv)
+            return sampler.prefill_impl(s, w, tokens, counts, kv)
 
         args = (weights, _sds((shapes.rows, shapes.prefill_width), jnp.int32, b2), _sds((shapes.rows,), jnp.int32, b1))
         with sampler.mesh_context(mesh, decode_rules):
@@ -275,7 +275,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     def append_rows():
 
         def fn(w, kv, logits, idx, tokens, counts):
-            return session._append_rows_impl(s, w, kv, logits, idx, tokens, counts)
+            return session.append_rows_impl(s, w, kv, logits, idx, tokens, counts)
 
         args = (
             weights,
@@ -330,7 +330,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
 
     def decode():
         def fn(w, logits, kv, stop_ids, budgets, rng):
-            return sampler._decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
+            return sampler.decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
 
         vocab = model_cfg.vocab_size
         args = (

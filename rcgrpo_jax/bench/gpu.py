@@ -196,18 +196,16 @@ def bench_decode(config, params, batch: int, plan: Plan, hbm_bw: float) -> dict[
     sampler = Sampler(config, plan.new_tokens, SamplingParams(temperature=1.0))
     rng = np.random.default_rng(batch)
     tokens = jax.numpy.asarray(rng.integers(1, config.vocab_size, (batch, plan.prompt)), jax.numpy.int32)
-    positions = jax.numpy.broadcast_to(jax.numpy.arange(plan.prompt, dtype=jax.numpy.int32), tokens.shape)
-    token_mask = jax.numpy.ones(tokens.shape, bool)
-    next_pos = jax.numpy.full((batch,), plan.prompt, jax.numpy.int32)
+    counts = jax.numpy.full((batch,), plan.prompt, jax.numpy.int32)
     stops = jax.numpy.asarray(stop_table((), batch))
     budgets = jax.numpy.full((batch,), plan.new_tokens, jax.numpy.int32)
 
     def once(seed: int) -> tuple[float, float]:
         cache = jax.block_until_ready(new_cache(config, batch, plan.prompt + plan.new_tokens))
         t0 = time.perf_counter()
-        logits, cache = jax.block_until_ready(sampler.prefill(params, tokens, positions, token_mask, cache))
+        logits, cache = jax.block_until_ready(sampler.prefill(params, tokens, counts, cache))
         t1 = time.perf_counter()
-        out = sampler.decode(params, logits, next_pos, cache, stops, budgets, jax.random.key(seed))
+        out = sampler.decode(params, logits, cache, stops, budgets, jax.random.key(seed))
         jax.block_until_ready(out.tokens)
         t2 = time.perf_counter()
         assert int(out.lengths.min()) == plan.new_tokens, "a row stopped early"
@@ -406,7 +404,7 @@ def bench_ragged_decode(plan: Plan, hbm_bw: float, holder: dict[str, Any] | None
     for path in ("xla", "ragged"):
         t = time.perf_counter()
         example = random_cache(config, rows, span, lengths, path, 7)
-        compiled = sampler_mod._decode.lower(sampler, params, logits, example, stops, budgets, jax.random.key(0))
+        compiled = sampler_mod.decode_jit.lower(sampler, params, logits, example, stops, budgets, jax.random.key(0))
         compiled = compiled.compile()
         del example
         row[f"{path}_compile_s"] = time.perf_counter() - t

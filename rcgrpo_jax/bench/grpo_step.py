@@ -236,9 +236,9 @@ class OursStep:
         appends = [
             f
             for layout in decode_step.LAYOUTS
-            for f in session_lib._programs(self.config, self.sample_mesh, layout).values()
+            for f in session_lib.programs(self.config, self.sample_mesh, layout).values()
         ]
-        fns = (*appends, sampler._decode, self.ref_fn, self.updater._grads, self.updater._add, self.updater._apply)
+        fns = (*appends, sampler.decode_jit, self.ref_fn, self.updater._grads, self.updater._add, self.updater._apply)
         return sum(f._cache_size() for f in fns)
 
 

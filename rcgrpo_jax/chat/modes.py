@@ -66,7 +66,7 @@ def append_only(tokenizer, messages, tools=None, *, thinking: bool | None = None
     conv = probe_conversation(messages, tools)
     ends = [i for i, m in enumerate(conv) if m["role"] == "assistant"]
     for j, k in zip(ends, ends[1:]):
-        short, full, boundary = template._render_pair(tokenizer, conv[: j + 1], conv[j + 1 : k], tools, thinking)
+        short, full, boundary = template.render_pair(tokenizer, conv[: j + 1], conv[j + 1 : k], tools, thinking)
         if full[:boundary] != short[:boundary]:
             return False
     return True
@@ -115,7 +115,7 @@ def step_samples(
             )
         turn = upto[len(before) :]
         stop = max((turn.rfind(e) + len(e) for e in ends if e in turn), default=len(turn))
-        ctx, target = template._encode(tokenizer, before), template._encode(tokenizer, turn[:stop])
+        ctx, target = template.encode_text(tokenizer, before), template.encode_text(tokenizer, turn[:stop])
         tokens = np.asarray(ctx + target, np.int32)
         mask = np.asarray([0] * len(ctx) + [1] * len(target), np.int32)
         out.append((tokens, mask))

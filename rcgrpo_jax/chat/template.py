@@ -183,7 +183,8 @@ def render_text(
         raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def encode_text(tokenizer, text: str) -> list[int]:
+    """The token ids of `text`, no special tokens added."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -191,7 +192,9 @@ def render_prompt(
     tokenizer, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *, thinking: bool | None = None
 ) -> list[int]:
     """Token ids of `messages` plus the generation prompt (the template writes BOS itself)."""
-    return _encode(tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking))
+    return encode_text(
+        tokenizer, render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,13 +237,13 @@ def render_prompt_reusing(
     text = render_text(tokenizer, messages, tools, add_generation_prompt=True, thinking=thinking)
     seams = None if previous is None else _eot_seams(tokenizer, previous.text, previous.ids)
     if not seams:
-        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+        return RenderedPrompt(text, tuple(encode_text(tokenizer, text)))
     n = len(os.path.commonprefix([previous.text, text]))
     usable = [(c, t) for c, t in seams if c <= n]
     if not usable:
-        return RenderedPrompt(text, tuple(_encode(tokenizer, text)))
+        return RenderedPrompt(text, tuple(encode_text(tokenizer, text)))
     c, t = usable[-1]
-    return RenderedPrompt(text, previous.ids[:t] + tuple(_encode(tokenizer, text[c:])))
+    return RenderedPrompt(text, previous.ids[:t] + tuple(encode_text(tokenizer, text[c:])))
 
 
 def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
@@ -258,7 +261,7 @@ def end_of_turn_ids(tokenizer) -> tuple[int, ...]:
     at = text.rfind(_PROBE)
     if at < 0:
         raise ValueError("the chat template dropped the assistant message of the probe conversation")
-    after = _encode(tokenizer, text[at + len(_PROBE) :])
+    after = encode_text(tokenizer, text[at + len(_PROBE) :])
     special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
     if not after or after[0] not in special:
         raise ValueError(
@@ -285,7 +288,7 @@ def _anchor(history: Sequence[Message]) -> list[Message] | None:
     return list(history[: first_user + 1]) + list(history[last_assistant:])
 
 
-def _render_pair(
+def render_pair(
     tokenizer,
     history: Sequence[Message],
     new_messages: Sequence[Message],
@@ -325,10 +328,10 @@ def render_delta(
         raise ValueError("render_delta needs a history that ends with an assistant message")
     anchor = _anchor(history)
     if anchor is not None:
-        short, full, boundary = _render_pair(tokenizer, anchor, new_messages, tools, thinking)
+        short, full, boundary = render_pair(tokenizer, anchor, new_messages, tools, thinking)
         if full[:boundary] == short[:boundary]:
-            return _encode(tokenizer, full[boundary:])
-    short, full, boundary = _render_pair(tokenizer, history, new_messages, tools, thinking)
+            return encode_text(tokenizer, full[boundary:])
+    short, full, boundary = render_pair(tokenizer, history, new_messages, tools, thinking)
     if full[:boundary] != short[:boundary]:
         at = next(i for i, (a, b) in enumerate(zip(short, full)) if a != b)
         raise NotAppendOnlyError(
@@ -336,4 +339,4 @@ def render_delta(
             f"follow (first difference at character {at}: {short[max(0, at - 40) : at + 40]!r} vs "
             f"{full[max(0, at - 40) : at + 40]!r}). Changing `tools` mid-episode also does this."
         )
-    return _encode(tokenizer, full[boundary:])
+    return encode_text(tokenizer, full[boundary:])

@@ -173,7 +173,7 @@ def _call_sites(script: Script) -> list[tuple[int, int, int]]:
 
 
 def _specs(task: Task) -> dict:
-    return bfcl._all_specs(task)
+    return bfcl.all_specs(task)
 
 
 @_generator("wrong_tool")

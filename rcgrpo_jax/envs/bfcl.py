@@ -249,14 +249,15 @@ def tools_for(task: Task, turn: int) -> list[Tool]:
     return [compact_tool(t) for t in tools] if task.entry.get("compact_docs") else tools
 
 
-def _all_specs(task: Task) -> dict[str, FunctionSpec]:
+def all_specs(task: Task) -> dict[str, FunctionSpec]:
+    """Every function the task may use (`_task_functions`: held-out ones included), by name."""
     return {name: spec for name, spec, _ in _task_functions(task)}
 
 
 @functools.lru_cache(maxsize=8192)  # keyed by Task identity (eq=False): BFCL's tasks are cached once
 def _parsed_truth(task: Task) -> tuple[tuple[tuple[str, dict, dict], ...], ...]:
     task_id = task.id
-    specs = _all_specs(task)
+    specs = all_specs(task)
     turns = []
     for turn in task.ground_truth:
         calls = []
@@ -281,7 +282,7 @@ class TruthOrder:
 
     def __init__(self, task: Task, limits: Limits = Limits()):
         self.task, self.limits = task, limits
-        self._specs = _all_specs(task)
+        self._specs = all_specs(task)
         self._calls = [(name, given, bound) for turn in _parsed_truth(task) for name, given, bound in turn]
         self._known: dict[tuple[int, int], bool] = {}
         self.evaluated = 0  # pairs actually run (for tests and cost reports)
@@ -501,7 +502,7 @@ class BFCLEnv:
     def _enter_turn(self, turn: int) -> tuple[list[Message], list[Tool]]:
         visible = _visible(self.task, turn)
         self._callable = (
-            _all_specs(self.task) if self.config.held_out_callable else {name: spec for name, spec, _ in visible}
+            all_specs(self.task) if self.config.held_out_callable else {name: spec for name, spec, _ in visible}
         )
         messages = copy.deepcopy(list(self.task.entry["question"][turn]))
         tools = tools_for(self.task, turn)
@@ -530,7 +531,7 @@ class BFCLEnv:
     def _truth_instances(self) -> dict[str, Any]:
         """Fresh instances after replaying the whole ground truth (computed once per episode)."""
         if self._truth_state is None:
-            task, specs = self.task, _all_specs(self.task)
+            task, specs = self.task, all_specs(self.task)
             with package_lock:
                 instances = {
                     c: new_instance(c, task.entry["initial_config"].get(c, {}), long_context=task.long_context)

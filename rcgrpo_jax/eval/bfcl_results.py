@@ -310,7 +310,7 @@ def decoded_call_strings(task, script: Sequence[Sequence[Sequence[Mapping[str, A
     become the inert `official.REJECTED_CALL`; the arguments are always formatted from plain JSON values
     (`official.format_call`)."""
 
-    specs = bfcl._all_specs(task)
+    specs = bfcl.all_specs(task)
     out = []
     for turn in script:
         steps = []

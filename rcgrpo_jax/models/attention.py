@@ -75,6 +75,7 @@ from rcgrpo_jax.models.xla_attention import grouped_attention
 from rcgrpo_jax.sharding import BATCH_AXES
 
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas", "tokamax")
+FOOTPRINT = "footprint"  # the dry run's memory plan: a fused kernel's memory, not its values (not a config choice)
 TOKAMAX_GPU = "mosaic_gpu"  # tokamax's implementation on a GPU: its Mosaic GPU flash attention (sm90, sm100)
 TOKAMAX_REFERENCE = "xla"  # off a GPU: tokamax's XLA reference implementation
 FUSED_DTYPES = ("bfloat16", "float16")
@@ -153,6 +154,8 @@ def select_implementation(
     head_dim lowers: 8, 64, 96, 128 and 200 were exported for CUDA). "tokamax": tokamax on any backend
     (its XLA reference off a GPU), or a ValueError where tokamax is not installed.
     """
+    if config_value == FOOTPRINT:  # set by the dry run on the model it plans, never by a config
+        return FOOTPRINT
     if config_value not in IMPLEMENTATIONS:
         raise ValueError(f"attention_impl: unknown value {config_value!r}; choose one of {IMPLEMENTATIONS}")
     if config_value == "xla":
@@ -324,6 +327,20 @@ def tokamax_attention(
         return _per_shard(fn, q, k, v, extra)
 
 
+def footprint_attention(q, k, v, mask, scale):
+    """A fused attention's memory without its arithmetic: q [B, T, N, Dh], k/v [B, S, G, Dh], mask
+    [B, 1, T, S] -> [B, T, N, Dh], every temporary O(B x (T x N + S x G) x Dh) (reductions over S, no
+    [T, S] tensor), differentiable in q, k and v (gradients of their shapes, as a flash backward's). Values
+    are meaningless: the dry run compiles the training programs with it (`attention_impl="footprint"`) for
+    their memory analysis, since on a CPU backend "xla" holds [B, G, T, R, S] f32 probabilities that the
+    GPU's fused kernels never allocate."""
+    n, g = q.shape[2], k.shape[2]
+    rows = jnp.sum(mask[:, 0, -1, :], axis=-1).astype(jnp.float32)  # the row lengths a fused kernel reads
+    kv = jnp.mean(k.astype(jnp.float32), axis=1) * jnp.mean(v.astype(jnp.float32), axis=1)  # [B, G, Dh]
+    kv = jnp.repeat(kv, n // g, axis=1) * (scale * rows)[:, None, None]  # [B, N, Dh]
+    return (q.astype(jnp.float32) * kv[:, None]).astype(q.dtype)
+
+
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -338,7 +355,9 @@ def attention(
     -> [B, T, N, Dh]. implementation "xla" is `grouped_attention` itself (values unchanged); "cudnn"
     the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows); "pallas"
     `pallas_attention` (`causal` only: a cache call is refused); "tokamax" `tokamax_attention`. A single-query call (T == 1) stays on
-    xla: nothing to fuse."""
+    xla: nothing to fuse. "footprint" (the dry run's plan): `footprint_attention`, every call."""
+    if implementation == FOOTPRINT:
+        return footprint_attention(q, k, v, mask, scale)
     if implementation == "pallas":
         if not causal:
             raise ValueError(

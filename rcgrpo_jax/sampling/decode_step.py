@@ -1,41 +1,26 @@
 """The sampler's own forward over its KV cache: a block of tokens per row (prefill, or one token in the
-decode loop), in the layout the decode loop reads (the model's math, re-laid out).
+decode loop), in the layout the decode loop reads: the model's math (`models.layers`' RMSNorm, RoPE and MLP,
+applied per layer) re-laid out; greedy decoding stays token-for-token equal to HF (tests/sampling).
 
-Layout. `models.forward` scans the layers (`nn.scan`) over params and a cache stacked on a leading [L]
-axis. Inside a decode `while_loop` that costs, every step, a copy of each layer's weight slice out of the
-stack and of each layer's cache slice, and two transposes of it to the [B, Hkv, ., .] order the batched
-attention dots want. So the sampler keeps, for the whole life of a session:
-  - the decode weights as one pytree per layer (`decode_weights`, once per RL step, cast to the decode
-    dtype and placed by the decode rules), q, k, v, gate and up kept as separate kernels. (Fusing them
-    into a [D, G, R + 2, Dh] qkv kernel and a [D, 2, F] gate/up kernel was measured on 2026-12-02 with
-    `bench.sampler --models tiny`, old and new code alternated: the decode step took 3-8% less, the
-    128-token prefill 15-35% more, and tokens per second did not rise, so the layout stays as it is);
-  - the cache (`DecodeCache`) as per-layer K and V in the layout its decode attention reads, which prefill
-    and decode both read and write in place (donated): no per-call re-layout, no copy back.
+Layout (why: docs/sampling.md). The decode weights are one pytree per layer (`decode_weights`, once per RL
+step: cast to the decode dtype, placed by the decode rules; q, k, v, gate and up separate kernels); the
+cache (`DecodeCache`) holds per-layer K and V in the order its decode attention reads, read and written in
+place (donated) by prefill and decode alike.
 
-Decode attention (`select_decode_attention`; a session's `decode_attention`: auto | xla | ragged), a static
-property of the cache chosen when it is made (`init_cache(layout=...)`):
-  "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: the dense dots' order. Every row attends over the
-            whole span S (slots past its length are masked): a step reads rows x S slots. The CPU's path.
-  "ragged"  K and V [B, Hkv, S, Dh]: what JAX's Pallas GPU decode kernel
-            (`jax.experimental.pallas.ops.gpu.decode_attention.gqa`) reads per (row, kv head), a [S, Dh]
-            slab. A one-token step gives it kv_seq_len = lengths + 1 for the rows decoding (0 for the
-            others); its split-k blocks past a row's length are skipped (no loads), so a step reads
-            about sum_b roundup(len_b, block_k) slots, not rows x S. (`gqa` itself takes [B, S, Hkv, Dh] and
-            swaps the axes to [B, Hkv, S, Dh] before the kernel; it is handed the swapped view of this
-            layout, so the two swaps cancel in XLA and nothing is copied. A cache stored [B, S, Hkv, Dh]
-            would make that swap a copy of every layer's cache at every step.) "auto" picks it on a GPU
-            backend when head_dim suits the kernel. Off a GPU it runs in Pallas interpret mode (slow;
-            what the tests run). Prefill blocks (T > 1), and spans the kernel cannot split into blocks,
-            take the XLA attention over this layout.
+Decode attention (`select_decode_attention`: auto | xla | ragged), fixed when the cache is made
+(`init_cache(layout=...)`):
+  "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: dense dots; every row attends over the whole span S
+            (slots past its length masked), a step reads rows x S slots. The CPU's path.
+  "ragged"  K and V [B, Hkv, S, Dh]: JAX's Pallas GPU decode kernel (`decode_attention.gqa`), row b over its
+            first lengths[b] + 1 slots. "auto" picks it on a GPU backend when head_dim suits the kernel; off
+            a GPU it runs in Pallas interpret mode (slow; the tests). Prefill blocks (T > 1), and spans the
+            kernel cannot split into blocks, take the XLA attention over this layout.
 
-Per-row slots. Row b's context token i sits at slot i, with RoPE position i: `lengths[b]` slots are
-valid, a block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees
-the keys at slots <= p. There are no holes and no shared write index; the cache's span S (its slot axis)
-only has to hold the longest row, and the session sizes it to a bucket of that (`buckets.span_bucket`).
-Writes of padding tokens and of rows that are not live are dropped (scatter mode "drop"), so they never
-touch a valid slot. The math follows `models.layers` (the same RMSNorm, RoPE and MLP modules, applied
-per layer); greedy decoding stays token-for-token equal to HF (tests/sampling).
+Per-row slots. Row b's context token i sits at slot i with RoPE position i: `lengths[b]` slots are valid, a
+block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees the keys at
+slots <= p. No holes, no shared write index: the span only holds the longest row (the session sizes it,
+`buckets.span_bucket`). Writes of padding tokens and of rows that are not live are dropped (scatter mode
+"drop"). How a write happens: `write_kv` (`kv_write_for`: scatter | select | footprint, the dry run's).
 """
 
 from __future__ import annotations
@@ -206,11 +191,12 @@ def split_shardings(params_shardings):
     return {**params_shardings, "layers": jax.tree.map(drop_layer_axis, params_shardings["layers"])}
 
 
-def _cast_and_split(params, dtype):
+def cast_and_split(params, dtype):
+    """Every leaf cast to `dtype`, the layers split (`layer_weights`): `decode_weights`' cast, unplaced."""
     return layer_weights(jax.tree.map(lambda a: a.astype(dtype), params))
 
 
-_cast_and_split_jit = jax.jit(_cast_and_split, static_argnums=1)  # one compilation per params shape and dtype
+cast_and_split_jit = jax.jit(cast_and_split, static_argnums=1)  # one compilation per params shape and dtype
 
 
 def decode_weights(params, dtype, shardings=None):
@@ -219,7 +205,7 @@ def decode_weights(params, dtype, shardings=None):
     decode rules; None = where they are). The cast runs where the params live (their training shards),
     so only `dtype`-sized data moves and no float32 copy is kept."""
     dtype = jnp.dtype(dtype)
-    cast = _cast_and_split_jit(params, dtype)
+    cast = cast_and_split_jit(params, dtype)
     if shardings is None:
         return cast
     num_layers = len(cast["layers"])
@@ -228,13 +214,14 @@ def decode_weights(params, dtype, shardings=None):
     return jax.device_put(cast, target, donate=True)
 
 
-def _proj(p, x: jax.Array, dtype) -> jax.Array:
+def dense(p, x: jax.Array, dtype) -> jax.Array:
     """nn.Dense's computation: x @ kernel (+ bias), in the compute dtype."""
     y = jnp.dot(x.astype(dtype), p["kernel"].astype(dtype))
     return y + p["bias"].astype(dtype) if "bias" in p else y
 
 
-KV_WRITES = ("auto", "scatter", "select")
+FOOTPRINT = "footprint"  # the memory plan's KV write: an in-place write's memory, not its values
+KV_WRITES = ("auto", "scatter", "select", FOOTPRINT)
 
 
 def kv_write_for(value: str, backend: str | None = None, dtype: Any = None) -> str:
@@ -243,7 +230,7 @@ def kv_write_for(value: str, backend: str | None = None, dtype: Any = None) -> s
     for a 16-bit cache on the CPU backend (`dtype`, the cache's; None = 16-bit), where XLA's CPU scatter
     converts the layer's cache to float32 and back: select (measured on the tiny bench model, 8 rows x 256
     slots per step: bf16 select 3.6 ms vs scatter 5.8 ms; float32 scatter 2.12 ms vs select 2.23 ms, and
-    5.4 vs 6.1 ms at 1024 slots). Both write the same values."""
+    5.4 vs 6.1 ms at 1024 slots). Both write the same values. "footprint": `footprint_write` (the dry run)."""
     if value not in KV_WRITES:
         raise ValueError(f"kv_write must be one of {KV_WRITES}, got {value!r}")
     if value != "auto":
@@ -253,14 +240,35 @@ def kv_write_for(value: str, backend: str | None = None, dtype: Any = None) -> s
     return "select" if str(backend).lower() == "cpu" and narrow else "scatter"
 
 
-def _write(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mode: str = "scatter") -> jax.Array:
+def block_write(kv_write: str) -> str:
+    """The write of a multi-token block (prefill, appends, row copies) under a `Sampler.kv_write`: a scatter,
+    or the footprint stand-in when the sampler plans memory."""
+    return FOOTPRINT if kv_write == FOOTPRINT else "scatter"
+
+
+def footprint_write(x: jax.Array, update: jax.Array) -> jax.Array:
+    """x updated in place by an elementwise op that reads all of `update` (a sum): the memory of a scatter
+    into a donated buffer (nothing beyond the operand and the update), sharding-neutral (x keeps its
+    sharding; the update reduces to a scalar). Values are wrong: only programs that are compiled for their
+    memory analysis (the dry run's plan) write this way. Why: XLA's CPU backend expands every scatter into a
+    loop over a copy of its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array:
+    0.27 GB of temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU
+    scatters into the donated buffer in place. Every KV write of the sampler's programs (this module's
+    `write_kv`, the session's row writes, `row_shards.put_tokens` and `copy_rows`) takes this mode, so none is
+    left out of the plan."""
+    return x + (jnp.sum(update.astype(jnp.float32)) * 0.0).astype(x.dtype)
+
+
+def write_kv(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mode: str = "scatter") -> jax.Array:
     """cache_x [B, ...] (its slots on `axis`) with row b's new[b, t] ([B, T, G, Dh]: the cache's other
     axes, in order) written at slot slots[b, t]; slots >= S are dropped.
 
     "scatter": a vmap over rows, so the scatter's batch axis stays the rows' (and their sharding); in
     place in a donated cache. (XLA's CPU backend runs a bf16 scatter in float32, on a float32 copy of the
-    layer's cache, which the CPU dry run counts; GPUs scatter bf16 natively.) "select" (one token per
-    row only): where(slot == slots[b], new, cache), elementwise."""
+    layer's cache; GPUs scatter bf16 natively.) "select" (one token per row only): where(slot == slots[b],
+    new, cache), elementwise. "footprint": `footprint_write`."""
+    if mode == FOOTPRINT:
+        return footprint_write(cache_x, new)
     if mode == "select" and new.shape[1] == 1:
         hit = jnp.arange(cache_x.shape[axis])[None, :] == slots  # [B, S]; slots [B, 1]
         n = new[:, 0].astype(cache_x.dtype)  # [B, G, Dh]
@@ -318,18 +326,18 @@ def project_qkv(c: ModelConfig, p, x: jax.Array, positions: jax.Array):
     (head h = g * R + r), k and v [B, T, G, Dh], in the compute dtype (Qwen3's q/k norm before RoPE)."""
     b, t, _ = x.shape
     dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
-    q = _proj(p["q_proj"], x, dt).reshape(b, t, h, dh)
-    k = _proj(p["k_proj"], x, dt).reshape(b, t, g, dh)
+    q = dense(p["q_proj"], x, dt).reshape(b, t, h, dh)
+    k = dense(p["k_proj"], x, dt).reshape(b, t, g, dh)
     if c.qk_norm:  # Qwen3: per-head RMSNorm over head_dim, before RoPE (as models.layers.Attention)
         norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
         q = norm.apply({"params": p["q_norm"]}, q)
         k = norm.apply({"params": p["k_norm"]}, k)
-    v = _proj(p["v_proj"], x, dt).reshape(b, t, g, dh)
+    v = dense(p["v_proj"], x, dt).reshape(b, t, g, dh)
     inv_freq = rope_inv_freq(c)
     return apply_rope(q, positions, inv_freq).reshape(b, t, g, h // g, dh), apply_rope(k, positions, inv_freq), v
 
 
-def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout: str, write: str):
+def layer_attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout: str, write: str):
     """x [B, T, D] at `slots` [B, T]: writes its keys/values at `write_slots` and attends over the slots
     <= its own (k_c, v: one layer of a `layout` cache; kv_len [B]: the slots each row attends over after
     the write, 0 for a row that writes nothing). Returns (out [B, T, D], k_c, v)."""
@@ -337,12 +345,12 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout:
     dt, h, g, dh = c.jnp_dtype, c.num_heads, c.num_kv_heads, c.head_dim
     q, k, val = project_qkv(c, p, x, slots)
     k_axis = 3 if layout == "xla" else 2  # k_c [B, G, Dh, S] ("xla") or [B, G, S, Dh] ("ragged")
-    k_c = _write(k_c, k, write_slots, k_axis, write)
-    v = _write(v, val, write_slots, 2, write)  # v [B, G, S, Dh]: slots on axis 2
+    k_c = write_kv(k_c, k, write_slots, k_axis, write)
+    v = write_kv(v, val, write_slots, 2, write)  # v [B, G, S, Dh]: slots on axis 2
     blocks = ragged_blocks(v.shape[2]) if layout == "ragged" and t == 1 else None
     if blocks is not None:  # one token per row: the Pallas kernel over each row's own slots
         out = _ragged_attention(q.reshape(b, h, dh).astype(v.dtype), k_c, v, kv_len, blocks)
-        return _proj(p["o_proj"], out.reshape(b, t, h * dh), dt), k_c, v
+        return dense(p["o_proj"], out.reshape(b, t, h * dh), dt), k_c, v
     q = jnp.transpose(q, (0, 2, 1, 3, 4))  # [B, G, T, R, Dh]
     k_read, v_read = k_c.astype(dt), v.astype(dt)
     score_eq = "bgtrd,bgds->bgtrs" if layout == "xla" else "bgtrd,bgsd->bgtrs"
@@ -366,7 +374,7 @@ def _attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, layout:
     else:
         out = attend(q, slots)
     out = jnp.transpose(out, (0, 2, 1, 3, 4)).reshape(b, t, h * dh)
-    return _proj(p["o_proj"], out, dt), k_c, v
+    return dense(p["o_proj"], out, dt), k_c, v
 
 
 def forward(
@@ -391,7 +399,7 @@ def forward(
     k_all, v_all = list(cache.k), list(cache.v)
     for i, p in enumerate(weights["layers"]):
         h = norm.apply({"params": p["input_norm"]}, x)
-        a, k_all[i], v_all[i] = _attention(
+        a, k_all[i], v_all[i] = layer_attention(
             c, p["attn"], h, slots, write_slots, kv_len, k_all[i], v_all[i], cache.layout, write
         )
         x = x + a

@@ -44,7 +44,7 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax.models.layers import MLP, RMSNorm
 from rcgrpo_jax.sampling import block_attention, buckets, decode_step, row_shards
 from rcgrpo_jax.sampling.decode_step import DecodeCache
-from rcgrpo_jax.sampling.sampler import Sampler, _logits_last
+from rcgrpo_jax.sampling.sampler import Sampler, logits_last
 from rcgrpo_jax.sharding import BATCH_AXES, constrain
 
 PACK_TOKENS = 2048  # rows share a forward while they add up to at most this many tokens (a longer row: alone)
@@ -171,7 +171,7 @@ def arrays(forward: PackedForward, deltas: Sequence[Sequence[int]], m: int, sess
     return PackedArrays(tokens, rows, slots, pr[0], pr[1], last, last_rows, counts)
 
 
-def _whole(x: jax.Array, at: tuple) -> jax.Array:
+def whole(x: jax.Array, at: tuple) -> jax.Array:
     """x [N, ...] whole on every row shard (its axis 1 kept on `at`): the all-gather of step 2."""
     mesh = row_shards.batch_mesh()
     if mesh is None:
@@ -224,7 +224,7 @@ def prefill_impl(
     shard j holds its block of each); last, last_rows, counts [F] whole on every shard. Writes the rows' K/V at
     their slots, lengths[last_rows] = counts and logits[last_rows] = the last tokens' next-token logits.
     Returns (cache, logits)."""
-    c = s.config
+    c, mode = s.config, decode_step.block_write(s.kv_write)
     m = row_shards.shards(row_shards.batch_mesh())
     weights = decode_step.layer_weights(params)
     dt, layout = c.jnp_dtype, cache.layout
@@ -237,7 +237,7 @@ def prefill_impl(
     tok2, rows2, slots2 = (x.astype(jnp.int32).reshape(m, tl) for x in (tokens, rows, slots))
     place = np.argsort(token_order(m, tl))  # natural token -> its position in the layout
     natural = lambda x: jnp.take(x, place, axis=0)  # noqa: E731  the gathered tokens in natural order
-    k_rows, k_slots = natural(_whole(rows.astype(jnp.int32), ())), natural(_whole(slots.astype(jnp.int32), ()))
+    k_rows, k_slots = natural(whole(rows.astype(jnp.int32), ())), natural(whole(slots.astype(jnp.int32), ()))
     norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
     x = constrain(jnp.take(weights["embed"]["embedding"], tok2, axis=0).astype(dt), ("batch", "seq", "hidden"))
     k_all, v_all = list(cache.k), list(cache.v)
@@ -245,18 +245,18 @@ def prefill_impl(
     for i, p in enumerate(weights["layers"]):
         h = norm.apply({"params": p["input_norm"]}, x)
         q, k, v = decode_step.project_qkv(c, p["attn"], h, slots2)
-        k, v = natural(_whole(k.reshape(m * tl, g, dh), at)), natural(_whole(v.reshape(m * tl, g, dh), at))
+        k, v = natural(whole(k.reshape(m * tl, g, dh), at)), natural(whole(v.reshape(m * tl, g, dh), at))
         out = _attend(
             q, k, v, rows2, slots2, k_rows, k_slots, pair_block.astype(jnp.int32), pair_start.astype(jnp.int32), at
         )
-        k_all[i] = row_shards.put_tokens(k_all[i], k, k_rows, k_slots, cache.k_slot_axis, at)
-        v_all[i] = row_shards.put_tokens(v_all[i], v, k_rows, k_slots, 2, at)
-        x = x + decode_step._proj(p["attn"]["o_proj"], out.reshape(m, tl, c.num_heads * dh), dt)
+        k_all[i] = row_shards.put_tokens(k_all[i], k, k_rows, k_slots, cache.k_slot_axis, at, mode)
+        v_all[i] = row_shards.put_tokens(v_all[i], v, k_rows, k_slots, 2, at, mode)
+        x = x + decode_step.dense(p["attn"]["o_proj"], out.reshape(m, tl, c.num_heads * dh), dt)
         x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
         x = constrain(x, ("batch", "seq", "hidden"))
     x = norm.apply({"params": weights["final_norm"]}, x)
     hidden_last = jnp.take(x.reshape(m * tl, x.shape[-1]), last, axis=0)
-    new_logits = _logits_last(c, weights, hidden_last)
+    new_logits = logits_last(c, weights, hidden_last)
     lengths = row_shards.put_rows(cache.lengths, counts.astype(cache.lengths.dtype), last_rows)
     cache = DecodeCache(k=tuple(k_all), v=tuple(v_all), lengths=lengths, layout=layout)
     return cache, row_shards.put_rows(logits, new_logits, last_rows)

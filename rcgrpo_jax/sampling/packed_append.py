@@ -38,7 +38,7 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax.models.layers import MLP, RMSNorm
 from rcgrpo_jax.sampling import block_attention, buckets, decode_step, packed, row_shards
 from rcgrpo_jax.sampling.decode_step import DecodeCache
-from rcgrpo_jax.sampling.sampler import Sampler, _logits_last
+from rcgrpo_jax.sampling.sampler import Sampler, logits_last
 from rcgrpo_jax.sharding import BATCH_AXES, constrain
 
 APPEND_TOKENS = 8192  # rows share a forward while their tokens add up to at most this many (a longer row: alone)
@@ -263,7 +263,7 @@ def append_impl(
     row-sharded;
     last, last_rows, lengths [F] whole on every shard. Writes the rows' K/V at their slots, lengths[last_rows] =
     lengths and logits[last_rows] = the last tokens' next-token logits. Returns (cache, logits)."""
-    c = s.config
+    c, mode = s.config, decode_step.block_write(s.kv_write)
     mesh = row_shards.batch_mesh()
     m = row_shards.shards(mesh)
     at = () if mesh is None else (decode_step.kv_heads_axis(c.num_kv_heads, jax.sharding.get_abstract_mesh()),)
@@ -272,7 +272,7 @@ def append_impl(
     tl = tokens.shape[0] // m
     n = m * tl
     tok2, slots2 = tokens.astype(jnp.int32).reshape(m, tl), slots.astype(jnp.int32).reshape(m, tl)
-    k_rows, k_slots = packed._whole(rows.astype(jnp.int32), ()), packed._whole(slots.astype(jnp.int32), ())
+    k_rows, k_slots = packed.whole(rows.astype(jnp.int32), ()), packed.whole(slots.astype(jnp.int32), ())
     blocks = (block_rows, block_first, block_count, block_start, pair_block, pair_row, pair_start)
     blocks = tuple(x.astype(jnp.int32) for x in blocks)
     norm = RMSNorm(c.rms_norm_eps, dt, c.jnp_param_dtype)
@@ -281,16 +281,16 @@ def append_impl(
     for i, p in enumerate(weights["layers"]):
         h = norm.apply({"params": p["input_norm"]}, x)
         q, k, v = decode_step.project_qkv(c, p["attn"], h, slots2)
-        k, v = packed._whole(k.reshape(n, g, dh), at), packed._whole(v.reshape(n, g, dh), at)
-        q = packed._whole(q.reshape(n, g, c.num_heads // g, dh), at)
-        k_all[i] = row_shards.put_tokens(k_all[i], k, k_rows, k_slots, cache.k_slot_axis, at)
-        v_all[i] = row_shards.put_tokens(v_all[i], v, k_rows, k_slots, 2, at)
+        k, v = packed.whole(k.reshape(n, g, dh), at), packed.whole(v.reshape(n, g, dh), at)
+        q = packed.whole(q.reshape(n, g, c.num_heads // g, dh), at)
+        k_all[i] = row_shards.put_tokens(k_all[i], k, k_rows, k_slots, cache.k_slot_axis, at, mode)
+        v_all[i] = row_shards.put_tokens(v_all[i], v, k_rows, k_slots, 2, at, mode)
         out = _attention(q, k_all[i], v_all[i], blocks, k_axis=cache.k_slot_axis, at=at)
-        x = x + decode_step._proj(p["attn"]["o_proj"], out.reshape(m, tl, c.num_heads * dh), dt)
+        x = x + decode_step.dense(p["attn"]["o_proj"], out.reshape(m, tl, c.num_heads * dh), dt)
         x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
         x = constrain(x, ("batch", "seq", "hidden"))
     x = norm.apply({"params": weights["final_norm"]}, x)
-    new_logits = _logits_last(c, weights, jnp.take(x.reshape(n, x.shape[-1]), last, axis=0))
+    new_logits = logits_last(c, weights, jnp.take(x.reshape(n, x.shape[-1]), last, axis=0))
     new_lengths = row_shards.put_rows(cache.lengths, lengths.astype(cache.lengths.dtype), last_rows)
     cache = DecodeCache(k=tuple(k_all), v=tuple(v_all), lengths=new_lengths, layout=cache.layout)
     return cache, row_shards.put_rows(logits, new_logits, last_rows)

@@ -1,35 +1,27 @@
 """Row gathers and scatters on a row-sharded array that keep each device on its own rows.
 
 The session's arrays keep their rows over the mesh's batch axes (`sharding.BATCH_AXES`: m shards, shard j
-holding rows [j R/m, (j + 1) R/m)). Indexing them with a global, replicated row list (`x[rows]`,
-`x.at[rows].set(...)`) is what the SPMD partitioner cannot localise: it all-gathers the whole array on
-every device first (a 7B cache layer at 16k: GBs per layer and device, for every layer of a prefill).
-So the session builds each sub-batch shard by shard (`shard_local_rows`): block j of a sub-batch of m x K
-rows holds shard j's rows, as indices into shard j's own block, and inside `jax.shard_map`
+holding rows [j R/m, (j + 1) R/m)). Indexing them with a global row list would make the SPMD partitioner
+all-gather the whole array on every device (docs/sampling.md), so a sub-batch is built shard by shard
+(`shard_local_rows`: block j of m x K rows lists shard j's rows as indices into its own block), and inside
+`jax.shard_map`:
 
-  gather(x, idx)               y = x[idx] per shard (zeros for the padding index K_local = R/m): no data
-                               leaves a device; y is row-sharded like x.
+  gather(x, idx)               y = x[idx] per shard (zeros at the padding index R/m); row-sharded like x.
   scatter(x, new, idx)         x[idx] = new per shard (padding dropped), in place when x is donated;
                                `write` replaces the row write (the K/V slot writes, a lengths add).
-
-A sibling copy moves rows between shards (a group's prefix row to rows on other devices):
-
-  copy_rows(x, src, dst, w)    x[dst[b], :w on `axis`] = x[src[b], :w], global replicated indices: each
-                               shard takes the sources it owns (the others zero), a psum over the batch axes
-                               gives every shard all B windows, each writes the destinations it owns. Its
-                               transient is B windows of one array: the session runs it one layer's K or V
-                               at a time (`DecodeSession.copy_rows`).
-
-A token-packed prefill (`sampling.packed`) computes tokens away from their rows and writes them back with
-global row indices and values whole on every shard:
-
-  put_rows(x, new, rows)       x[rows[b]] = new[b]: each shard writes the entries whose rows it owns.
+  copy_rows(x, src, dst, w)    x[dst[b], :w on `axis`] = x[src[b], :w], global replicated indices (a sibling
+                               may live on another shard): each shard takes the sources it owns, a psum over
+                               the batch axes gives every shard all B windows, each writes the destinations
+                               it owns. Its transient is B windows of one array.
+  put_rows(x, new, rows)       x[rows[b]] = new[b], global rows and values whole on every shard (the packed
+                               prefills' writes): each shard writes the rows it owns.
   put_tokens(x, new, rows, slots, axis)
-                               x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a
-                               layer), likewise; a row past the array (a padding token's -1) is dropped.
+                               x[rows[n], slot slots[n] on `axis`] = new[n] (one token's K or V of a layer),
+                               likewise; a row past the array (a padding token's -1) is dropped.
 
-`at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). Without a
-mesh in context (`jax.set_mesh`), or with one batch shard, these are the plain jnp ops on global indices.
+`at` is x's sharding after the rows (a PartitionSpec tail: the cache's kv heads over 'tensor'). `mode` of the
+K/V writes (`put_tokens`, `copy_rows`): "scatter", or "footprint" (`decode_step.footprint_write`, the dry
+run's). Without a mesh in context, or with one batch shard, these are the plain jnp ops on global indices.
 """
 
 from __future__ import annotations
@@ -41,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.sampling import buckets, decode_step
 from rcgrpo_jax.sharding import BATCH_AXES
 
 
@@ -139,16 +131,21 @@ def scatter(
     return _smap(write, mesh, (spec, new_spec, P(BATCH_AXES), extra_spec), spec)(x, new, idx, extra)
 
 
-def copy_rows(x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: int, at: tuple = ()) -> jax.Array:
+def copy_rows(
+    x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: int, at: tuple = (), mode: str = "scatter"
+) -> jax.Array:
     """x with rows dst[b] set, on their first `window` slots along `axis`, to those of rows src[b] (global
     replicated indices; read before any is written; a dst past len(x) is dropped; src in range)."""
+
+    def set_window(x, part, dst):
+        return decode_step.footprint_write(x, part) if mode == decode_step.FOOTPRINT else _set_window(x, part, dst)
 
     def window_of(xl):
         return jax.lax.slice_in_dim(xl, 0, window, axis=axis)
 
     mesh = batch_mesh()
     if mesh is None:
-        return _set_window(x, window_of(jnp.take(x, src, axis=0, mode="clip")), dst)
+        return set_window(x, window_of(jnp.take(x, src, axis=0, mode="clip")), dst)
     spec = _spec(at, x.ndim)
 
     def f(xl, s, d):
@@ -158,15 +155,14 @@ def copy_rows(x: jax.Array, src: jax.Array, dst: jax.Array, window: int, axis: i
         part = jnp.take(window_of(xl), jnp.where(own, s - first, n), axis=0, mode="fill", fill_value=0)
         part = jax.lax.psum(part, BATCH_AXES)  # every window from the shard that owns it (the others add 0)
         mine = (d >= first) & (d < first + n)
-        return _set_window(xl, part, jnp.where(mine, d - first, n))
+        return set_window(xl, part, jnp.where(mine, d - first, n))
 
     return _smap(f, mesh, (spec, P(), P()), spec)(x, src, dst)
 
 
 def _set_window(x: jax.Array, part: jax.Array, dst: jax.Array) -> jax.Array:
     """x [R, ...] with part [B, ...] written at rows dst from index 0 on along every other axis (part is
-    shorter on the window's axis); a dst out of range is dropped. (The dry run swaps this write for its
-    in-place stand-in: `train.dry_run.inplace_scatter_stand_in`.)"""
+    shorter on the window's axis); a dst out of range is dropped."""
     idx = (dst,) + tuple(slice(0, n) for n in part.shape[1:])
     return x.at[idx].set(part.astype(x.dtype), mode="drop")
 
@@ -197,22 +193,28 @@ def put_rows(x: jax.Array, new: jax.Array, rows: jax.Array, at: tuple = ()) -> j
     return _smap(f, mesh, (_spec(at, x.ndim), _tail_spec(at, new.ndim), P()), _spec(at, x.ndim))(x, new, rows)
 
 
-def _put_token_slots(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
+def _put_token_slots(
+    x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, mode: str
+) -> jax.Array:
+    if mode == decode_step.FOOTPRINT:
+        return decode_step.footprint_write(x, new)
     if axis == 3:  # [R, G, Dh, S]
         return x.at[rows, :, :, slots].set(new.astype(x.dtype), mode="drop")
     return x.at[rows, :, slots, :].set(new.astype(x.dtype), mode="drop")  # [R, G, S, Dh]
 
 
-def put_tokens(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, at: tuple = ()) -> jax.Array:
+def put_tokens(
+    x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, at: tuple = (), mode: str = "scatter"
+) -> jax.Array:
     """x [R, G, ., .] (one layer's K or V, its slots on `axis`: 2 or 3) with new[n] ([N, G, Dh]) written at
     row rows[n], slot slots[n] (global rows, whole on every shard; a row outside [0, R) is dropped)."""
     mesh = batch_mesh()
     if mesh is None:
         safe = jnp.where((rows >= 0) & (rows < x.shape[0]), rows, x.shape[0])
-        return _put_token_slots(x, new, safe, slots, axis)
+        return _put_token_slots(x, new, safe, slots, axis, mode)
 
     def f(xl, nl, r, s):
-        return _put_token_slots(xl, nl, _owned(r, xl.shape[0]), s, axis)
+        return _put_token_slots(xl, nl, _owned(r, xl.shape[0]), s, axis, mode)
 
     spec = _spec(at, x.ndim)
     return _smap(f, mesh, (spec, _tail_spec(at, new.ndim), P(), P()), spec)(x, new, rows, slots)

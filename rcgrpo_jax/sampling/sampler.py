@@ -44,7 +44,9 @@ class Sampler:
     prefill_chunk: the widest block one prefill call takes (`DecodeSession` splits longer deltas into
       pieces of it, which bounds the [T, S] attention scores of long BFCL prompts).
     kv_write: how a decode step writes its key/value (`decode_step.kv_write_for`; "auto" picks by backend
-      and cache dtype).
+      and cache dtype). "footprint" makes every KV write of the sampler's and the session's programs an
+      in-place write's memory without its values (`decode_step.footprint_write`): the dry run's memory plan
+      compiles them so, and a program traced with it is its own (the Sampler is a static argument).
     """
 
     config: ModelConfig
@@ -53,63 +55,40 @@ class Sampler:
     prefill_chunk: int = 512
     kv_write: str = "auto"
 
-    def prefill(self, params, tokens, *args) -> tuple[jax.Array, DecodeCache]:
-        """prefill(params, tokens, counts, cache): append tokens [B, T] to the cache, row b's first
-        counts[b] of them (the rest is padding) at its own length; returns the logits after each row's
-        last appended token [B, V] f32 (rows with counts 0: meaningless) and the cache. The caller keeps
-        lengths + counts <= cache.span.
+    def prefill(self, params, tokens, counts, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
+        """Append tokens [B, T] to the cache, row b's first counts[b] of them (the rest is padding) at its
+        own length; returns the logits after each row's last appended token [B, V] f32 (rows with counts 0:
+        meaningless) and the cache. The caller keeps lengths + counts <= cache.span."""
+        return prefill_jit(self, params, tokens, counts, cache)
 
-        The earlier form prefill(params, tokens, positions, token_mask, cache) is still taken: a row's
-        real tokens are those under token_mask (any padding), appended in order; positions are not read
-        (a token's position is its slot)."""
-        if len(args) == 3:
-            _, token_mask, cache = args
-            tokens, counts = _pack(tokens, token_mask)
-        elif len(args) == 2:
-            counts, cache = args
-        else:
-            raise TypeError("prefill(params, tokens, counts, cache)")
-        return _prefill(self, params, tokens, counts, cache)
-
-    def decode(self, params, logits, *args, span: int | None = None) -> DecodeOutput:
-        """decode(params, logits, cache, stop_ids, budgets, rng): sample up to min(budgets[i],
-        max_new_tokens) tokens per row from `logits` onward, each row writing at its own length. The
-        caller keeps lengths + budgets <= cache.span (the span every step attends over).
-
-        The earlier form decode(params, logits, positions, cache, stop_ids, budgets, rng, span=None) is
-        still taken; positions are not read (each row continues at its length) and span is the cache's."""
-        if len(args) == 5 and not isinstance(args[0], DecodeCache):
-            args = args[1:]
-        if len(args) != 4 or not isinstance(args[0], DecodeCache):
-            raise TypeError("decode(params, logits, cache, stop_ids, budgets, rng)")
-        cache, stop_ids, budgets, rng = args
-        return _decode(self, params, logits, cache, stop_ids, budgets, rng)
+    def decode(self, params, logits, cache: DecodeCache, stop_ids, budgets, rng) -> DecodeOutput:
+        """Sample up to min(budgets[i], max_new_tokens) tokens per row from `logits` onward, each row writing
+        at its own length. The caller keeps lengths + budgets <= cache.span (the span every step attends
+        over)."""
+        return decode_jit(self, params, logits, cache, stop_ids, budgets, rng)
 
 
-@jax.jit
-def _pack(tokens: jax.Array, token_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Each row's real tokens (token_mask) moved to the front, in order; their counts."""
-    order = jnp.argsort(~token_mask.astype(bool), axis=1, stable=True)
-    return jnp.take_along_axis(tokens, order, axis=1), token_mask.astype(jnp.int32).sum(axis=1)
-
-
-def _logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Array:
+def logits_last(config: ModelConfig, params, hidden_last: jax.Array) -> jax.Array:
+    """The next-token logits [B, V] f32 of final-normed hidden states [B, D] (the output embedding)."""
     emb = models.output_embedding(config, params)
     return jnp.dot(hidden_last, emb.astype(hidden_last.dtype), preferred_element_type=jnp.float32)
 
 
-def _prefill_impl(s: Sampler, params, tokens, counts, cache):
+def prefill_impl(s: Sampler, params, tokens, counts, cache):
+    """`Sampler.prefill`'s program, unjitted: (logits [B, V] f32, cache)."""
     weights = decode_step.layer_weights(params)
     counts = counts.astype(jnp.int32)
-    hidden, cache = decode_step.forward(s.config, weights, cache, tokens.astype(jnp.int32), counts)
+    write = decode_step.block_write(s.kv_write)
+    hidden, cache = decode_step.forward(s.config, weights, cache, tokens.astype(jnp.int32), counts, write)
     last = jnp.take_along_axis(hidden, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)[:, 0]
-    return _logits_last(s.config, weights, last), cache
+    return logits_last(s.config, weights, last), cache
 
 
-_prefill = jax.jit(_prefill_impl, static_argnums=0, donate_argnums=(4,))
+prefill_jit = jax.jit(prefill_impl, static_argnums=0, donate_argnums=(4,))
 
 
-def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
+def decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng) -> DecodeOutput:
+    """`Sampler.decode`'s program, unjitted (the while_loop over `DecodeState`)."""
     config, n = s.config, s.max_new_tokens
     write = decode_step.kv_write_for(s.kv_write, dtype=cache.v[0].dtype)
     batch = logits.shape[0]
@@ -146,7 +125,7 @@ def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
             step=st.step + 1,
             done=st.done | hit_stop | (lengths >= st.budgets),
             stopped=st.stopped | hit_stop,
-            logits=jnp.where(live[:, None], _logits_last(config, weights, hidden[:, 0]), st.logits),
+            logits=jnp.where(live[:, None], logits_last(config, weights, hidden[:, 0]), st.logits),
             tokens=jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.step)),
             logprobs=jax.lax.dynamic_update_slice(st.logprobs, lp[:, None], (0, st.step)),
             lengths=lengths,
@@ -165,7 +144,7 @@ def _decode_impl(s: Sampler, params, logits, cache, stop_ids, budgets, rng):
     )
 
 
-_decode = jax.jit(_decode_impl, static_argnums=0, donate_argnums=(3,))
+decode_jit = jax.jit(decode_impl, static_argnums=0, donate_argnums=(3,))
 
 
 # ----------------------------------------------------------------------------- host-side helpers

@@ -1,54 +1,25 @@
-"""A live batched KV cache on the host side: append token deltas, decode, truncate, gather rows.
+"""A live batched KV cache on the host side (`DecodeSession`): append token deltas, decode, truncate, select
+or copy rows. The thin stateful shell the multi-turn rollout engine drives: every device operation is one of
+the pure jitted programs here (`programs`: cache and logits donated, outputs on the session's shardings) or
+in `sampler.py`. Rows are episodes; each appends at its own length (`decode_step.DecodeCache`: no holes, no
+compaction). Layout, memory and sizes: docs/sampling.md.
 
-This is the thin stateful shell the multi-turn rollout engine drives; every device operation is one of
-the pure jitted functions here or in `sampler.py`. Rows are episodes. Each row appends at its own length
-(`decode_step.DecodeCache`), so the cache has no holes and needs no compaction; every call works on the
-cache's whole span, which the session keeps at `buckets.span_bucket` of the slots its rows need:
-
-  append / decode  grow the span to span_bucket(max_b(lengths[b] + written[b])) when that is larger;
-  select / truncate  shrink it to span_bucket(max_b(lengths[b]) + max_new_tokens) when that is smaller
-                     (room for the next decode, so the two do not alternate);
-
-so a decode step reads (rows x span) slots, span within a bucket of the longest row, whatever the rows'
-history. Resizing copies one layer's K or V at a time (a transient of one layer, not of the cache).
-
-On a mesh of m > 1 row shards an append is token-packed (`packed_prefill`, on by default there): the rows
-that hold no token yet by `sampling.packed` (their tokens split over the row shards, K/V gathered), the others
-by `sampling.packed_append` (their tokens split over the row shards for the matmuls, each row attended on the
-shard that owns it). What follows is the row sub-batch, which runs off a mesh (where it computes about the
-rows' own tokens) or with packed_prefill=False.
-
-Only the rows that have tokens are computed. Each chunk of an append (a prompt, a tool result, a group's
-shared prefix) takes the rows it writes to into a sub-batch, runs the forward over the sub-batch, and
-writes the new slots' K/V, the lengths and the next-token logits back into those rows of the session's
-donated cache. On a mesh of m row shards the sub-batch is built shard by shard
-(`row_shards.shard_local_rows`): each device takes its own live rows into K = row_bucket(its most live
-rows, rows / m, 1) rows (padding rows read zeros and write nothing), so m x K rows in all, and no K/V
-leaves a device (indexing the sharded cache with global rows would make XLA all-gather each layer);
-off a mesh, row_bucket(n, rows, 1) rows. Admitting one group's prefix into a 160-row session computes
-about one row, not 160 (on a mesh, one per shard: a device computes what one row costs). When the
-sub-batch reaches the session's rows, the forward runs over the whole batch as it is (no gather).
-Copying a group's prefix to its sibling rows (`select` keeping the row count, or `copy_rows`) writes
-the source rows' slot window into the sibling rows in place, one layer's K or V at a time (a sibling may
-live on another device: `row_shards.copy_rows`). Only a change of the row count (`select` with fewer or
-more rows: a shrink, a broadcast of group rows) makes new arrays, one layer at a time
-(`DecodeSession._per_layer` over `take_rows`' per-array program).
-
-What each device program allocates beyond its inputs (the cache is donated, and aliased to the output, in
-all but the row-count change; tests/sampling/test_session.py checks the aliases and the temporaries with XLA's
-memory analysis, tests/sampling/test_row_shards.py what moves between devices):
-  `_append_rows` (a sub-batch of `sub` rows, a block of T tokens)  per layer, the sub-batch's K and V
-      (sub x span slots, taken from the cache), its activations and attention scores; the logits
-      [sub, V]. It writes T slots per real row and layer into the cache, in place.
-  `_append_all` (the whole batch)  the activations of [rows, T] tokens; each layer's K/V is written in
-      the cache in place (`decode_step.forward`), the logits merged in place.
-  `_copy_array` (`sub` destination rows, a window of W slots; once per layer's K and V, and the logits)
-      the sources' windows (sub x W slots of one array, on every row shard), written into the destination
-      rows in place.
-  `select` to a new row count R (`_take_program`, once per layer's K and V)  that array's copy (R rows),
-      placed on the cache's sharding (out_shardings); the session drops the old layer before the next
-      one is copied, so the transient is one layer, not a second cache. A buffer of another shape cannot
-      alias the old one, so donating it would save nothing.
+- Span: every call works on the cache's whole span, `buckets.span_bucket` of what the rows need: append
+  and decode grow it to hold max_b(lengths[b] + written[b]); select and truncate shrink it to
+  max_b(lengths[b]) + max_new_tokens. A resize copies one layer's K or V at a time.
+- Appends compute only the rows given tokens; the other rows are left bit for bit. On a mesh of m > 1 row
+  shards an append is token-packed (`packed_prefill`): rows with no token yet by `sampling.packed`, rows
+  with context by `sampling.packed_append`. Otherwise each chunk (at most `prefill_chunk` columns) runs over
+  a sub-batch of its rows (`append_rows_impl`; built shard by shard, `row_shards.shard_local_rows`, so no
+  K/V leaves a device), or over the whole batch when the sub-batch would be it (`append_all_impl`).
+- Row copies (`copy_rows`, and `select` keeping the row count) write the sources' slot window into the
+  destination rows in place, one layer's K or V at a time (`row_shards.copy_rows`). Only a change of the
+  row count (`select` with fewer or more rows) makes new arrays, one layer at a time (`take_program`): the
+  transient is one layer, not a second cache.
+- The cache is donated to, and aliased by, every program but the row-count change
+  (tests/sampling/test_session.py checks it with XLA's memory analysis).
+- KV writes follow the Sampler's `kv_write` (`decode_step.block_write`): a scatter, or the dry run's
+  footprint.
 """
 
 from __future__ import annotations
@@ -69,12 +40,12 @@ from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.sample_fns import SamplingParams
 from rcgrpo_jax.sampling.sampler import (
     Sampler,
-    _logits_last,
-    _prefill_impl,
     batch_multiple,
     cache_sharding,
+    logits_last,
     mesh_context,
     new_cache,
+    prefill_impl,
     put_batch,
     stop_table,
 )
@@ -99,7 +70,7 @@ def _resize(x: jax.Array, span: int, axis: int) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=64)
-def _take_program(out_sharding: jax.sharding.Sharding | None):
+def take_program(out_sharding: jax.sharding.Sharding | None):
     """jnp.take(x, rows, axis=0), its output placed on `out_sharding` (None: where XLA puts it)."""
     take = functools.partial(jnp.take, axis=0)
     return jax.jit(take) if out_sharding is None else jax.jit(take, out_shardings=out_sharding)
@@ -111,9 +82,9 @@ def take_rows(cache: DecodeCache, rows: jax.Array, shardings: DecodeCache | None
     the caller holds both caches until it drops the old one; `DecodeSession.select` makes the copy one
     layer at a time instead, freeing each old layer as it goes."""
     sh = shardings or DecodeCache(k=(None,) * len(cache.k), v=(None,) * len(cache.v), lengths=None)
-    k = tuple(_take_program(sh.k[i])(x, rows) for i, x in enumerate(cache.k))
-    v = tuple(_take_program(sh.v[i])(x, rows) for i, x in enumerate(cache.v))
-    lengths = _take_program(sh.lengths)(cache.lengths, rows)
+    k = tuple(take_program(sh.k[i])(x, rows) for i, x in enumerate(cache.k))
+    v = tuple(take_program(sh.v[i])(x, rows) for i, x in enumerate(cache.v))
+    lengths = take_program(sh.lengths)(cache.lengths, rows)
     return DecodeCache(k=k, v=v, lengths=lengths, layout=cache.layout)
 
 
@@ -128,9 +99,12 @@ def _slot_window(x: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
     return jnp.transpose(got, (0, 3, 1, 2)) if axis == 3 else jnp.transpose(got, (0, 2, 1, 3))
 
 
-def _put_slots(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int) -> jax.Array:
+def _put_slots(x: jax.Array, new: jax.Array, rows: jax.Array, slots: jax.Array, axis: int, mode: str) -> jax.Array:
     """x [R, ...] with new[b, t] ([B, T, G, Dh]) written at row rows[b], slot slots[b, t]; an out-of-range
-    row or slot is dropped (the sub-batch's padding rows and padding tokens)."""
+    row or slot is dropped (the sub-batch's padding rows and padding tokens). mode "footprint":
+    `decode_step.footprint_write`."""
+    if mode == decode_step.FOOTPRINT:
+        return decode_step.footprint_write(x, new)
     r = rows[:, None]
     if axis == 3:  # [R, G, Dh, S]
         return x.at[r, :, :, slots].set(new.astype(x.dtype), mode="drop")
@@ -143,11 +117,11 @@ def _kv_at(c: ModelConfig) -> tuple:
     return () if mesh is None else (decode_step.kv_heads_axis(c.num_kv_heads, mesh),)
 
 
-def _scatter_slots(x: jax.Array, new: jax.Array, idx: jax.Array, slots: jax.Array, axis: int, at: tuple):
+def _scatter_slots(x: jax.Array, new: jax.Array, idx: jax.Array, slots: jax.Array, axis: int, at: tuple, mode: str):
     """`_put_slots` at shard-local rows idx: each shard writes its own rows (`row_shards.scatter`)."""
 
     def write(xl, nl, i, sl):
-        return _put_slots(xl, nl, i, sl, axis)
+        return _put_slots(xl, nl, i, sl, axis, mode)
 
     return row_shards.scatter(x, new, idx, at, new_at=(None,) + at, write=write, extra=slots)
 
@@ -156,14 +130,14 @@ def _add_rows(xl, nl, i, _):
     return xl.at[i].add(nl.astype(xl.dtype), mode="drop")
 
 
-def _rows_forward(c: ModelConfig, weights, cache: DecodeCache, idx: jax.Array, tokens: jax.Array, counts):
+def _rows_forward(c: ModelConfig, weights, cache: DecodeCache, idx: jax.Array, tokens: jax.Array, counts, mode: str):
     """`decode_step.forward` over some of the cache's rows only: sub-batch row b is the cache row at the
     shard-local index idx[b] (`row_shards.shard_local_rows`; off a mesh, the row itself; the padding index
     is a padding row: it reads zeros and writes nothing). Row b appends its first counts[b] tokens of
     tokens[b] at that cache row's length. Each layer takes the sub-batch's K/V from the cache (on each
     device, from its own rows), runs the same attention as `decode_step.forward` over it, and writes the new
-    slots back into their cache rows (in place when the cache is donated). Returns (final-normed hidden
-    [B, T, D], cache with the rows' lengths += counts)."""
+    slots back into their cache rows (in place when the cache is donated; `mode`: `decode_step.block_write`).
+    Returns (final-normed hidden [B, T, D], cache with the rows' lengths += counts)."""
     b, t = tokens.shape
     dt, span, layout = c.jnp_dtype, cache.span, cache.layout
     lengths = row_shards.gather(cache.lengths, idx)
@@ -180,12 +154,12 @@ def _rows_forward(c: ModelConfig, weights, cache: DecodeCache, idx: jax.Array, t
         x, idx_i = jax.lax.optimization_barrier((x, idx))
         h = norm.apply({"params": p["input_norm"]}, x)
         k_rows, v_rows = row_shards.gather(k_all[i], idx_i, at), row_shards.gather(v_all[i], idx_i, at)
-        a, k_sub, v_sub = decode_step._attention(
-            c, p["attn"], h, slots, write_slots, kv_len, k_rows, v_rows, layout, "scatter"
+        a, k_sub, v_sub = decode_step.layer_attention(
+            c, p["attn"], h, slots, write_slots, kv_len, k_rows, v_rows, layout, mode
         )
         k_new, v_new = _slot_window(k_sub, write_slots, k_axis), _slot_window(v_sub, write_slots, 2)
-        k_all[i] = _scatter_slots(k_all[i], k_new, idx_i, write_slots, k_axis, at)
-        v_all[i] = _scatter_slots(v_all[i], v_new, idx_i, write_slots, 2, at)
+        k_all[i] = _scatter_slots(k_all[i], k_new, idx_i, write_slots, k_axis, at, mode)
+        v_all[i] = _scatter_slots(v_all[i], v_new, idx_i, write_slots, 2, at, mode)
         x = x + a
         x = x + MLP(c).apply({"params": p["mlp"]}, norm.apply({"params": p["post_attn_norm"]}, x))
         x = constrain(x, ("batch", "seq", "hidden"))
@@ -196,45 +170,46 @@ def _rows_forward(c: ModelConfig, weights, cache: DecodeCache, idx: jax.Array, t
 
 def _last_logits(s: Sampler, weights, hidden: jax.Array, counts: jax.Array) -> jax.Array:
     last = jnp.take_along_axis(hidden, jnp.maximum(counts - 1, 0)[:, None, None], axis=1)[:, 0]
-    return _logits_last(s.config, weights, last)
+    return logits_last(s.config, weights, last)
 
 
-def _append_rows_impl(s: Sampler, params, cache: DecodeCache, logits, idx, tokens, counts):
+def append_rows_impl(s: Sampler, params, cache: DecodeCache, logits, idx, tokens, counts):
     """Append tokens [B, T] (counts [B] real) to the cache rows at the shard-local indices idx [B]
     (`_rows_forward`): their K/V, lengths and next-token logits (logits [R, V]) updated in place. Returns
     (cache, logits)."""
     weights = decode_step.layer_weights(params)
     counts = counts.astype(jnp.int32)
-    hidden, cache = _rows_forward(s.config, weights, cache, idx, tokens.astype(jnp.int32), counts)
+    mode = decode_step.block_write(s.kv_write)
+    hidden, cache = _rows_forward(s.config, weights, cache, idx, tokens.astype(jnp.int32), counts, mode)
     new = _last_logits(s, weights, hidden, counts)
     return cache, row_shards.scatter(logits, new, idx)
 
 
-def _append_all_impl(s: Sampler, params, cache: DecodeCache, logits, tokens, counts):
+def append_all_impl(s: Sampler, params, cache: DecodeCache, logits, tokens, counts):
     """Append tokens [R, T] (counts [R]; 0 = the row is left as it is) to every row. Returns (cache,
     logits), the logits of rows with counts 0 unchanged."""
-    new, cache = _prefill_impl(s, params, tokens, counts, cache)
+    new, cache = prefill_impl(s, params, tokens, counts, cache)
     return cache, jnp.where((counts > 0)[:, None], new.astype(logits.dtype), logits)
 
 
-@functools.partial(jax.jit, static_argnames=("window", "axis", "at"), donate_argnums=0)
-def _copy_array(x: jax.Array, src, dst, *, window: int, axis: int, at: tuple = ()) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("window", "axis", "at", "mode"), donate_argnums=0)
+def copy_array(x: jax.Array, src, dst, *, window: int, axis: int, at: tuple = (), mode: str = "scatter") -> jax.Array:
     """One array's rows dst [B] become copies of rows src [B] on their first `window` slots along `axis`
     (read before any is written; a dst past the rows is padding: dropped), in place (`row_shards.copy_rows`):
-    one layer's K or V, or the logits."""
-    return row_shards.copy_rows(x, src, dst, window, axis, at)
+    one layer's K or V, or the logits. mode "footprint": `decode_step.footprint_write`."""
+    return row_shards.copy_rows(x, src, dst, window, axis, at, mode)
 
 
 @functools.lru_cache(maxsize=32)
-def _programs(config: ModelConfig, mesh: Mesh | None, layout: str) -> dict[str, jax.stages.Wrapped]:
+def programs(config: ModelConfig, mesh: Mesh | None, layout: str) -> dict[str, jax.stages.Wrapped]:
     """The session's jitted in-place programs, the cache (and logits) donated and their outputs placed on
     the shardings the session keeps them on (rows over data+fsdp; no mesh: XLA's default)."""
     outs = {}
     if mesh is not None:
         outs = {"out_shardings": (cache_sharding(config, mesh, layout), sharding.batch_sharding(mesh, 2))}
     return {
-        "append_rows": jax.jit(_append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_all": jax.jit(_append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "append_rows": jax.jit(append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
+        "append_all": jax.jit(append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "prefill_packed": jax.jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
         "append_packed": jax.jit(packed_append.append_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
     }
@@ -319,7 +294,7 @@ class DecodeSession:
 
     @property
     def _programs(self) -> dict[str, jax.stages.Wrapped]:
-        return _programs(self.config, self.mesh, self.layout)
+        return programs(self.config, self.mesh, self.layout)
 
     def _per_layer(self, k_fn, v_fn, lengths_fn=None) -> None:
         """Replace each layer's K by k_fn(K) and V by v_fn(V) (and the lengths by lengths_fn's), one layer
@@ -530,9 +505,9 @@ class DecodeSession:
             else:
                 kv = cache_sharding(self.config, self.mesh, self.layout).v[0]
                 lens, logits = sharding.batch_sharding(self.mesh, 1), sharding.batch_sharding(self.mesh, 2)
-            take = _take_program(kv)
-            self._per_layer(lambda x: take(x, rows), lambda x: take(x, rows), lambda x: _take_program(lens)(x, rows))
-            self.logits = _take_program(logits)(self.logits, rows)
+            take = take_program(kv)
+            self._per_layer(lambda x: take(x, rows), lambda x: take(x, rows), lambda x: take_program(lens)(x, rows))
+            self.logits = take_program(logits)(self.logits, rows)
             self.lengths = self.lengths[idx]
             self._shrink()
 
@@ -569,10 +544,11 @@ class DecodeSession:
         window = buckets.span_bucket(int(self.lengths[src].max(initial=0)), self.span, self.min_span)
         at = () if self.mesh is None else (decode_step.kv_heads_axis(self.config.num_kv_heads, self.mesh),)
         idx = {"src": self._replicated(s), "dst": self._replicated(d)}
+        mode = decode_step.block_write(self.sampler.kv_write)
         return [
-            (_copy_array, {**idx, "window": window, "axis": self.cache.k_slot_axis, "at": at}),
-            (_copy_array, {**idx, "window": window, "axis": 2, "at": at}),
-            (_copy_array, {**idx, "window": self.config.vocab_size, "axis": 1}),
+            (copy_array, {**idx, "window": window, "axis": self.cache.k_slot_axis, "at": at, "mode": mode}),
+            (copy_array, {**idx, "window": window, "axis": 2, "at": at, "mode": mode}),
+            (copy_array, {**idx, "window": self.config.vocab_size, "axis": 1, "mode": mode}),
         ]
 
     def lower_copy_rows(self, src: Sequence[int], dst: Sequence[int]) -> list[jax.stages.Lowered]:

@@ -1,59 +1,35 @@
-"""Will it fit? Each trainer kind's programs compiled against abstract parameters at the preset's
-production shapes on the configured mesh (no weights are allocated), with XLA's memory analysis per
-device, assembled into one memory plan (`model_prep.memory_plan`):
+"""Will it fit? Each trainer kind's programs compiled against abstract parameters at the preset's production
+shapes on the configured mesh (no weights allocated), XLA's memory analysis per device assembled into one
+memory plan (`model_prep.memory_plan`):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
 
-The plan sizes the GPU's programs, not the CPU's. On a CPU backend the training attention compiles to
-XLA's dense attention (`xla_attention.grouped_attention`), whose [B, G, T, R, S] float32 probabilities (15 GB
-per tensor at 16k tokens) the GPU's fused kernel (cuDNN or Pallas flash attention, `models.attention`)
-never allocates. So every no-cache attention call (the update, the reference and recompute log-probs, the
-SFT step) is compiled with `fused_attention_stand_in`: a function of the same inputs and output whose
-temporaries are O(B x T x H x Dh), as a flash kernel's (its output, and the small per-row sums it reads);
-XLA drops the mask but for the row lengths the fused kernel reads. The rollout's forwards over a cache
-(prefill, appends) keep `sampling.decode_step`'s own attention: the GPU runs that very XLA code
-(per 128-query block scores), and its one-token decode on a GPU is the Pallas ragged kernel, whose scores
-are [B, H] per step (the CPU's dense decode scores are [B, H, S] f32 per step: under 0.1 GB here). Their
-buffers are the CPU compiler's assignment of those programs: copies of cache layers it makes (inside the
-decode loop, in the scatters of the session's row programs) count here, whether or not the GPU compiler
-makes them; on a GPU, `memory_stats()` of a real step settles it.
+The plan sizes the GPU's programs, not the CPU's, through the owning modules' seams (docs/sampling.md): the
+no-cache forwards use `planned_model`'s attention (`models.attention.FOOTPRINT`, a fused kernel's memory)
+and the rollout's programs a `Sampler(kv_write="footprint")` (every KV write an in-place write's memory).
 
-Phases (each what its program needs beyond the resident buffers it reads, with those resident):
-  update     the micro-batch gradient step (its activations, float32 gradient output and the gradient
-             accumulator) or the optimizer apply, at the largest bucket          [train state, reference]
-  reference  the reference log-prob pass at the largest bucket (the recompute of the behaviour
-             log-probs is the same program on the policy's parameters)          [train state, reference]
-  cast       the decode weights' cast (`decode_step.decode_weights`): the cast copy on the training
-             shards, before it moves onto the decode shards                     [train state, reference,
-             decode weights] (the KV cache of the step before is gone; this one is not made yet)
-  prefill    the session's appends (`sampling.session`): the whole-batch forward (`append_all`, a
-             `rl.prefill_chunk`-wide block over the full-capacity cache) and the largest sub-batch
-             forward below it (`append_rows`) and the token-packed prefill of one fresh row of a whole
-             context (`prefill_packed`, `sampling.packed`) and the packed append of as many tokens to one
-             row shard's rows (`append_packed`, `sampling.packed_append`), the largest     [all four]
-             (the packed programs' block-pair attention gathers bf16 key blocks, which the CPU compiles by
-             converting the layer's whole K and V to f32 first: ~1.4 GB a device at rc_grpo qwen2_5_7b's
-             shapes that a GPU, which gathers bf16 natively, should not allocate: these two err high)
-  session    its row copies: the in-place sibling copy (`copy_rows`, every sibling of a full batch of
-             groups, a full-capacity window, one layer's K or V at a time as the session runs it) and a
-             row-count change (`take_rows`: one layer's new K and V at a time beside the old cache), the
-             larger                                                             [all four]
-  decode     one `max_step_tokens` decode call over the full-capacity cache     [all four]
+Phases (each what its program needs beyond the resident buffers it reads) [resident during it]:
+  update     the micro-batch gradient step or the optimizer apply, largest bucket   [train state, reference]
+  reference  the reference (and recompute) log-prob pass, largest bucket            [train state, reference]
+  cast       the decode weights' cast on the training shards (`decode_step.decode_weights`)
+                                                                       [train state, reference, decode weights]
+  prefill    the largest of the session's appends: `append_all`, `append_rows` (largest sub-batch),
+             `prefill_packed` (one fresh row of a whole context), `append_packed`             [all four]
+  session    the larger of its row copies: `copy_rows` (one layer's K or V) and `take_rows`   [all four]
+  decode     one `max_step_tokens` decode call over the full-capacity cache                   [all four]
 Resident: train state (params + AdamW moments), the frozen reference, the decode weights
 (`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity).
 
-limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's
-default 0.75 when unset) x `memory.device_bytes` (141 GB, an H200). launch/pipeline.sh and
-launch/slurm.sbatch set the fraction explicitly. SFT: the update only (the other phases are 0). Each
-program is compiled once.
+limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's default
+0.75 when unset) x `memory.device_bytes` (141 GB, an H200). SFT: the update only. Each program compiles once.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -97,30 +73,11 @@ def allocator_limit_bytes(config, env: dict | None = None) -> int:
     return int(fraction * int(config.memory.device_bytes))
 
 
-def _stand_in_attention(q, k, v, mask, scale, *, implementation: str = "xla", causal: bool = False):
-    """A fused attention's memory without its arithmetic: q [B, T, N, Dh], k/v [B, S, G, Dh], mask
-    [B, 1, T, S] -> [B, T, N, Dh], every temporary O(B x (T x N + S x G) x Dh) (reductions over S, no
-    [T, S] tensor), differentiable in q, k and v (gradients of their shapes, as a flash backward's)."""
-    del implementation, causal
-    n, g = q.shape[2], k.shape[2]
-    rows = jnp.sum(mask[:, 0, -1, :], axis=-1).astype(jnp.float32)  # the row lengths a fused kernel reads
-    kv = jnp.mean(k.astype(jnp.float32), axis=1) * jnp.mean(v.astype(jnp.float32), axis=1)  # [B, G, Dh]
-    kv = jnp.repeat(kv, n // g, axis=1) * (scale * rows)[:, None, None]  # [B, N, Dh]
-    return (q.astype(jnp.float32) * kv[:, None]).astype(q.dtype)
-
-
-@contextlib.contextmanager
-def fused_attention_stand_in() -> Iterator[None]:
-    """While open, every no-cache model attention (`models.attention.attention`, through which the
-    training, reference and SFT forwards go) is `_stand_in_attention`: programs traced inside size like
-    the GPU's fused kernel, not like the CPU's dense probabilities. Trace (lower) inside, not just call."""
-
-    real = attention_lib.attention
-    attention_lib.attention = _stand_in_attention
-    try:
-        yield
-    finally:
-        attention_lib.attention = real
+def planned_model(model_cfg):
+    """The model as the plan compiles its no-cache forwards (training, reference, SFT): attention
+    `models.attention.FOOTPRINT`, a fused kernel's memory (`footprint_attention`), not the CPU's dense
+    probabilities. Its values are meaningless: only compile it."""
+    return dataclasses.replace(model_cfg, attention_impl=attention_lib.FOOTPRINT)
 
 
 def decode_dtype(config) -> str:
@@ -130,38 +87,6 @@ def decode_dtype(config) -> str:
 
 def _with_shardings(tree, shardings):
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
-
-
-def _inplace_stand_in(x: jax.Array, update: jax.Array) -> jax.Array:
-    """x updated in place by an elementwise op that reads all of `update` (a sum): the memory of a scatter
-    into a donated buffer (nothing beyond the operand and the update), sharding-neutral (x keeps its
-    sharding; the update reduces to a scalar)."""
-    return x + (jnp.sum(update.astype(jnp.float32)) * 0.0).astype(x.dtype)
-
-
-@contextlib.contextmanager
-def inplace_scatter_stand_in() -> Iterator[None]:
-    """While open, the KV writes of the decode/prefill forwards (`decode_step._write`) and of the session's
-    row programs (`session._put_slots`, `row_shards._set_window`, `row_shards._put_token_slots`) are `_inplace_stand_in`. Why: XLA's CPU backend expands every scatter into a loop over a copy of
-    its operand (a donated, in-bounds row scatter of a [32, 4, 128, 4096] bf16 array: 0.27 GB of
-    temporaries, 2x the array; the same update as a dynamic_update_slice: 0), where a GPU scatters into the
-    donated buffer in place. Values are wrong inside: lower only fresh jitted closures here (never a shared
-    jitted function, whose trace cache would keep the stand-in)."""
-
-    saved = (decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots)
-    decode_step._write = lambda x, new, slots, axis, mode="scatter": _inplace_stand_in(x, new)
-    session._put_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
-    row_shards._set_window = lambda x, part, dst: _inplace_stand_in(x, part)
-    row_shards._put_token_slots = lambda x, new, rows, slots, axis: _inplace_stand_in(x, new)
-    try:
-        yield
-    finally:
-        decode_step._write, session._put_slots, row_shards._set_window, row_shards._put_token_slots = saved
-
-
-def _fresh_jit(impl, **kw):
-    """jax.jit of a new closure over `impl` (its own trace cache: see `inplace_scatter_stand_in`)."""
-    return jax.jit(lambda *args: impl(*args), **kw)
 
 
 def rollout_shapes(config, mesh) -> dict[str, int]:
@@ -211,7 +136,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     rl = config.rl
     dtype = jnp.dtype(decode_dtype(config))
     stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
-    weights = jax.eval_shape(lambda p: decode_step._cast_and_split(p, dtype), abstract_params)
+    weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     per_layer = decode_step.split_shardings(stacked_sh)
     weights_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     weights = _with_shardings(weights, weights_sh)
@@ -226,18 +151,13 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 
     top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
-    # kv_write="scatter": the program a GPU runs (on a CPU backend "auto" would pick the CPU's select).
-    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write="scatter")
-    # The session's programs (`session._programs`: donated cache and logits, outputs on their shardings) and
-    # the sampler's decode, as fresh closures, traced under the in-place scatter stand-in.
-    outs = {"out_shardings": (cache_sh, sharding_lib.batch_sharding(mesh, 2))}
-    programs = {
-        "append_rows": _fresh_jit(session._append_rows_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_all": _fresh_jit(session._append_all_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "prefill_packed": _fresh_jit(packed.prefill_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "append_packed": _fresh_jit(packed_append.append_impl, static_argnums=0, donate_argnums=(2, 3), **outs),
-        "decode": _fresh_jit(sampler._decode_impl, static_argnums=0, donate_argnums=(3,)),
-    }
+    # kv_write="footprint": every KV write of these programs (the decode's, the appends', the row copies')
+    # is the memory of the in-place scatter a GPU runs (`decode_step.footprint_write`; XLA's CPU backend
+    # expands a scatter into a loop over a copy of its operand), and the programs trace apart from the
+    # session's own (the Sampler is their static argument).
+    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write=decode_step.FOOTPRINT)
+    # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
+    programs = {**session.programs(model_cfg, mesh, "xla"), "decode": sampler.decode_jit}
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
     rules = model_prep.rules(config.sharding.decode_rules)
     weights_b = model_prep.shard_bytes(weights, weights_sh)
@@ -246,7 +166,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # beyond the decode weights, the cache and its logits (resident: counted apart)
     beyond = lambda compiled: (model_prep.program_bytes(compiled) - weights_b - cache_b - logits_b) / 1e9  # noqa: E731
     out: dict[str, Any] = {}
-    with mesh_context(mesh, rules), inplace_scatter_stand_in():
+    with mesh_context(mesh, rules):
         whole_batch = programs["append_all"].lower(
             s, weights, cache, logits, batch((rows, width), jnp.int32), batch((rows,), jnp.int32)
         )
@@ -296,14 +216,14 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         n_copy = shapes["copy_rows"]
         layer = cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
-        copy = _fresh_jit(
-            row_shards.copy_rows, static_argnums=(3, 4, 5), donate_argnums=0, out_shardings=cache_sh.v[0]
-        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at)
+        copy = jax.jit(
+            row_shards.copy_rows, static_argnums=(3, 4, 5, 6), donate_argnums=0, out_shardings=cache_sh.v[0]
+        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at, decode_step.FOOTPRINT)
         layer_b = model_prep.shard_bytes(layer, cache_sh.v[0])
         out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - layer_b) / 1e9
         # take_rows: one layer's K (then V) at the new row count, placed on the cache's sharding, beside the
         # old cache; at the same row count (the largest new one a shrink makes).
-        take = session._take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
+        take = session.take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
         out["take_rows_gb"] = (model_prep.program_bytes(take) - model_prep.shard_bytes(layer, cache_sh.k[0])) / 1e9
         decode = (
             programs["decode"]
@@ -324,7 +244,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # cast copy and the decode weights both exist.
     train_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
     train_params = _with_shardings(abstract_params, train_sh)
-    cast = decode_step._cast_and_split_jit.lower(train_params, dtype).compile()
+    cast = decode_step.cast_and_split_jit.lower(train_params, dtype).compile()
     out["cast_gb"] = (model_prep.program_bytes(cast) - model_prep.shard_bytes(train_params, train_sh)) / 1e9
     return {
         **shapes,
@@ -341,21 +261,19 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
 
 def supervised(config) -> dict[str, Any]:
     """Per-device memory of the SFT update step at the largest bucket, without allocating the model, its
-    attention sized as the GPU's fused kernel (`fused_attention_stand_in`)."""
+    attention sized as the GPU's fused kernel (`planned_model`)."""
 
     config = config_checks.resolved(config, jax.device_count())
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), jax.device_count()))
     model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
+    model_cfg = planned_model(model_cfg)
     _, state_sh, abstract, step_fn = sft.optimizer_and_state(
         config, model_cfg, abstract_params_of(model_cfg), mesh, 1000
     )
     micro = config.train.batch_size // config.train.grad_accum
     length = int(config.data.buckets[-1])
     logical = model_prep.rules(config.sharding.train_rules).logical
-    with fused_attention_stand_in():
-        compiled = sft.compile_step(
-            step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical
-        )
+    compiled = sft.compile_step(step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical)
     report = model_prep.memory_report(compiled, abstract, state_sh)
     budget_gb = allocator_limit_bytes(config) / 1e9
     train_state = report["params_gb"] + report["opt_state_gb"]
@@ -405,17 +323,17 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
     abstract = state_lib.abstract_state(abstract_params, tx)
     state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
     chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
-    updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
+    planned = planned_model(model_cfg)  # the training programs' attention: a fused kernel's memory
+    updater = rl_step.Updater(planned, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
     length = int(config.data.buckets[-1])
     with (
-        fused_attention_stand_in(),
         jax.set_mesh(mesh),
         sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical),
     ):
         micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref)
         grads_c, apply_c = updater.lower(state_lib.with_shardings(abstract, state_sh), micro_shapes)
-        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
+        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(planned, chunk, temp), p_sh, mesh)
         tok = sharding_lib.batch_sharding(mesh, 2)
         ref_c = logprob.lower(
             _with_shardings(abstract_params, p_sh),

@@ -182,7 +182,7 @@ def _check_judge(config) -> None:
 
     judges.check_config(config.rl.judge)  # ConfigError naming rl.judge.name / rl.judge.<judge>.<field>
     if config.rl.judge.name == "model":
-        config_checks._check_path(config, "rl.judge.model.path", required=True, must_have="config.json")
+        config_checks.check_path(config, "rl.judge.model.path", required=True, must_have="config.json")
 
 
 # ---------------------------------------------------------------- the data order

@@ -191,7 +191,7 @@ def test_template_renders_tool_calls_exactly_as_the_parser_formats_them(tiny_tok
 
 def _whole_history_delta(tok, history, new, tools):
     """The reference: the seam found on renderings of the whole history (what render_delta avoids)."""
-    short, full, boundary = template._render_pair(tok, history, new, tools)
+    short, full, boundary = template.render_pair(tok, history, new, tools)
     assert full[:boundary] == short[:boundary]
     return tok(full[boundary:], add_special_tokens=False)["input_ids"]
 

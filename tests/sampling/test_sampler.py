@@ -255,30 +255,6 @@ def test_decode_over_a_shorter_span_matches_a_longer_one(checkpoint):
 
 
 @pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
-def test_the_earlier_call_forms_give_the_same_result(checkpoint):
-    """prefill(params, tokens, positions, token_mask, cache) with left padding and decode(params, logits,
-    positions, cache, ...) (bench.gpu's calls) equal the per-row forms."""
-    _, config, params, prompts = checkpoint
-    sampler = Sampler(config, 6, SamplingParams())
-    right, counts = right_pad(prompts, 32)
-    left = np.zeros_like(right)
-    for i, p in enumerate(prompts):
-        left[i, 32 - len(p) :] = p
-    args = (jnp.asarray(stop_table((), 4)), jnp.full((4,), 6), jax.random.key(0))
-    logits, cache = sampler.prefill(params, jnp.asarray(right), jnp.asarray(counts), new_cache(config, 4, 48))
-    new = jax.device_get(sampler.decode(params, logits, cache, *args))
-    old_logits, cache = sampler.prefill(
-        params, jnp.asarray(left), jnp.zeros((4, 32), jnp.int32), jnp.asarray(left > 0), new_cache(config, 4, 48)
-    )
-    np.testing.assert_allclose(old_logits, logits, atol=1e-5 * float(jnp.abs(logits).max()))
-    old = jax.device_get(sampler.decode(params, old_logits, jnp.asarray(counts), cache, *args))
-    np.testing.assert_array_equal(old.tokens, new.tokens)
-    assert old.cache.lengths.tolist() == new.cache.lengths.tolist() == [n + 6 for n in PROMPT_LENS]
-    with pytest.raises(TypeError):
-        sampler.decode(params, logits, *args)
-
-
-@pytest.mark.parametrize("checkpoint", ["qwen2"], indirect=True)  # nothing here depends on the family
 def test_scatter_and_select_writes_decode_alike(checkpoint):
     """The decode step's two key/value writes (scatter: a GPU's; select: a CPU's) give the same tokens,
     log-probs and valid cache slots, rows of different lengths and budgets (one row idle)."""

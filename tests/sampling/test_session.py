@@ -2,6 +2,7 @@
 sub-batch of them and scatters their K/V back into the (donated) cache; sibling rows are copied in place.
 Tiny random model (test_sampler's sizes), float32."""
 
+import dataclasses
 import re
 import weakref
 
@@ -12,6 +13,7 @@ import pytest
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step
+from rcgrpo_jax.sampling import sampler as sampler_mod
 from rcgrpo_jax.sampling import session as session_mod
 from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.tiny_sizes import TINY_QWEN2
@@ -80,7 +82,9 @@ def test_slot_window_and_put_slots_against_a_loop(axis):
     cache, sub = rng.normal(size=shape).astype(np.float32), rng.normal(size=(3,) + shape[1:]).astype(np.float32)
     rows, slots = np.array([4, 1, 5]), np.array([[2, 3, 7], [0, 1, 2], [5, 6, 7]])  # row 5, slot 7: padding
     new = np.asarray(session_mod._slot_window(jnp.asarray(sub), jnp.asarray(slots), axis))
-    got = np.asarray(session_mod._put_slots(jnp.asarray(cache), jnp.asarray(new), jnp.asarray(rows), slots, axis))
+    got = np.asarray(
+        session_mod._put_slots(jnp.asarray(cache), jnp.asarray(new), jnp.asarray(rows), slots, axis, "scatter")
+    )
     want = cache.copy()
     for b in range(3):
         for t in range(3):
@@ -225,7 +229,7 @@ def test_a_row_count_change_frees_each_old_layer_as_it_copies(params, monkeypatc
     sess = _session(params, 8, span=64)
     sess.append([[1, 2, 3]] * 8)
     alive_at_call = []
-    real = session_mod._take_program
+    real = session_mod.take_program
 
     def counting(sh):
         take = real(sh)
@@ -237,7 +241,7 @@ def test_a_row_count_change_frees_each_old_layer_as_it_copies(params, monkeypatc
 
         return run
 
-    monkeypatch.setattr(session_mod, "_take_program", counting)
+    monkeypatch.setattr(session_mod, "take_program", counting)
     sess.select([6, 1, 0, 3, 0, 1, 2, 3])  # as many rows: an in-place copy, no new arrays
     assert alive_at_call == [] and sess.stats["row_copies"] == 1
     old = [weakref.ref(x) for pair in zip(sess.cache.k, sess.cache.v) for x in pair]
@@ -278,3 +282,33 @@ def test_sub_batch_on_a_mesh_matches_one_device(params):
         for x, y in zip(_row(meshed.cache, r, n), _row(flat.cache, r, n)):
             _close(x, y)
     _close(meshed.logits, flat.logits)
+
+
+def _cache_scatters(lowered, cache) -> list[str]:
+    """The operand types of the lowered program's scatters whose operand is one of the cache's layers."""
+    layers = {"x".join(map(str, x.shape)) for x in (*cache.k, *cache.v)}
+    types = re.findall(r'"stablehlo\.scatter".*?\}\) : \(tensor<([0-9x]+)x[a-z0-9]+>', lowered.as_text(), re.DOTALL)
+    return [t for t in types if t in layers]
+
+
+@pytest.mark.parametrize("packed_prefill", [False, True])
+def test_every_kv_write_takes_the_footprint_mode(params, packed_prefill):
+    """The dry run's seam (`Sampler(kv_write="footprint")`): no program the session runs (the appends of every
+    path, the row copies, the decode) scatters into a cache layer under it, while under the default every one
+    does. A KV write that ignored the mode would show up here as a scatter into a layer."""
+    sess = _session(params, ROWS, packed_prefill=packed_prefill)
+    sess.append([[1, 2, 3]] + [[]] * (ROWS - 1))  # row 0 holds context: later appends take both packed paths
+
+    def lowered():
+        deltas = [[4, 5]] + [[6, 7, 8]] * 2 + [[]] * (ROWS - 3)  # a held row and fresh ones
+        programs = sess.lower_append(deltas) + sess.lower_copy_rows([0, 1], [5, 6])[:2]
+        stops, budgets = jnp.asarray(np.full((ROWS, 1), -1, np.int32)), jnp.full((ROWS,), 4, jnp.int32)
+        args = (sess.params, sess.logits, sess.cache, stops, budgets, jax.random.key(0))
+        return programs + [sampler_mod.decode_jit.lower(sess.sampler, *args)]
+
+    scatter = lowered()
+    sess.sampler = dataclasses.replace(sess.sampler, kv_write=decode_step.FOOTPRINT)
+    footprint = lowered()
+    assert len(scatter) == len(footprint) >= 4
+    assert all(_cache_scatters(p, sess.cache) for p in scatter)
+    assert [_cache_scatters(p, sess.cache) for p in footprint] == [[]] * len(footprint)

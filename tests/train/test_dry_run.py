@@ -3,7 +3,6 @@ resident buffers and the peak, checked against hand-computed sizes on a tiny RL 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
@@ -120,31 +119,32 @@ def test_allocator_limit_reads_the_memory_fraction(tiny_ckpt, data_path):
             dry_run.allocator_limit_bytes(config, env={"XLA_PYTHON_CLIENT_MEM_FRACTION": bad})
 
 
-def test_the_attention_stand_in_sizes_a_fused_kernel():
-    """The gradient of a model attention call compiled under the stand-in allocates no [B, G, T, R, S]
-    probabilities (the dense XLA attention's f32 tensor), and its temporaries grow linearly in T."""
+def test_the_footprint_attention_sizes_a_fused_kernel():
+    """The gradient of a model attention call compiled with the plan's attention (`dry_run.planned_model`:
+    `models.attention.FOOTPRINT`) allocates no [B, G, T, R, S] probabilities (the dense XLA attention's f32
+    tensor), and its temporaries grow linearly in T."""
     from rcgrpo_jax.models import attention as attention_lib
 
     b, g, r, dh = 1, 2, 2, 16
+    config = dry_run.planned_model(models.ModelConfig("qwen3", 61, 32, 64, 2, 4, 2, 16, attention_impl="xla"))
+    assert attention_lib.implementation_for(config) == attention_lib.FOOTPRINT
 
-    def temp(t: int, stand_in: bool) -> int:
+    def temp(t: int, planned: bool) -> int:
         q = jax.ShapeDtypeStruct((b, t, g * r, dh), jnp.float32)
         kv = jax.ShapeDtypeStruct((b, t, g, dh), jnp.float32)
         mask = jax.ShapeDtypeStruct((b, 1, t, t), jnp.bool_)
+        impl = attention_lib.FOOTPRINT if planned else "xla"
 
         def loss(q, k, v, mask):
-            return jnp.sum(attention_lib.attention(q, k, v, mask, 0.25, causal=True) ** 2)
+            return jnp.sum(attention_lib.attention(q, k, v, mask, 0.25, implementation=impl, causal=True) ** 2)
 
-        fn = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-        with dry_run.fused_attention_stand_in() if stand_in else contextlib.nullcontext():
-            compiled = fn.lower(q, kv, kv, mask).compile()
+        compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(q, kv, kv, mask).compile()
         return int(compiled.memory_analysis().temp_size_in_bytes)
 
     probs = b * g * 512 * r * 512 * 4
     assert temp(512, False) >= probs  # the CPU attention holds its probabilities
     assert temp(512, True) < probs / 8
     assert temp(1024, True) <= 2.5 * max(temp(512, True), 1)  # O(T), not O(T^2)
-    assert attention_lib.attention is not dry_run._stand_in_attention  # restored on exit
 
 
 def test_sft_dry_run_has_the_same_shape(tiny_ckpt, data_path):
