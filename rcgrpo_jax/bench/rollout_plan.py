@@ -219,7 +219,7 @@ class Tally:
     prefill_slots_read: int = 0
     max_rows: int = 0
     max_span: int = 0
-    log: list = dataclasses.field(default_factory=list)  # (rows, span, iterations) of each decode call
+    log: list = dataclasses.field(default_factory=list)  # a `policies.DecodeCall` per decode call (sampled sorted)
     decode_reads: list = dataclasses.field(default_factory=list)  # KV slots each decode call reads (as `log`)
     # One `Piece` per prefill/append forward: what it computes and what of it is real.
     prefill_log: list = dataclasses.field(default_factory=list)
@@ -231,13 +231,13 @@ class Tally:
                 self, f.name, max(getattr(self, f.name), v) if f.name.startswith("max_") else getattr(self, f.name) + v
             )
 
-    def decode_call(self, rows: int, span: int, iters: int, read: int) -> None:
+    def decode_call(self, call: policies.DecodeCall, read: int) -> None:
         self.calls += 1
-        self.decode_steps += iters
-        self.row_steps += iters * rows
+        self.decode_steps += call.iterations
+        self.row_steps += call.iterations * call.rows
         self.slots_read += read
-        self.max_rows, self.max_span = max(self.max_rows, rows), max(self.max_span, span)
-        self.log.append((rows, span, iters))
+        self.max_rows, self.max_span = max(self.max_rows, call.rows), max(self.max_span, call.span)
+        self.log.append(call)
         self.decode_reads.append(read)
 
     def prefill_piece(self, piece: "Piece") -> None:
@@ -419,7 +419,8 @@ def replay_streaming(
                 sp = -(-max(ends) // page) * page
             else:
                 read = iters * rows_now * sp
-            tally.decode_call(rows_now, sp, iters, read)
+            sampled = tuple(sorted((eps[i].length + done[i], n) for i, n in call.items() if n))
+            tally.decode_call(policies.DecodeCall(rows_now, sp, iters, sampled), read)
         for i, n in call.items():
             base = eps[i].length + done[i]
             tally.live_row_steps += n
@@ -591,7 +592,8 @@ def step_seconds(tally: Tally, sizes: dict, *, devices: int, tensor: int, bw: fl
     FLOPs / devices. `flops` = peak x MFU per GPU (FLOP/s)."""
     w, kv = sizes["weight_bytes"] / tensor, sizes["kv_bytes_per_slot"] / devices
     decode = decode_compute = 0.0
-    for (rows, _, iters), read in zip(tally.log, tally.decode_reads):
+    for c, read in zip(tally.log, tally.decode_reads):
+        rows, iters = c.rows, c.iterations
         mem = (iters * w + read * kv) / bw
         f = forward_flops(sizes, tokens=iters * rows, rows=iters * rows, pairs=read)
         decode += max(mem, f / devices / flops)

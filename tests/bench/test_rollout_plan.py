@@ -204,7 +204,9 @@ def test_expert_lengths_of_real_tasks():
 
 def _recorded_run(tiny_qwen, specs, limits, **kw):
     """The specs' episodes through a real ModelPolicy + DecodeSession (recording its decode calls): their
-    lengths, the policy, and each call's (rows, span, iterations)."""
+    lengths, the policy, and its calls (each call's rows' (start, sampled) sorted, as the replay keeps them)."""
+    import dataclasses
+
     import jax
 
     from rcgrpo_jax import chat
@@ -225,7 +227,7 @@ def _recorded_run(tiny_qwen, specs, limits, **kw):
     rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
     episodes, _ = run_episodes(specs, policy, tok, parser, rc)
     assert len(policy.calls) == policy.session.stats["decode_calls"]
-    real = [(c.rows, c.span, c.iterations) for c in policy.calls]
+    real = [dataclasses.replace(c, sampled=tuple(sorted(c.sampled))) for c in policy.calls]
     return [rp.EpisodeLengths.of(e) for e in episodes], policy, real
 
 
@@ -251,8 +253,8 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
     lengths, policy, real = _recorded_run(tiny_qwen, specs, limits)
     assert len({x.total for x in lengths}) > 1  # a varied batch
     t = rp.replay_streaming(lengths, groups, rows=bucket(len(specs)), limits=limits)
-    assert t.log == real and len(real) > 1  # (rows, span, iterations) of every call
-    assert real[0][0] == 8  # 6 episodes: one row each, a multiple of 8
+    assert t.log == real and len(real) > 1  # every call's rows, span, iterations, rows' starts and tokens
+    assert real[0].rows == 8 and len(real[0].sampled) == 6  # 6 episodes: one row each, a multiple of 8
 
     lengths, policy, real = _recorded_run(tiny_qwen, specs, limits, rows=4, slice_tokens=5)
     assert policy.stats["refills"] == 3 and len(real) > sum(len(x.steps) for x in lengths[3:])
@@ -269,7 +271,7 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
     reads = sum(rp.block_slots(start, n, 128) for c in policy.calls for start, n in c.sampled)
     ragged = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, span="ragged:128")
     assert ragged.slots_read == reads < t.slots_read
-    assert [(rows, n) for rows, _, n in ragged.log] == [(rows, n) for rows, _, n in real]
+    assert [(c.rows, c.iterations, c.sampled) for c in ragged.log] == [(c.rows, c.iterations, c.sampled) for c in real]
 
 
 def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
