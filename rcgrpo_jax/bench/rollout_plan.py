@@ -784,7 +784,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     kw = dict(steps=steps, sizes=sizes, devices=fl.devices, tensor=tensor, bw=fl.hbm_tb_s * 1e12, flops=flops)
     figs = {name: figures(t, **kw) for name, t in tallies.items()}
     for name, f in figs.items():  # one line per design, then the summary
-        print(json.dumps({"design": name, **_rounded(f)}), flush=True)
+        print(json.dumps({"design": name, **rounded(f)}), flush=True)
     new = figs["new"]
     ragged = figs[gpu]
     goals = {  # checked on the ragged design: what a session on a GPU runs (decode_attention "auto")
@@ -828,13 +828,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "data_s": t_data,
         "wall_s": time.perf_counter() - t0,
     }
-    print(json.dumps(_rounded(row)), flush=True)
+    print(json.dumps(rounded(row)), flush=True)
     return row
 
 
-def _rounded(x):
+def rounded(x):
+    """x with every float rounded to 4 places (the printed lines), dicts walked."""
     if isinstance(x, dict):
-        return {k: _rounded(v) for k, v in x.items()}
+        return {k: rounded(v) for k, v in x.items()}
     return round(x, 4) if isinstance(x, float) else x
 
 

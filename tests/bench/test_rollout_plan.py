@@ -169,7 +169,7 @@ def test_command_on_a_few_real_tasks():
         "row_utilisation": ragged["row_utilisation"] >= 0.8,
     }
     assert goal["met"] == all(goal["goals_met"].values())
-    assert lines[-1]["goal"] == rp._rounded(goal)
+    assert lines[-1]["goal"] == rp.rounded(goal)
     bound = row["prefill_bound"]
     assert {"prefix", "suffix", "delta", "all"} <= set(bound)
     assert sum(bound[k]["flop_share"] for k in ("prefix", "suffix", "delta")) == pytest.approx(1.0, rel=1e-9)
