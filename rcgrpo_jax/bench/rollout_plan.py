@@ -207,7 +207,7 @@ def append_pieces(
 
 @dataclasses.dataclass
 class Tally:
-    """Sums over decode iterations (see the module docstring)."""
+    """Sums over decode iterations and the forwards' log (the figures: docs/rollout_plan.md)."""
 
     decode_steps: int = 0
     slots_read: int = 0
@@ -345,12 +345,12 @@ def replay_streaming(
       m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_pieces`), the other appends by
       `sampling.packed_append` (`packed_append_pieces`); False = row sub-batches.
 
-    slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
+    slice_tokens: 0 = a decode call runs until every row has finished its step (`ModelPolicy(slice_tokens=0)`);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
       and delta before the next call while the others go on decoding theirs (`ModelPolicy(slice_tokens=K)`).
     longest_first: groups admitted longest prompt first (`ModelPolicy(longest_first=True)`).
     span: a `span_rule` name, or `ragged:K`: the ragged decode kernel with block_k K (each iteration, a row
-      still generating reads roundup(its length, K) slots; the others none; see the module docstring).
+      still generating reads roundup(its length, K) slots; the others none; docs/rollout_plan.md).
     """
     tally = Tally()
     page = int(span[7:]) if span.startswith("ragged:") and span[7:].isdigit() and int(span[7:]) > 0 else 0
