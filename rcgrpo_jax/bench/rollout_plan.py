@@ -364,11 +364,29 @@ def replay_streaming(
     done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
     cap = limits.capacity
     sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
+    # The session's span and every row's length, a freed row's included until it is refilled (it keeps its
+    # context, so the session's span keeps covering it): grown to cover what a call writes, shrunk by a
+    # truncate or select to the longest row + the session's decode budget. `mult:K` (not a session's rule)
+    # sizes each call's span from its running rows alone.
+    stateful = not span.startswith("mult:")
+    row_len = [0] * sched.rows
+    cur = [buckets.span_bucket(0, cap)]
+    session_new = buckets.length_bucket(min(slice_tokens, limits.max_step_tokens) or limits.max_step_tokens)
+
+    def grow(need: int) -> int:
+        cur[0] = max(cur[0], buckets.span_bucket(need, cap))
+        return cur[0]
+
+    def shrink_span() -> None:
+        cur[0] = min(cur[0], buckets.span_bucket(min(max(row_len) + session_new, cap), cap))
 
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}
         if not counts:
             return
+        grow(max(row_len[r] + counts.get(r, 0) for r in range(sched.rows)))
+        for r, n in counts.items():
+            row_len[r] += n
         if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
             fresh = {r: n for r, n in counts.items() if bases[r] == 0}
             held = {r: n for r, n in counts.items() if bases[r] > 0}
@@ -383,7 +401,7 @@ def replay_streaming(
             counts,
             bases,
             chunk=limits.prefill_chunk,
-            span=rule(need, cap),
+            span=cur[0] if stateful else rule(need, cap),
             sub_rows=lambda live: sub(live, sched.rows),
             kind=kind,
         ):
@@ -394,10 +412,20 @@ def replay_streaming(
         for a in admitted:
             for i in a.episodes:
                 eps[i] = _Episode(episodes[i])
-        if admitted:  # each group's prefix into its first row, copied to the others, then the suffixes
+        if admitted:  # truncate the rows, each group's prefix into its first row, copied to the others, suffixes
+            if any(row_len[r] for a in admitted for r in a.rows):
+                for a in admitted:
+                    for r in a.rows:
+                        row_len[r] = 0
+                shrink_span()
             append(
                 {a.rows[0]: episodes[a.episodes[0]].prefix for a in admitted}, collections.defaultdict(int), "prefix"
             )
+            if any(len(a.rows) > 1 for a in admitted):  # the copy (`select` of as many rows), then its shrink
+                for a in admitted:
+                    for r in a.rows[1:]:
+                        row_len[r] = row_len[a.rows[0]]
+                shrink_span()
             rows_of = {r: i for a in admitted for i, r in zip(a.episodes, a.rows)}
             append(
                 {r: episodes[i].prompt - episodes[i].prefix for r, i in rows_of.items()},
@@ -409,10 +437,13 @@ def replay_streaming(
                 left[i], done[i] = eps[i].step(limits), 0
         width = min(slice_tokens or limits.max_new, limits.max_new)
         call = {i: min(left[i], width) for i in sched.row_of}
-        need = max(eps[i].length + done[i] + min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of)
+        asked = {sched.row_of[i]: min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of}
+        need = max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of)
         rows_now, sp = sched.rows, rule(need, cap)
         iters = max(call.values(), default=0)
         if iters:
+            if stateful:
+                sp = grow(max(n + asked.get(r, 0) for r, n in enumerate(row_len)))
             if page:  # per iteration, each generating row's own blocks (the kernel's kv_seq_len = length + 1)
                 ends = [eps[i].length + done[i] + call[i] for i in call]
                 read = sum(block_slots(eps[i].length + done[i], call[i], page) for i in call)
@@ -423,6 +454,7 @@ def replay_streaming(
             tally.decode_call(policies.DecodeCall(rows_now, sp, iters, sampled), read)
         for i, n in call.items():
             base = eps[i].length + done[i]
+            row_len[sched.row_of[i]] += n
             tally.live_row_steps += n
             tally.slots_useful += n * base + n * (n + 1) // 2  # sum over t < n of (base + t + 1)
             left[i] -= n
@@ -439,7 +471,8 @@ def replay_streaming(
                 appended[i] = d
         sched.end(ended)
         if shrink and not sched.waiting and sched.row_of and row_bucket(len(sched.row_of)) < sched.rows:
-            sched.shrink(row_bucket(len(sched.row_of)))
+            row_len = [row_len[r] for r in sched.shrink(row_bucket(len(sched.row_of)))]
+            shrink_span()
         if appended:  # each stepped row's delta (tool output, next turn), after its step's tokens
             rows_of = {sched.row_of[i]: i for i in appended}
             append(

@@ -13,6 +13,7 @@ import pytest
 from rcgrpo_jax.bench import rollout_plan as rp
 from rcgrpo_jax.rollout import EpisodeSpec
 from rcgrpo_jax.rollout.episode import Episode
+from tests.helpers.fake_env import AdderEnv
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -238,7 +239,6 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
     (each row's kv_seq_len = its length + 1 while it samples, rounded up to the kernel's block) are what the
     replay's ragged design counts."""
     from rcgrpo_jax.sampling import decode_step
-    from tests.helpers.fake_env import AdderEnv
 
     limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
     questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
@@ -274,6 +274,25 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
     assert [(c.rows, c.iterations, c.sampled) for c in ragged.log] == [(c.rows, c.iterations, c.sampled) for c in real]
 
 
+def test_a_freed_row_keeps_the_sessions_span_until_it_is_refilled(tiny_qwen):
+    """One long one-turn episode (549-token prompt) beside three short four-turn ones in 8 rows, nothing
+    waiting: the long one ends after its first step, but its row keeps its context (nothing refills or
+    truncates it, and 4 rows need no fewer than 8), so the session's span stays at the capacity (664 =
+    600 + 64; the long row needs 561 + a slice) for the short rows' later calls, whose own span would be 512.
+    The replay counts the same spans, call by call."""
+    limits = rp.Limits(max_context=600, max_step_tokens=12, prefill_chunk=64)
+    qs = [("Add 1 and 1. " * 30,), ("What is 2 plus 3?", "And 4 plus 5?", "And 6?", "And 7?")]
+    specs = [EpisodeSpec(AdderEnv(questions=qs[0], answers=(0,)), "long", group=0, rollout_index=0)] + [
+        EpisodeSpec(AdderEnv(questions=qs[1], answers=(0,)), f"s{k}", group=k + 1, rollout_index=0) for k in range(3)
+    ]
+    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits, rows=8, slice_tokens=5)
+    assert lengths[0].prompt == 549 and len(lengths[0].steps) == 1
+    short_need = max(x.total for x in lengths[1:]) + 5  # a short row's length + a slice, at most
+    assert rp.buckets.span_bucket(short_need, 664) == 512 and len(real) > 3  # the short rows alone: 512
+    t = rp.replay_streaming(lengths, [s.group for s in specs], rows=8, limits=limits, slice_tokens=5)
+    assert t.log == real and {c.span for c in real} == {664}
+
+
 def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
     """The same on a (data 2, fsdp 2, tensor 2) mesh, 8 rows, where the session packs every append over the 4
     row shards (each group's prefix by `sampling.packed`, the suffixes and tool outputs by
@@ -281,7 +300,6 @@ def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
     forwards and the packed token slots the session computed, and no row sub-batch is left."""
     from rcgrpo_jax import sharding
     from rcgrpo_jax.sampling import row_shards
-    from tests.helpers.fake_env import AdderEnv
 
     _, _, params, _, _ = tiny_qwen
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
