@@ -138,7 +138,7 @@ def packed_append_pieces(
     *,
     shards: int,
     rows: int,
-    capacity: int,
+    span: int,
     kind: str = "delta",
 ) -> list[Piece]:
     """The forwards of `sampling.packed_append` for rows holding bases[r] tokens getting counts[r] more
@@ -146,12 +146,10 @@ def packed_append_pieces(
     through the head; its attention is each row shard's own (query block, key block) pairs
     (`AppendForward.pairs`: each block of `packed_append.BLOCK` queries with the key blocks of its row up to
     its last query), the busiest shard's bucketed count P on every shard: m x P x BLOCK x key block pairs
-    computed, m x P x key block slots read. The cache's span is the forward's span bucket (the session's may
-    be longer; its key block is the same 128 slots on every production span)."""
+    computed, m x P x key block slots read. `span`: the session's cache span (it sets the key block)."""
     w, out = packed_append.BLOCK, []
     for fwd in packed_append.pack(counts, bases):
         tokens = shards * fwd.per_shard(shards)
-        span = fwd.span(capacity)
         bk = packed_append.key_block(span)
         p = fwd.pairs_per_shard(shards, rows, bk)
         real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
@@ -390,7 +388,7 @@ def replay_streaming(
         if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
             fresh = {r: n for r, n in counts.items() if bases[r] == 0}
             held = {r: n for r, n in counts.items() if bases[r] > 0}
-            kw = dict(shards=shards, rows=sched.rows, capacity=cap, kind=kind)
+            kw = dict(shards=shards, rows=sched.rows, span=cur[0], kind=kind)
             for piece in packed_pieces(fresh, shards=shards, rows=sched.rows, kind=kind) + packed_append_pieces(
                 held, bases, **kw
             ):

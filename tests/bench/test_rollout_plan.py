@@ -360,9 +360,9 @@ def test_packed_append_pieces_by_hand():
     blocks see 9 each (up to slots 1031, 1039) and its 2 padding blocks one each: 20 pairs -> 24 on every
     shard."""
     counts, bases = {0: 40, 41: 70}, {0: 1000, 41: 300}
-    (d,) = rp.packed_append_pieces(counts, bases, shards=4, rows=160, capacity=16896)
+    (d,) = rp.packed_append_pieces(counts, bases, shards=4, rows=160, span=1536)
     assert d.tokens == 4 * 32 and d.real_tokens == 110 and d.rows == 2
-    assert d.span == rp.buckets.span_bucket(1070, 16896)
+    assert d.span == 1536
     assert d.pairs == 4 * 24 * 32 * 128 and d.read == 4 * 24 * 128
     assert d.real_pairs == 40 * 1000 + 40 * 41 // 2 + 70 * 300 + 70 * 71 // 2
 
