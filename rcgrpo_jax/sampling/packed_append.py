@@ -100,7 +100,7 @@ class AppendForward:
         return block_attention.pair_bucket(max(len(p) for p in self.pairs(m, session_rows, block_k)))
 
     def span(self, capacity: int, minimum: int = buckets.MIN_SPAN) -> int:
-        """A span bucket of the longest row after the append (the cache span the planner gives this forward)."""
+        """A span bucket of the longest row after the append (`buckets.span_bucket`)."""
         return buckets.span_bucket(max(b + n for b, n in zip(self.bases, self.counts)), capacity, minimum)
 
 
