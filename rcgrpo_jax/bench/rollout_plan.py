@@ -1,111 +1,25 @@
 """Rollout planner: one RL step's decode work replayed over real BFCL episode lengths, with no model.
 
-    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8] [--span=length]
+    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8]
+        [--span=length|mult:K|ragged:K] [--tasks=N] [--mfu=0.4]   (AWPO presets: add --config.data.source=bfcl)
 
-What is replayed. The expert (ground-truth) episodes of the training tasks run through the real rollout
-engine (`rollout.run_episodes`) with the scripted oracle policy, the preset family's chat template in its
-JSON tool format, the BFCL environments and the family parser; each record gives the episode's lengths:
-prompt, every assistant step (the oracle's text + end of turn, i.e. the experts' step lengths) and every
-context delta after it (tool results, next user turn). Each task is run with a reward goal in the prompt
-(RC-GRPO's), and stands for its G = `rl.group_size` rollouts; a rollout of the step takes the expert's
-steps. The tasks are taken `tasks_per_step` (= `train.batch_size` / G) at a time, as RL steps.
+Lengths: each training task's expert episode through the real engine (`rollout.run_episodes`, scripted
+oracle, the preset family's template and parser, a reward goal in the prompt), tokenized by a byte-level
+BPE of the family's split rule trained offline on the experts' text; each stands for its G rollouts.
+Replay (`replay_streaming`), RL step by step: the step's rollouts stream through the decode rows by the
+real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens, with the session's
+rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` (rows, spans, sub-batches,
+packed forwards), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
+against what a real `ModelPolicy(record_calls=True)` + `DecodeSession` did on a tiny model.
+Cost model (`figures`): KV-read and row utilisation, decode iterations, prefill FLOP utilisation (real
+FLOPs / FLOPs computed per forward, `Piece`) and an estimated rollout time per RL step on `--devices` GPUs
+(each forward at its roofline: weights and KV bytes over `--hbm_tb_s`, FLOPs over peak x `--mfu`).
 
-Tokenizer (built offline, in a few seconds): the byte-level BPE of `models.tiny` (Qwen2's pre-tokenizer
-regex, `--vocab` merges) trained on the rendered expert conversations of every 8th training task. Why: the
-real Qwen2.5 / LLaMA-3.1 tokenizers cannot be fetched here, and a byte-level BPE with the same split rule
-trained on this very text compresses it like a production vocabulary does (~3.4-3.5 characters per token
-here; BFCL.md's figure for Qwen's tool blocks is ~3.5). The run prints its characters per token.
-
-The two designs, each replayed with its own bookkeeping (no device; decode steps are loop iterations):
-
-- baseline (today's `sampling.session.DecodeSession` + `rollout.policies.ModelPolicy`, mirrored): the
-  step's rollouts in engine calls of `rl.rollout_chunk` episodes, one after the other; each call's rows
-  are a power of two (`batch_bucket`), all prompts prefilled at its start (shared prefix first), finished
-  rows leave the batch when the power of two shrinks (SHRINK), never refilled. One write index shared by
-  the batch grows by each appended block's width (`length_bucket`, in prefill-chunk multiples past one
-  chunk) and by the iterations of each decode call; past the capacity the cache is compacted (index =
-  longest row). Every row of a decode call reads span = min(capacity, next power of two of
-  max(index + max budget, 256)) slots.
-- new: `--rows` decode rows (0 = `rl.rollout_rows`, else `rl.rollout_chunk`; a multiple of 8 and of the
-  batch shards), all of the step's rollouts streaming through them (`rollout.scheduler.RowScheduler`:
-  whole groups into freed rows, FIFO; the refill prefills the shared prefix once, then the suffixes),
-  decoded in calls of at most `--slice` tokens (`ModelPolicy(slice_tokens=...)`: a row that finished its
-  step gets its environment's answer while the others go on; 0 = whole steps, as today's engine);
-  per-row write positions, so every row of a call reads span = `--span` rule of the most slots any
-  running row holds after the call (its length + what the call may write), capped at the capacity:
-  `length` = `length_bucket(max(need, 256))` (the decode-state branch's `sampling.buckets.span_bucket`),
-  `mult:K` = the next multiple of K (>= 256), `ragged:K` = the ragged decode attention
-  (`sampling.decode_step`'s "ragged" path, JAX's Pallas GPU decode kernel with block_k = K, what a session
-  on a GPU runs): at each decode iteration a row still generating reads its own slots, its new token's
-  included, rounded up to whole blocks (roundup(len, K)); a row done for the call or without an episode
-  reads none (kv_seq_len 0). Prefill blocks keep the dense XLA attention over the span. Once nothing waits,
-  rows shrink to the next multiple of 8 (SHRINK). Printed beside it: the same with whole steps
-  ("new_whole_steps") and with ragged reads ("new_ragged").
-
-The new design's replay is checked call by call (rows, span, iterations) against the real ModelPolicy +
-DecodeSession on a tiny model, with and without refill (tests/bench/test_rollout_plan.py). The baseline
-mirrors the shared-index session that the per-row one replaced (commit c123769); it was checked call by
-call (and compaction by compaction) against that session before it went.
-
-Figures, summed over every decode iteration of every call:
-  kv_read_utilisation = useful KV slots read / KV slots read, useful = the real context slots of each
-    row still generating (its tokens so far, this iteration's included), read = rows x span (ragged: the
-    generating rows' own blocks);
-  row_utilisation = rows still generating / rows of the call;
-  decode_steps = decode iterations per RL step (each reads every weight once);
-  prefill_flop_utilisation = real FLOPs / FLOPs computed over every prefill/append forward (`Piece`):
-    computed = each forward's rows x width token slots (2 x the layers' matmul parameters each), the output
-    head once per row, and its dense attention over the span (4 x layers x heads x head_dim per (query,
-    key) pair); real = the real tokens only, each attending its causal context (a token at position p: p + 1
-    keys), the head once per row with tokens. The new session (`sampling.session`) computes a forward over
-    the rows with tokens in that chunk, taken by each of the m row shards (m = the batch sharding, data x
-    fsdp = 4 on 8 GPUs) from its own rows into K = row_bucket(its most live rows, rows / m, 1) rows, so
-    m x K rows in all (`row_shards.shard_local_rows`); on m > 1 row shards the session packs every append
-    instead (`packed_pieces`: a fresh row's tokens split over the shards, attention over all of them, no
-    cache read; `packed_append_pieces`: the tokens split over the shards for the matmuls, each owner shard
-    attending its rows' blocks); `sub_batch_prefill` is the design with row sub-batches, `all_rows_prefill`
-    the one computing every row (the session before both): about 1/rows for a one-group admission;
-  est_rollout_s_per_step = one RL step's rollouts on `--devices` GPUs, each forward at its roofline,
-    max(bytes / `--hbm_tb_s`, FLOPs / (devices x `--peak_tflops` x `--mfu`)): per decode iteration and per
-    prefill forward each device reads the decode weights over its tensor shard (bf16; the input embedding
-    table excluded, one row is gathered) plus its share of the KV slots read (K and V, all layers, bf16); a
-    decode call computes every row (rows x 2 x params + attention over the slots read), a prefill forward
-    its `Piece`. `--mfu` (default 0.4 of the H200's 989 TFLOP/s bf16 dense peak) is an assumption until
-    `bench.gpu` (launch/gpu_check.sh) measures the forward's MFU on a GPU; pass its figure. The host
-    (environments, chat), the row copies and compilation are not counted.
-
-The bound on prefill_flop_utilisation (the last line's `prefill_bound`, per kind of forward: a group's
-prefix into one fresh row, the rollouts' own suffixes, the deltas after a step). At 8 GPUs (m = 4 row
-shards), with the experts' BFCL episodes, rc_grpo.py:qwen2_5_7b:
-- row sub-batches (`sub_batch_prefill`, the session before the packing): a refill admits one group at a
-  time, so a prefix forward computes 4 rows (one per row shard) for its one real row (~0.31 real), and a
-  delta forward computes on every shard as many rows as the busiest holds, each as wide as the longest
-  delta (~0.27; ~0.45 with no padding row at all). Whole: 0.28, est. rollout 37 s per step.
-- token-packed (the session on a mesh): a prefix is split over the row shards with its K/V gathered
-  (`sampling.packed`), a delta's matmuls are split over the row shards and its attention runs on the shard
-  that owns the row (`sampling.packed_append`). Both attend through host-made (query block, key block)
-  pairs (`sampling.block_attention`): only the blocks where a query sees a key, so the attention is causal
-  and ragged, not dense over the span. Prefixes ~0.95 real (matmuls 0.95: the per-shard token bucket, eight
-  sizes per octave; attention 0.87: the causal blocks dealt over the shards back and forth), deltas ~0.79
-  (matmuls 0.96; attention 0.37). Whole: 0.85, est. rollout 15.5 s per step (0.84 for llama3_1_8b, 0.83
-  for awpo qwen3_8b).
-- what is left is the deltas' attention (28% of their FLOPs): a row's cache lives on one shard, so each
-  shard attends its own rows' blocks and the busiest shard sets every shard's count (the owners are as
-  unbalanced as the rows that stepped), then the 32-query blocks and 128-slot key blocks round up. Balanced
-  over the shards it would be ~0.87 and the whole ~0.92; that needs the cache blocks moved to the queries
-  (or the rows' placement chosen for it), not built.
-(Dense attention over the span in the packed forwards, the design before the pairs: 0.68, est. 18 s.)
-
-AWPO presets: their RL data are step-level tasks from a JSONL (`data.steps.path`); the planner replays
-BFCL multi-turn episodes, so run it with `--config.data.source=bfcl` (the model, rows and limits stay the
-preset's).
-
-One JSON line per design, then the summary as the last line: the new design's figures at the top level
-(per-row spans with the dense XLA decode attention: what a CPU runs), the shared-index design's under
-"baseline", the other variants under "variants", and the ragged design's figures again as `ragged_*` next
-to `goal`, which is checked on the ragged design (it is what a decode session runs on a GPU,
-`decode_attention="auto"`, where the rollouts run): `goals_met` per goal (prefill_flop_utilisation >= 0.8,
-est_rollout_s_per_step <= 180, kv_read_utilisation >= 0.7, row_utilisation >= 0.8) and `met` for all four.
+Prints one JSON line per design ("new": the `--span` rule; "new_whole_steps": no slices; "new_ragged": the
+ragged decode kernel, what a GPU session runs; "sub_batch_prefill" / "all_rows_prefill": the prefill
+designs before token packing), then a summary line: "new"'s figures at the top level, the rest under
+"variants", the ragged design's as `ragged_*` with the issue's `goal` checked on it, and `prefill_bound`
+(where the prefill FLOPs go, per kind of forward). Findings and history: docs/rollout_plan.md.
 """
 
 from __future__ import annotations
@@ -127,7 +41,7 @@ from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources, trajectories
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
-from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, run_episodes
+from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, policies, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards
 
@@ -137,9 +51,7 @@ GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "kv_read_utilisation": 0.7,
     "row_utilisation": 0.8,
 }
-MIN_SPAN = 256  # the smallest decode span (today's session and the decode-state branch alike)
 DEFAULT_SLICE = 8  # decode tokens per call of the new design unless rl.rollout_slice says otherwise
-ROW_MULTIPLE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +98,8 @@ class Limits:
         return buckets.length_bucket(self.max_step_tokens)
 
     @property
-    def capacity(self) -> int:  # ModelPolicy.capacity
-        return self.max_context + max(self.prefill_chunk, self.max_new)
+    def capacity(self) -> int:  # a ModelPolicy session's
+        return policies.capacity(self.max_context, self.max_step_tokens, self.prefill_chunk)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +138,7 @@ def packed_append_pieces(
     *,
     shards: int,
     rows: int,
-    capacity: int,
+    span: int,
     kind: str = "delta",
 ) -> list[Piece]:
     """The forwards of `sampling.packed_append` for rows holding bases[r] tokens getting counts[r] more
@@ -234,12 +146,10 @@ def packed_append_pieces(
     through the head; its attention is each row shard's own (query block, key block) pairs
     (`AppendForward.pairs`: each block of `packed_append.BLOCK` queries with the key blocks of its row up to
     its last query), the busiest shard's bucketed count P on every shard: m x P x BLOCK x key block pairs
-    computed, m x P x key block slots read. The cache's span is the forward's span bucket (the session's may
-    be longer; its key block is the same 128 slots on every production span)."""
+    computed, m x P x key block slots read. `span`: the session's cache span (it sets the key block)."""
     w, out = packed_append.BLOCK, []
     for fwd in packed_append.pack(counts, bases):
         tokens = shards * fwd.per_shard(shards)
-        span = fwd.span(capacity)
         bk = packed_append.key_block(span)
         p = fwd.pairs_per_shard(shards, rows, bk)
         real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
@@ -295,7 +205,7 @@ def append_pieces(
 
 @dataclasses.dataclass
 class Tally:
-    """Sums over decode iterations (see the module docstring)."""
+    """Sums over decode iterations and the forwards' log (the figures: docs/rollout_plan.md)."""
 
     decode_steps: int = 0
     slots_read: int = 0
@@ -305,10 +215,9 @@ class Tally:
     calls: int = 0
     prefill_calls: int = 0
     prefill_slots_read: int = 0
-    compactions: int = 0
     max_rows: int = 0
     max_span: int = 0
-    log: list = dataclasses.field(default_factory=list)  # (rows, span, iterations) of each decode call
+    log: list = dataclasses.field(default_factory=list)  # a `policies.DecodeCall` per decode call (sampled sorted)
     decode_reads: list = dataclasses.field(default_factory=list)  # KV slots each decode call reads (as `log`)
     # One `Piece` per prefill/append forward: what it computes and what of it is real.
     prefill_log: list = dataclasses.field(default_factory=list)
@@ -320,13 +229,13 @@ class Tally:
                 self, f.name, max(getattr(self, f.name), v) if f.name.startswith("max_") else getattr(self, f.name) + v
             )
 
-    def decode_call(self, rows: int, span: int, iters: int, read: int) -> None:
+    def decode_call(self, call: policies.DecodeCall, read: int) -> None:
         self.calls += 1
-        self.decode_steps += iters
-        self.row_steps += iters * rows
+        self.decode_steps += call.iterations
+        self.row_steps += call.iterations * call.rows
         self.slots_read += read
-        self.max_rows, self.max_span = max(self.max_rows, rows), max(self.max_span, span)
-        self.log.append((rows, span, iters))
+        self.max_rows, self.max_span = max(self.max_rows, call.rows), max(self.max_span, call.span)
+        self.log.append(call)
         self.decode_reads.append(read)
 
     def prefill_piece(self, piece: "Piece") -> None:
@@ -346,35 +255,19 @@ class Tally:
 # ------------------------------------------------------------------------------------------ rules
 
 
-def pow2_rows(n: int, multiple: int = 1) -> int:
-    """Today's `buckets.batch_bucket`: the next power of two, rounded up to the batch-sharding multiple."""
-    b = 1
-    while b < n:
-        b *= 2
-    return -(-b // multiple) * multiple
-
-
-def mult8_rows(n: int, multiple: int = 1) -> int:
-    """The decode-state branch's rows: n rounded up to a multiple of lcm(8, batch-sharding multiple)."""
-    step = math.lcm(ROW_MULTIPLE, max(int(multiple), 1))
-    return max(1, -(-int(n) // step)) * step
-
-
 def span_rule(name: str) -> Callable[[int, int], int]:
-    """`length`: min(capacity, length_bucket(max(need, 256))); `mult:K`: min(capacity, K * ceil(max(need,
-    256) / K)). need > capacity is a bookkeeping error."""
+    """rule(need, capacity): the span of a call whose rows need `need` slots. `length`: the session's
+    (`buckets.span_bucket`); `mult:K` (a design the session does not run): the next multiple of K past
+    `buckets.MIN_SPAN`, capped at the capacity. need > capacity is a bookkeeping error."""
     if name == "length":
-        size = lambda need: buckets.length_bucket(max(need, MIN_SPAN))  # noqa: E731
-    elif name.startswith("mult:") and name[5:].isdigit() and int(name[5:]) > 0:
-        k = int(name[5:])
-        size = lambda need: -(-max(need, MIN_SPAN) // k) * k  # noqa: E731
-    else:
+        return buckets.span_bucket
+    if not (name.startswith("mult:") and name[5:].isdigit() and int(name[5:]) > 0):
         raise ValueError(f"span rule must be 'length' or 'mult:K' (K > 0), got {name!r}")
+    k = int(name[5:])
 
     def rule(need: int, capacity: int) -> int:
-        if need > capacity:
-            raise ValueError(f"{need} KV slots needed, capacity {capacity}")
-        return min(capacity, size(need))
+        buckets.span_bucket(need, capacity)  # raises past the capacity
+        return min(capacity, -(-max(need, buckets.MIN_SPAN) // k) * k)
 
     return rule
 
@@ -388,12 +281,6 @@ def block_slots(base: int, n: int, block: int) -> int:
         return block * q * (q + 1) // 2 + r * (q + 1)
 
     return block * (blocks_upto(base + n) - blocks_upto(base))
-
-
-def _block_width(longest: int, chunk: int) -> int:
-    """Today's DecodeSession.append block width for its longest delta."""
-    width = buckets.length_bucket(longest)
-    return -(-width // chunk) * chunk if width > chunk else width
 
 
 # ------------------------------------------------------------------------------------------ replay
@@ -427,22 +314,6 @@ class _Episode:
         return delta
 
 
-def _decode_round(
-    eps: dict[int, _Episode], row_of: dict[int, int], rows: int, span: int, limits: Limits, tally: Tally
-) -> dict[int, int]:
-    """One decode call over the running episodes; returns tokens sampled per episode."""
-    sampled = {i: e.step(limits) for i, e in eps.items() if i in row_of}
-    iters = min(max(sampled.values(), default=0), limits.max_new)
-    if iters == 0:
-        return sampled
-    tally.decode_call(rows, span, iters, iters * rows * span)
-    for i, s in sampled.items():
-        base = eps[i].length
-        tally.live_row_steps += s
-        tally.slots_useful += s * base + s * (s + 1) // 2  # sum over t < s of (base + t + 1)
-    return sampled
-
-
 def replay_streaming(
     episodes: Sequence[EpisodeLengths],
     groups: Sequence[int],
@@ -450,7 +321,7 @@ def replay_streaming(
     rows: int,
     limits: Limits,
     span: str = "length",
-    row_bucket: Callable[[int], int] = mult8_rows,
+    row_bucket: Callable[[int], int] = buckets.batch_bucket,
     shrink: bool = True,
     slice_tokens: int = 0,
     longest_first: bool = False,
@@ -458,7 +329,9 @@ def replay_streaming(
     shards: int = 1,
     packed_prefill: bool = False,
 ) -> Tally:
-    """The new design over one RL step's episodes: `rows` rows, refilled through `RowScheduler`.
+    """One RL step's episodes through min(`rows`, row_bucket(episodes)) rows (as `ModelPolicy(rows=...)`),
+    refilled by the real `RowScheduler`; row_bucket is the session's row rule (`buckets.batch_bucket` of
+    the batch shards) and sizes the shrinks too.
 
     prefill_rows(live, rows): the rows a prefill/append forward computes when the rows `live` of the
       session's `rows` rows have tokens; default `row_shards.sub_batch_rows(live, rows, 1)` (the session's
@@ -470,12 +343,12 @@ def replay_streaming(
       m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_pieces`), the other appends by
       `sampling.packed_append` (`packed_append_pieces`); False = row sub-batches.
 
-    slice_tokens: 0 = a decode call runs until every row has finished its step (as today's engine);
+    slice_tokens: 0 = a decode call runs until every row has finished its step (`ModelPolicy(slice_tokens=0)`);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
       and delta before the next call while the others go on decoding theirs (`ModelPolicy(slice_tokens=K)`).
     longest_first: groups admitted longest prompt first (`ModelPolicy(longest_first=True)`).
     span: a `span_rule` name, or `ragged:K`: the ragged decode kernel with block_k K (each iteration, a row
-      still generating reads roundup(its length, K) slots; the others none; see the module docstring).
+      still generating reads roundup(its length, K) slots; the others none; docs/rollout_plan.md).
     """
     tally = Tally()
     page = int(span[7:]) if span.startswith("ragged:") and span[7:].isdigit() and int(span[7:]) > 0 else 0
@@ -483,21 +356,39 @@ def replay_streaming(
         raise ValueError(f"span rule must be 'ragged:K' with K > 0, got {span!r}")
     rule = span_rule("length") if page else span_rule(span)
     priority = [-e.prompt for e in episodes] if longest_first else None
-    sched = RowScheduler(rows, groups, priority, shards=shards)
+    sched = RowScheduler(min(rows, row_bucket(len(episodes))), groups, priority, shards=shards)
     eps: dict[int, _Episode] = {}
     left: dict[int, int] = {}  # running episode -> tokens of its current step still to sample
     done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
     cap = limits.capacity
     sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
+    # The session's span and every row's length, a freed row's included until it is refilled (it keeps its
+    # context, so the session's span keeps covering it): grown to cover what a call writes, shrunk by a
+    # truncate or select to the longest row + the session's decode budget. `mult:K` (not a session's rule)
+    # sizes each call's span from its running rows alone.
+    stateful = not span.startswith("mult:")
+    row_len = [0] * sched.rows
+    cur = [buckets.span_bucket(0, cap)]
+    session_new = buckets.length_bucket(min(slice_tokens, limits.max_step_tokens) or limits.max_step_tokens)
+
+    def grow(need: int) -> int:
+        cur[0] = max(cur[0], buckets.span_bucket(need, cap))
+        return cur[0]
+
+    def shrink_span() -> None:
+        cur[0] = min(cur[0], buckets.span_bucket(min(max(row_len) + session_new, cap), cap))
 
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}
         if not counts:
             return
+        grow(max(row_len[r] + counts.get(r, 0) for r in range(sched.rows)))
+        for r, n in counts.items():
+            row_len[r] += n
         if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
             fresh = {r: n for r, n in counts.items() if bases[r] == 0}
             held = {r: n for r, n in counts.items() if bases[r] > 0}
-            kw = dict(shards=shards, rows=sched.rows, capacity=cap, kind=kind)
+            kw = dict(shards=shards, rows=sched.rows, span=cur[0], kind=kind)
             for piece in packed_pieces(fresh, shards=shards, rows=sched.rows, kind=kind) + packed_append_pieces(
                 held, bases, **kw
             ):
@@ -508,7 +399,7 @@ def replay_streaming(
             counts,
             bases,
             chunk=limits.prefill_chunk,
-            span=rule(need, cap),
+            span=cur[0] if stateful else rule(need, cap),
             sub_rows=lambda live: sub(live, sched.rows),
             kind=kind,
         ):
@@ -519,10 +410,20 @@ def replay_streaming(
         for a in admitted:
             for i in a.episodes:
                 eps[i] = _Episode(episodes[i])
-        if admitted:  # each group's prefix into its first row, copied to the others, then the suffixes
+        if admitted:  # truncate the rows, each group's prefix into its first row, copied to the others, suffixes
+            if any(row_len[r] for a in admitted for r in a.rows):
+                for a in admitted:
+                    for r in a.rows:
+                        row_len[r] = 0
+                shrink_span()
             append(
                 {a.rows[0]: episodes[a.episodes[0]].prefix for a in admitted}, collections.defaultdict(int), "prefix"
             )
+            if any(len(a.rows) > 1 for a in admitted):  # the copy (`select` of as many rows), then its shrink
+                for a in admitted:
+                    for r in a.rows[1:]:
+                        row_len[r] = row_len[a.rows[0]]
+                shrink_span()
             rows_of = {r: i for a in admitted for i, r in zip(a.episodes, a.rows)}
             append(
                 {r: episodes[i].prompt - episodes[i].prefix for r, i in rows_of.items()},
@@ -534,19 +435,24 @@ def replay_streaming(
                 left[i], done[i] = eps[i].step(limits), 0
         width = min(slice_tokens or limits.max_new, limits.max_new)
         call = {i: min(left[i], width) for i in sched.row_of}
-        need = max(eps[i].length + done[i] + min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of)
+        asked = {sched.row_of[i]: min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of}
+        need = max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of)
         rows_now, sp = sched.rows, rule(need, cap)
         iters = max(call.values(), default=0)
         if iters:
+            if stateful:
+                sp = grow(max(n + asked.get(r, 0) for r, n in enumerate(row_len)))
             if page:  # per iteration, each generating row's own blocks (the kernel's kv_seq_len = length + 1)
                 ends = [eps[i].length + done[i] + call[i] for i in call]
                 read = sum(block_slots(eps[i].length + done[i], call[i], page) for i in call)
                 sp = -(-max(ends) // page) * page
             else:
                 read = iters * rows_now * sp
-            tally.decode_call(rows_now, sp, iters, read)
+            sampled = tuple(sorted((eps[i].length + done[i], n) for i, n in call.items() if n))
+            tally.decode_call(policies.DecodeCall(rows_now, sp, iters, sampled), read)
         for i, n in call.items():
             base = eps[i].length + done[i]
+            row_len[sched.row_of[i]] += n
             tally.live_row_steps += n
             tally.slots_useful += n * base + n * (n + 1) // 2  # sum over t < n of (base + t + 1)
             left[i] -= n
@@ -563,7 +469,8 @@ def replay_streaming(
                 appended[i] = d
         sched.end(ended)
         if shrink and not sched.waiting and sched.row_of and row_bucket(len(sched.row_of)) < sched.rows:
-            sched.shrink(row_bucket(len(sched.row_of)))
+            row_len = [row_len[r] for r in sched.shrink(row_bucket(len(sched.row_of)))]
+            shrink_span()
         if appended:  # each stepped row's delta (tool output, next turn), after its step's tokens
             rows_of = {sched.row_of[i]: i for i in appended}
             append(
@@ -571,99 +478,6 @@ def replay_streaming(
                 {r: eps[i].length - appended[i] for r, i in rows_of.items()},
                 "delta",
             )
-    return tally
-
-
-def replay_shared_index(
-    episodes: Sequence[EpisodeLengths],
-    groups: Sequence[int],
-    *,
-    limits: Limits,
-    chunk: int,
-    row_bucket: Callable[[int], int] = pow2_rows,
-    shrink: bool = True,
-) -> Tally:
-    """Today's design over one RL step's episodes: engine calls of `chunk` episodes in turn."""
-    tally = Tally()
-    chunk = chunk or len(episodes)
-    for c in range(0, len(episodes), chunk):
-        tally.add(_shared_index_call(episodes[c : c + chunk], groups[c : c + chunk], limits, row_bucket, shrink))
-    return tally
-
-
-def _shared_index_call(episodes, groups, limits: Limits, row_bucket, shrink: bool) -> Tally:
-    """One engine call of today's ModelPolicy + DecodeSession (see the module docstring)."""
-    tally, cap, pc = Tally(), limits.capacity, limits.prefill_chunk
-    n = len(episodes)
-    state = {"index": 0}
-    held: dict[int, int] = {}  # row -> real tokens it holds (padding rows too: compaction sees them)
-
-    def room(width: int) -> None:  # DecodeSession._room
-        if state["index"] + width <= cap:
-            return
-        state["index"] = max(held.values(), default=0)
-        tally.compactions += 1
-        if state["index"] + width > cap:
-            raise ValueError(f"capacity error: {width} slots after {state['index']}, capacity {cap}")
-
-    def append(deltas: dict[int, int]) -> None:  # DecodeSession._append: row -> tokens appended to it
-        longest = max(deltas.values(), default=0)
-        if longest == 0:
-            return
-        width = _block_width(longest, pc)
-        pieces = (
-            [(0, width)] if state["index"] + width <= cap else [(a, min(a + pc, width)) for a in range(0, width, pc)]
-        )
-        for a, b in pieces:
-            room(b - a)
-            state["index"] += b - a
-            real = {}
-            for r, k in deltas.items():  # left-padded block: row r's tokens are its last k columns
-                real[r] = max(0, b - max(a, width - k))
-            pairs = sum(k * held.get(r, 0) + k * (k + 1) // 2 for r, k in real.items())
-            for r, k in real.items():
-                held[r] = held.get(r, 0) + k
-            # every row of the batch computes the block, attending over the whole cache
-            n_real = sum(1 for k in real.values() if k)
-            tally.prefill_piece(Piece(rows_now["n"], b - a, cap, n_real, sum(real.values()), pairs))
-
-    order = list(dict.fromkeys(groups))
-    first = {g: groups.index(g) for g in order}
-    rows_now = {"n": row_bucket(len(order))}
-    held.update({r: 0 for r in range(rows_now["n"])})
-    append({r: episodes[first[g]].prefix for r, g in enumerate(order)})  # one row per group: its prefix
-    rows = rows_now["n"] = row_bucket(n)
-    src = [order.index(g) for g in groups]
-    held = {r: held[src[r] if r < n else src[0]] for r in range(rows)}  # select: broadcast, pad with copies
-    eps = {i: _Episode(e) for i, e in enumerate(episodes)}
-    row_of = {i: i for i in range(n)}
-    append({i: e.prompt - e.prefix for i, e in enumerate(episodes)})
-    while row_of:
-        budgets = [eps[i].budget(limits) for i in row_of]
-        bmax = min(max(budgets), limits.max_new)
-        room(bmax)
-        span = min(cap, pow2_rows(max(state["index"] + bmax, MIN_SPAN)))
-        sampled = _decode_round(eps, row_of, rows, span, limits, tally)
-        state["index"] += min(max(sampled.values(), default=0), limits.max_new)
-        deltas, ended = {}, []
-        for i, s in sampled.items():
-            d = eps[i].advance(s, limits)
-            held[row_of[i]] = eps[i].length - (d or 0)  # the delta is appended below
-            if d is None:
-                ended.append(i)
-            else:
-                deltas[i] = d
-        for i in ended:
-            del row_of[i]
-        if shrink and row_of and row_bucket(len(row_of)) < rows:  # ModelPolicy.finish's SHRINK
-            rows = rows_now["n"] = row_bucket(len(row_of))
-            live = sorted(row_of)
-            held = {r: held[row_of[i]] for r, i in enumerate(live)} | {
-                r: held[row_of[live[0]]] for r in range(len(live), rows)
-            }
-            row_of = {i: r for r, i in enumerate(live)}
-        if deltas:
-            append({row_of[i]: d for i, d in deltas.items()})
     return tally
 
 
@@ -809,7 +623,8 @@ def step_seconds(tally: Tally, sizes: dict, *, devices: int, tensor: int, bw: fl
     FLOPs / devices. `flops` = peak x MFU per GPU (FLOP/s)."""
     w, kv = sizes["weight_bytes"] / tensor, sizes["kv_bytes_per_slot"] / devices
     decode = decode_compute = 0.0
-    for (rows, _, iters), read in zip(tally.log, tally.decode_reads):
+    for c, read in zip(tally.log, tally.decode_reads):
+        rows, iters = c.rows, c.iterations
         mem = (iters * w + read * kv) / bw
         f = forward_flops(sizes, tokens=iters * rows, rows=iters * rows, pairs=read)
         decode += max(mem, f / devices / flops)
@@ -847,7 +662,6 @@ def figures(tally: Tally, *, steps: float, sizes: dict, devices: int, tensor: in
         "prefill_calls": tally.prefill_calls / steps,
         "max_rows": tally.max_rows,
         "max_span": tally.max_span,
-        "compactions": tally.compactions / steps,
     }
 
 
@@ -870,30 +684,24 @@ def plan(
     group: int,
     tasks_per_step: int,
     limits: Limits,
-    chunk: int,
     batch_multiple: int,
 ) -> dict[str, Tally]:
-    """Today's design ("baseline") and each of `designs` over `episodes` (one per task, each standing for
-    `group` rollouts), RL step by step (`tasks_per_step` tasks each)."""
-    out = {"baseline": Tally(), **{name: Tally() for name in designs}}
+    """Each of `designs` over `episodes` (one per task, each standing for `group` rollouts), RL step by
+    step (`tasks_per_step` tasks each), on `batch_multiple` row shards."""
+    out = {name: Tally() for name in designs}
     for s in range(0, len(episodes), tasks_per_step):
         tasks = episodes[s : s + tasks_per_step]
         eps = [e for e in tasks for _ in range(group)]
         groups = [k for k in range(len(tasks)) for _ in range(group)]
-        out["baseline"].add(
-            replay_shared_index(
-                eps, groups, limits=limits, chunk=chunk, row_bucket=lambda n: pow2_rows(n, batch_multiple)
-            )
-        )
         for name, d in designs.items():
             out[name].add(
                 replay_streaming(
                     eps,
                     groups,
-                    rows=mult8_rows(d.rows, batch_multiple),
+                    rows=buckets.batch_bucket(d.rows, batch_multiple),
                     limits=limits,
                     span=d.span,
-                    row_bucket=lambda n: mult8_rows(n, batch_multiple),
+                    row_bucket=lambda n: buckets.batch_bucket(n, batch_multiple),
                     slice_tokens=d.slice_tokens,
                     longest_first=d.longest_first,
                     prefill_rows=(
@@ -980,7 +788,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = fl.rows or int(rl.get("rollout_rows", 0) or 0) or chunk or tasks_per_step * group
     axes = mesh_sizes(config.mesh, fl.devices)
     tensor, batch_shards = axes["tensor"], axes["data"] * axes["fsdp"]
-    rows = mult8_rows(rows, batch_shards)
+    rows = buckets.batch_bucket(rows, batch_shards)
     slice_tokens = fl.slice if fl.slice >= 0 else int(rl.get("rollout_slice", DEFAULT_SLICE))
     pk = batch_shards > 1  # the session packs fresh rows on a mesh of several row shards (`DecodeSession`)
     designs = {"new": Design(rows, fl.span, slice_tokens, fl.longest_first, packed_prefill=pk)}
@@ -998,7 +806,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         group=group,
         tasks_per_step=tasks_per_step,
         limits=limits,
-        chunk=chunk,
         batch_multiple=batch_shards,
     )
     steps = len(episodes) / tasks_per_step
@@ -1008,8 +815,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     kw = dict(steps=steps, sizes=sizes, devices=fl.devices, tensor=tensor, bw=fl.hbm_tb_s * 1e12, flops=flops)
     figs = {name: figures(t, **kw) for name, t in tallies.items()}
     for name, f in figs.items():  # one line per design, then the summary
-        print(json.dumps({"design": name, **_rounded(f)}), flush=True)
-    new, base = figs["new"], figs["baseline"]
+        print(json.dumps({"design": name, **rounded(f)}), flush=True)
+    new = figs["new"]
     ragged = figs[gpu]
     goals = {  # checked on the ragged design: what a session on a GPU runs (decode_attention "auto")
         "prefill_flop_utilisation": (">=", GOALS["prefill_flop_utilisation"]),
@@ -1034,14 +841,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "peak_tflops": fl.peak_tflops,
         },
         "prefill_bound": prefill_bound(tallies[gpu], sizes),
-        "baseline": base,
-        "variants": {k: v for k, v in figs.items() if k not in ("new", "baseline")},
-        "speedup": base["est_rollout_s_per_step"] / new["est_rollout_s_per_step"],
+        "variants": {k: v for k, v in figs.items() if k != "new"},
         "rows": rows,
         "span_rule": fl.span,
         "slice_tokens": slice_tokens,
         "longest_first": fl.longest_first,
-        "baseline_rows_per_call": pow2_rows(chunk or tasks_per_step * group, batch_shards),
         "tasks": len(episodes),
         "rollouts_per_step": tasks_per_step * group,
         "rl_steps_replayed": steps,
@@ -1055,13 +859,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "data_s": t_data,
         "wall_s": time.perf_counter() - t0,
     }
-    print(json.dumps(_rounded(row)), flush=True)
+    print(json.dumps(rounded(row)), flush=True)
     return row
 
 
-def _rounded(x):
+def rounded(x):
+    """x with every float rounded to 4 places (the printed lines), dicts walked."""
     if isinstance(x, dict):
-        return {k: _rounded(v) for k, v in x.items()}
+        return {k: rounded(v) for k, v in x.items()}
     return round(x, 4) if isinstance(x, float) else x
 
 

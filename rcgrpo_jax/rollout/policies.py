@@ -18,6 +18,7 @@ bookkeeping end to end without a trained model.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import jax
@@ -35,6 +36,24 @@ from rcgrpo_jax.sampling.session import DecodeSession
 
 SHRINK = "shrink"  # finished rows leave the batch (it is re-gathered into a smaller bucket)
 KEEP = "keep"  # finished rows stay in the batch, skipped by the sampler but still computed
+
+
+def capacity(max_context: int, max_step_tokens: int, prefill_chunk: int) -> int:
+    """A `ModelPolicy` session's slots per row: the longest row + room for one more block (a row holds at most
+    max_context real tokens, at its own length)."""
+    return int(max_context) + max(int(prefill_chunk), buckets.length_bucket(int(max_step_tokens)))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeCall:
+    """One `DecodeSession.decode` a `ModelPolicy(record_calls=True)` ran: the session's rows and span, the
+    iterations its loop ran (the most tokens a row sampled), and, per row asked for tokens, (its length
+    before the call, the tokens it sampled)."""
+
+    rows: int
+    span: int
+    iterations: int
+    sampled: tuple[tuple[int, int], ...]
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
@@ -73,6 +92,7 @@ class ModelPolicy:
     at most K tokens: `act` returns as soon as one of the asked rows has finished its step (stop token or
     budget) and None for the rows still decoding theirs, which go on at the next `act`, after the finished
     rows got their environment's answer (rows no longer idle while the longest step of the round ends).
+    record_calls: keep a `DecodeCall` per decode call in `calls` (what a planner or a test compares with).
     """
 
     def __init__(
@@ -94,6 +114,7 @@ class ModelPolicy:
         longest_first: bool = False,
         slice_tokens: int = 0,
         decode_attention: str = "auto",
+        record_calls: bool = False,
     ):
         if slot_mode not in (SHRINK, KEEP):
             raise ValueError(f"slot_mode must be {SHRINK!r} or {KEEP!r}, got {slot_mode!r}")
@@ -114,8 +135,8 @@ class ModelPolicy:
         self.sched: RowScheduler | None = None  # continuous batching only
         self.prompts: list[list[int]] = []
         self.keys: list = []
-        # Longest row + room for one more block (a row holds at most max_context real tokens, at its own length).
-        self.capacity = max_context + max(prefill_chunk, buckets.length_bucket(max_step_tokens))
+        self.capacity = capacity(max_context, max_step_tokens, prefill_chunk)
+        self.calls: list[DecodeCall] | None = [] if record_calls else None
         self.session: DecodeSession | None = None
         self.row_of: dict[int, int] = {}  # episode -> session row
         self.context: dict[int, list[int]] = {}  # episode -> the tokens its cache row holds
@@ -240,8 +261,12 @@ class ModelPolicy:
             full[self.row_of[i]] = max(int(b), 0)
         self.stats["rows_computed"] += sess.rows
         self.stats["rows_live"] += len(budgets)
+        start = sess.lengths.copy()
         out = sess.decode(full, self.stop_ids)
         got = {i: out[self.row_of[i]] for i in budgets}
+        if self.calls is not None and full.max(initial=0) > 0:
+            sampled = tuple((int(start[self.row_of[i]]), len(got[i][0])) for i in budgets if full[self.row_of[i]] > 0)
+            self.calls.append(DecodeCall(sess.rows, sess.span, max(n for _, n in sampled), sampled))
         for i, (t, _, _) in got.items():
             self.context[i].extend(t)
         return got

@@ -8,8 +8,8 @@ many free rows as it has members still waiting (it never overtakes an earlier on
 is fixed by the inputs alone, the same on every process). A row is freed when its episode ends; a freed
 row is refilled at the next `admit`.
 
-Nothing here touches a device: `ModelPolicy` drives a `DecodeSession` from these decisions, and
-`bench.rollout_plan` replays real BFCL episode lengths through the same object with no model.
+Nothing here touches a device: `ModelPolicy` drives a `DecodeSession` from these decisions; the same
+object serves any caller that schedules episode lengths with no model.
 
 On a mesh whose m row shards each hold a block of rows/m rows (`sampling.row_shards`), `shards=m` hands
 free rows out striped over the shards (row 0 of each shard, then row 1 of each, ...), so a group's rows,

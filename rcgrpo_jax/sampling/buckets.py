@@ -1,6 +1,6 @@
 """Length, batch and span buckets: few distinct static shapes, so few compilations.
 
-The rules a scheduling simulator must mirror (bench.rollout_plan):
+The rules that size a decode session's calls:
   rows  `batch_bucket(n, m)`: n rounded up to a multiple of lcm(8, m) (m = the batch-sharding size);
   span  `span_bucket(need, capacity)`: the KV slots a prefill/decode call works on,
         min(capacity, length_bucket(max(need, MIN_SPAN))), where need = the most slots any row of the

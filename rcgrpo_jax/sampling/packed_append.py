@@ -3,7 +3,7 @@ the row shards.
 
 Why. An append's rows differ in how many tokens they get and sit on different row shards; the row sub-batch
 (`session._rows_forward`) computes on every shard as many rows as the busiest one holds, each as wide as the
-longest delta, so a forward of tool outputs is ~0.27 real (`bench.rollout_plan`). Unlike a fresh row
+longest delta, so a forward of tool outputs is ~0.27 real (docs/rollout_plan.md). Unlike a fresh row
 (`sampling.packed`), a row with context must attend its own cache, which lives on one shard.
 
 How. The matmuls go where the tokens are balanced and the attention where the cache is. The rows' new tokens
@@ -100,7 +100,7 @@ class AppendForward:
         return block_attention.pair_bucket(max(len(p) for p in self.pairs(m, session_rows, block_k)))
 
     def span(self, capacity: int, minimum: int = buckets.MIN_SPAN) -> int:
-        """A span bucket of the longest row after the append (the cache span the planner gives this forward)."""
+        """A span bucket of the longest row after the append (`buckets.span_bucket`)."""
         return buckets.span_bucket(max(b + n for b, n in zip(self.bases, self.counts)), capacity, minimum)
 
 

@@ -1,5 +1,6 @@
-"""The rollout planner: its replays on hand-computed cases, refill against no refill on hand-made lengths,
-and the whole command on a few real BFCL training tasks (figures in range, lengths that add up)."""
+"""The rollout planner: its replay on hand-computed cases, the same replay against what a real
+`ModelPolicy(record_calls=True)` + `DecodeSession` did (call by call), and the whole command on a few real BFCL
+training tasks (figures in range, lengths that add up)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import json
 import pytest
 
 from rcgrpo_jax.bench import rollout_plan as rp
+from rcgrpo_jax.rollout import EpisodeSpec
 from rcgrpo_jax.rollout.episode import Episode
+from tests.helpers.fake_env import AdderEnv
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -47,35 +50,25 @@ def test_sliced_and_ragged_replay_hand_computed():
     assert rp.block_slots(100, 3, 64) == 3 * 128 and rp.block_slots(60, 6, 64) == 4 * 64 + 2 * 128
 
 
-def test_shared_index_replay_hand_computed():
-    # Today's session: one call over both episodes, 2 rows (a power of two). Blocks: prefixes (length_bucket(100)
-    # = 128), no suffix; decode 1: span = pow2(max(128 + 4, 256)) = 256, 3 iterations, index 131; B ends and
-    # the batch shrinks to 1 row; A's delta (5 -> a 16-wide block), index 147; decode 2: 1 iteration, span 256.
-    t = rp.replay_shared_index([A, B], [0, 1], limits=LIMITS, chunk=0, row_bucket=rp.pow2_rows)
-    assert (t.decode_steps, t.slots_read, t.slots_useful) == (4, 3 * 2 * 256 + 256, 306 + 103 + 109)
-    assert (t.prefill_calls, t.prefill_slots_read) == (2, 2 * 1016 + 1 * 1016)  # attends over the whole cache
-    assert t.max_span == 256 and t.compactions == 0
-
-
-def test_refill_beats_no_refill_on_row_utilisation():
-    # Groups of 2 alternating between 1 and 6 steps of 4 tokens: without refill the rows of finished short
-    # episodes idle until the chunk's long ones end; with refill the next groups take them.
+def test_refill_beats_whole_steps_on_row_utilisation():
+    # Groups of 2 alternating between 1 and 6 steps of 4 tokens through 8 rows: slices of 2 tokens let a row
+    # whose step ended take its next step (or a refill) while the others go on; the same tokens are sampled.
     short = rp.EpisodeLengths(prompt=40, steps=(4,), deltas=())
-    long = rp.EpisodeLengths(prompt=40, steps=(4,) * 6, deltas=(3,) * 5)
+    long = rp.EpisodeLengths(prompt=40, steps=(4, 1, 4, 2, 4, 4), deltas=(3,) * 5)
     eps = [short, short, long, long] * 4
     groups = [k // 2 for k in range(len(eps))]
-    kw = dict(limits=LIMITS, row_bucket=lambda n: rp.mult8_rows(n, 4))
-    refill = rp.replay_streaming(eps, groups, rows=8, span="length", **kw)
-    no_refill = rp.replay_shared_index(eps, groups, chunk=8, **kw)
-    assert refill.live_row_steps == no_refill.live_row_steps == 8 * (4 + 24)  # the same tokens sampled
-    assert refill.row_utilisation > no_refill.row_utilisation + 0.1
-    assert refill.decode_steps < no_refill.decode_steps
-    for t in (refill, no_refill):
+    kw = dict(rows=8, limits=LIMITS, row_bucket=lambda n: rp.buckets.batch_bucket(n, 4), shards=4)
+    sliced = rp.replay_streaming(eps, groups, slice_tokens=1, **kw)
+    whole = rp.replay_streaming(eps, groups, slice_tokens=0, **kw)
+    assert sliced.live_row_steps == whole.live_row_steps == 8 * 4 + 8 * 19  # the same tokens sampled
+    assert sliced.row_utilisation > whole.row_utilisation
+    for t in (sliced, whole):
         assert 0 < t.kv_read_utilisation <= 1 and 0 < t.row_utilisation <= 1
 
 
 def test_rules_and_lengths():
-    assert rp.pow2_rows(160, 4) == 256 and rp.mult8_rows(160, 4) == 160 and rp.mult8_rows(161, 4) == 168
+    assert rp.span_rule("length") is rp.buckets.span_bucket  # the session's rule, not a copy
+    assert rp.Limits(1000, 4, 16).capacity == 1016 and rp.Limits().capacity == 16384 + 512
     assert rp.span_rule("length")(812, 16896) == 1024 and rp.span_rule("mult:128")(812, 16896) == 896
     assert rp.span_rule("length")(16000, 16896) == 16384 and rp.span_rule("mult:128")(10, 16896) == 256
     for bad in ("pow2", "mult:0", "mult:x"):
@@ -121,7 +114,7 @@ def test_a_session_that_prefills_every_row_scores_one_over_rows():
     # row; a session that computes every row computes 8 rows for the same real tokens.
     sizes = rp.decode_bytes("qwen2_5_7b")
     e = [rp.EpisodeLengths(prompt=40, steps=(3,), deltas=())]
-    kw = dict(rows=8, limits=LIMITS, row_bucket=SAME)
+    kw = dict(rows=8, limits=LIMITS, row_bucket=rp.buckets.batch_bucket)  # a session of 8 rows
     sub = rp.replay_streaming(e, [0], prefill_rows=lambda live, r: rp.buckets.row_bucket(len(live), r, 1), **kw)
     every = rp.replay_streaming(e, [0], prefill_rows=lambda live, r: r, **kw)
     u_sub = rp.prefill_figures(sub, sizes)
@@ -138,9 +131,10 @@ def test_command_on_a_few_real_tasks():
         row = rp.main(["rollout_plan", "--config=configs/rc_grpo.py:qwen2_5_7b", "--tasks=6", "--vocab=2048"])
     lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.startswith("{")]
     assert lines[-1]["kv_read_utilisation"] == pytest.approx(row["kv_read_utilisation"], abs=1e-4)
-    designs = ["baseline", "new", "new_whole_steps", "new_ragged", "sub_batch_prefill", "all_rows_prefill"]
+    designs = ["new", "new_whole_steps", "new_ragged", "sub_batch_prefill", "all_rows_prefill"]
     assert [x["design"] for x in lines[:-1]] == designs
-    for f in [row, row["baseline"], *row["variants"].values()]:
+    assert "baseline" not in row and set(row["variants"]) == set(designs[1:])
+    for f in [row, *row["variants"].values()]:
         assert 0 < f["kv_read_utilisation"] <= 1 and 0 < f["row_utilisation"] <= 1
         assert f["decode_steps"] > 0 and f["est_rollout_s_per_step"] > 0
         assert 0 < f["prefill_flop_utilisation"] <= 1
@@ -157,9 +151,9 @@ def test_command_on_a_few_real_tasks():
     assert sub["prefill_flop_utilisation"] < row["ragged_prefill_flop_utilisation"]
     assert sub["est_prefill_s_per_step"] > row["variants"]["new_ragged"]["est_prefill_s_per_step"]
     assert row["tasks"] == 6 and row["rollouts_per_step"] == 1280 and row["rows"] == 160
-    assert row["baseline_rows_per_call"] == 256 and 2.5 < row["chars_per_token"] < 6
-    # Per-row spans and slices read less than the batch-wide index over the same episodes.
-    assert row["kv_read_utilisation"] >= row["baseline"]["kv_read_utilisation"]
+    assert 2.5 < row["chars_per_token"] < 6
+    # Slices of 8 tokens keep the rows busier than whole steps, over the same episodes.
+    assert row["row_utilisation"] > row["variants"]["new_whole_steps"]["row_utilisation"]
     # The ragged design (what a GPU session runs) beside it, in the same last line, with the goal checked on it.
     ragged = row["variants"]["new_ragged"]
     assert row["ragged_kv_read_utilisation"] == ragged["kv_read_utilisation"] > row["kv_read_utilisation"]
@@ -176,7 +170,7 @@ def test_command_on_a_few_real_tasks():
         "row_utilisation": ragged["row_utilisation"] >= 0.8,
     }
     assert goal["met"] == all(goal["goals_met"].values())
-    assert lines[-1]["goal"] == rp._rounded(goal)
+    assert lines[-1]["goal"] == rp.rounded(goal)
     bound = row["prefill_bound"]
     assert {"prefix", "suffix", "delta", "all"} <= set(bound)
     assert sum(bound[k]["flop_share"] for k in ("prefix", "suffix", "delta")) == pytest.approx(1.0, rel=1e-9)
@@ -209,35 +203,43 @@ def test_expert_lengths_of_real_tasks():
     assert cpt > 1
 
 
-def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
+def _recorded_run(tiny_qwen, specs, limits, **kw):
+    """The specs' episodes through a real ModelPolicy + DecodeSession (recording its decode calls): their
+    lengths, the policy, and its calls (each call's rows' (start, sampled) sorted, as the replay keeps them)."""
+    import dataclasses
+
+    import jax
+
+    from rcgrpo_jax import chat
+    from rcgrpo_jax.rollout import ModelPolicy, RolloutConfig, run_episodes
+
+    _, config, params, tok, parser = tiny_qwen
+    policy = ModelPolicy(
+        config,
+        kw.pop("params", params),
+        stop_ids=chat.end_of_turn_ids(tok),
+        max_step_tokens=limits.max_step_tokens,
+        max_context=limits.max_context,
+        prefill_chunk=limits.prefill_chunk,
+        rng=jax.random.key(0),
+        record_calls=True,
+        **kw,
+    )
+    rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
+    episodes, _ = run_episodes(specs, policy, tok, parser, rc)
+    assert len(policy.calls) == policy.session.stats["decode_calls"]
+    real = [dataclasses.replace(c, sampled=tuple(sorted(c.sampled))) for c in policy.calls]
+    return [rp.EpisodeLengths.of(e) for e in episodes], policy, real
+
+
+def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
     """ModelPolicy + DecodeSession on a tiny model: every decode call's rows, span and iterations are what the
     planner's replay of the same episodes' lengths predicts, one row per episode (no refill) and with
     continuous batching (4 rows, slices of 5 tokens); and the slots the ragged kernel reads in those calls
     (each row's kv_seq_len = its length + 1 while it samples, rounded up to the kernel's block) are what the
-    replay's ragged design counts. (The `baseline` replay mirrors the shared-index session this one
-    replaced; it was checked call by call against that session before it went.)"""
-    import jax
-    import numpy as np
-
-    from rcgrpo_jax import chat
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    replay's ragged design counts."""
     from rcgrpo_jax.sampling import decode_step
-    from rcgrpo_jax.sampling import sampler as sampler_mod
-    from tests.helpers.fake_env import AdderEnv
 
-    _, config, params, tok, parser = tiny_qwen
-    calls, ragged_reads, decode = [], [], sampler_mod.Sampler.decode
-
-    def recording(self, params, logits, *args, **kw):
-        span, start = int(args[-4].span), np.asarray(args[-4].lengths)  # (the cache is donated)
-        out = decode(self, params, logits, *args, **kw)
-        sampled = np.asarray(out.lengths)
-        calls.append((int(logits.shape[0]), span, int(np.max(sampled))))
-        block = decode_step.ragged_blocks(span)[0]
-        ragged_reads.append((block, sum(rp.block_slots(int(a), int(n), block) for a, n in zip(start, sampled))))
-        return out
-
-    monkeypatch.setattr(sampler_mod.Sampler, "decode", recording)
     limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
     questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
     specs = [
@@ -246,44 +248,49 @@ def test_streaming_replay_mirrors_the_real_session(tiny_qwen, monkeypatch):
         for j in range(3)
     ]
     groups = [s.group for s in specs]
+    bucket = rp.buckets.batch_bucket
 
-    def run(**kw):
-        calls.clear()
-        ragged_reads.clear()
-        policy = ModelPolicy(
-            config,
-            params,
-            stop_ids=chat.end_of_turn_ids(tok),
-            max_step_tokens=limits.max_step_tokens,
-            max_context=limits.max_context,
-            prefill_chunk=limits.prefill_chunk,
-            rng=jax.random.key(0),
-            **kw,
-        )
-        rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
-        episodes, _ = run_episodes(specs, policy, tok, parser, rc)
-        assert {b for b, _ in ragged_reads} == {128}
-        return [rp.EpisodeLengths.of(e) for e in episodes], policy, list(calls)
-
-    lengths, policy, real = run()
+    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits)
     assert len({x.total for x in lengths}) > 1  # a varied batch
-    t = rp.replay_streaming(lengths, groups, rows=rp.mult8_rows(len(specs)), limits=limits, row_bucket=rp.mult8_rows)
-    assert t.log == real and len(real) > 1  # (rows, span, iterations) of every call
+    t = rp.replay_streaming(lengths, groups, rows=bucket(len(specs)), limits=limits)
+    assert t.log == real and len(real) > 1  # every call's rows, span, iterations, rows' starts and tokens
+    assert real[0].rows == 8 and len(real[0].sampled) == 6  # 6 episodes: one row each, a multiple of 8
 
-    lengths, policy, real = run(rows=4, slice_tokens=5)
-    assert policy.stats["refills"] == 3 and policy.session.stats["decode_calls"] > sum(
-        len(x.steps) for x in lengths[3:]
-    )
-    t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows)
+    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits, rows=4, slice_tokens=5)
+    assert policy.stats["refills"] == 3 and len(real) > sum(len(x.steps) for x in lengths[3:])
+    assert max(c.iterations for c in policy.calls) == 5  # a slice
+    t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=bucket)
     assert t.log == real
     # The prefill/append forwards: as many as the session ran, over as many token slots (sub-batch rows x width).
-    assert len(t.prefill_log) == policy.session.stats["prefill_calls"]
-    assert sum(p.rows * p.width for p in t.prefill_log) == policy.session.stats["prefill_rows_computed"]
-    assert sum(p.real_tokens for p in t.prefill_log) == policy.session.stats["prefill_tokens"]
-    kw = dict(rows=4, limits=limits, slice_tokens=5, row_bucket=rp.mult8_rows, span="ragged:128")
-    ragged = rp.replay_streaming(lengths, groups, **kw)
-    assert ragged.slots_read == sum(r for _, r in ragged_reads) < t.slots_read
-    assert [(rows, n) for rows, _, n in ragged.log] == [(rows, n) for rows, _, n in real]
+    stats = policy.session.stats
+    assert len(t.prefill_log) == stats["prefill_calls"]
+    assert sum(p.rows * p.width for p in t.prefill_log) == stats["prefill_rows_computed"]
+    assert sum(p.real_tokens for p in t.prefill_log) == stats["prefill_tokens"]
+    # The ragged kernel's reads of the calls the session ran (its block on these spans: 128 slots).
+    assert {decode_step.ragged_blocks(c.span)[0] for c in policy.calls} == {128}
+    reads = sum(rp.block_slots(start, n, 128) for c in policy.calls for start, n in c.sampled)
+    ragged = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, span="ragged:128")
+    assert ragged.slots_read == reads < t.slots_read
+    assert [(c.rows, c.iterations, c.sampled) for c in ragged.log] == [(c.rows, c.iterations, c.sampled) for c in real]
+
+
+def test_a_freed_row_keeps_the_sessions_span_until_it_is_refilled(tiny_qwen):
+    """One long one-turn episode (549-token prompt) beside three short four-turn ones in 8 rows, nothing
+    waiting: the long one ends after its first step, but its row keeps its context (nothing refills or
+    truncates it, and 4 rows need no fewer than 8), so the session's span stays at the capacity (664 =
+    600 + 64; the long row needs 561 + a slice) for the short rows' later calls, whose own span would be 512.
+    The replay counts the same spans, call by call."""
+    limits = rp.Limits(max_context=600, max_step_tokens=12, prefill_chunk=64)
+    qs = [("Add 1 and 1. " * 30,), ("What is 2 plus 3?", "And 4 plus 5?", "And 6?", "And 7?")]
+    specs = [EpisodeSpec(AdderEnv(questions=qs[0], answers=(0,)), "long", group=0, rollout_index=0)] + [
+        EpisodeSpec(AdderEnv(questions=qs[1], answers=(0,)), f"s{k}", group=k + 1, rollout_index=0) for k in range(3)
+    ]
+    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits, rows=8, slice_tokens=5)
+    assert lengths[0].prompt == 549 and len(lengths[0].steps) == 1
+    short_need = max(x.total for x in lengths[1:]) + 5  # a short row's length + a slice, at most
+    assert rp.buckets.span_bucket(short_need, 664) == 512 and len(real) > 3  # the short rows alone: 512
+    t = rp.replay_streaming(lengths, [s.group for s in specs], rows=8, limits=limits, slice_tokens=5)
+    assert t.log == real and {c.span for c in real} == {664}
 
 
 def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
@@ -291,15 +298,10 @@ def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
     row shards (each group's prefix by `sampling.packed`, the suffixes and tool outputs by
     `sampling.packed_append`): the replay with shards=4 and packed_prefill predicts every decode call, the
     forwards and the packed token slots the session computed, and no row sub-batch is left."""
-    import jax
-
-    from rcgrpo_jax import chat, sharding
-    from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, run_episodes
+    from rcgrpo_jax import sharding
     from rcgrpo_jax.sampling import row_shards
-    from rcgrpo_jax.sampling import sampler as sampler_mod
-    from tests.helpers.fake_env import AdderEnv
 
-    _, config, params, tok, parser = tiny_qwen
+    _, _, params, _, _ = tiny_qwen
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
     limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
@@ -309,42 +311,16 @@ def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
         for k in range(4)
         for j in range(3)
     ]
-    calls, decode = [], sampler_mod.Sampler.decode
-
-    def recording(self, params, logits, *args, **kw):
-        span = int(args[-4].span)
-        out = decode(self, params, logits, *args, **kw)
-        calls.append((int(logits.shape[0]), span, int(max(out.lengths.tolist()))))
-        return out
-
-    sampler_mod.Sampler.decode = recording
-    try:
-        policy = ModelPolicy(
-            config,
-            placed,
-            stop_ids=chat.end_of_turn_ids(tok),
-            max_step_tokens=limits.max_step_tokens,
-            max_context=limits.max_context,
-            prefill_chunk=limits.prefill_chunk,
-            rng=jax.random.key(0),
-            mesh=mesh,
-            rows=8,
-            slice_tokens=5,
-        )
-        rc = RolloutConfig(max_context=limits.max_context, max_step_tokens=limits.max_step_tokens)
-        episodes, _ = run_episodes(specs, policy, tok, parser, rc)
-    finally:
-        sampler_mod.Sampler.decode = decode
+    lengths, policy, calls = _recorded_run(tiny_qwen, specs, limits, params=placed, mesh=mesh, rows=8, slice_tokens=5)
     stats = policy.session.stats
     assert policy.session.packed_prefill and stats["packed_calls"] > 0 and policy.stats["refills"] > 0
-    lengths = [rp.EpisodeLengths.of(e) for e in episodes]
     t = rp.replay_streaming(
         lengths,
         [s.group for s in specs],
         rows=8,
         limits=limits,
         slice_tokens=5,
-        row_bucket=lambda n: rp.mult8_rows(n, 4),
+        row_bucket=lambda n: rp.buckets.batch_bucket(n, 4),
         prefill_rows=lambda live, r: row_shards.sub_batch_rows(live, r, 4),
         shards=4,
         packed_prefill=True,
@@ -384,9 +360,9 @@ def test_packed_append_pieces_by_hand():
     blocks see 9 each (up to slots 1031, 1039) and its 2 padding blocks one each: 20 pairs -> 24 on every
     shard."""
     counts, bases = {0: 40, 41: 70}, {0: 1000, 41: 300}
-    (d,) = rp.packed_append_pieces(counts, bases, shards=4, rows=160, capacity=16896)
+    (d,) = rp.packed_append_pieces(counts, bases, shards=4, rows=160, span=1536)
     assert d.tokens == 4 * 32 and d.real_tokens == 110 and d.rows == 2
-    assert d.span == rp.buckets.span_bucket(1070, 16896)
+    assert d.span == 1536
     assert d.pairs == 4 * 24 * 32 * 128 and d.read == 4 * 24 * 128
     assert d.real_pairs == 40 * 1000 + 40 * 41 // 2 + 70 * 300 + 70 * 71 // 2
 
