@@ -12,21 +12,17 @@ when beta > 0), AdamW lr 1e-6, global-norm clip 1.
 
 Ours: `sampling.generate` (one batch of all prompts x samples), rewards and advantages on the host,
 `rl_batch.pack`, the reference pass (`rl_step.jit_logprobs`) and `rl_step.Updater` (micro-batches of
-`--micro` rows, gradients accumulated exactly) on one CPU device: the trainer's own pieces, with the
-layer loop unrolled as the tiny preset has it (`--unroll`, rcgrpo_jax/config_lib/common.py). `--devices N` (N > 1): the
-same pieces on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`: each samples and updates
-its share of the rows, gradients averaged across devices); TRL is unchanged.
+`--micro` rows, gradients accumulated exactly) on one CPU device: the trainer's own pieces, with the layer
+loop unrolled as the tiny preset has it (`--unroll`, rcgrpo_jax/config_lib/common.py). `--devices N` (N > 1):
+the same pieces on a data-parallel mesh of N XLA CPU devices (`common.data_mesh`), TRL unchanged.
 Peer: `trl_peer` in the bench env (`launch/bench_env.sh trl`), a subprocess that runs one TRL step
 whenever asked, so the two alternate in the same run (ABBA order per round: drift cancels in the medians).
 
-JSON lines: a "machine" row (with the fp32 matmul peak measured in the same run); per beta one row per round (ours, peer, ratio); then a summary per beta
-with medians over rounds (the first step of each side is a warm-up, not counted), ratio = peer / ours,
-and ours' per-phase split (generate / host / reference / update) as medians, the update's model FLOPs
-and its fraction of the matmul peak, and whether any step after the warm-up compiled a program. The machine may be shared:
-rows carry the load average; only same-run ratios mean anything. Each side's process CPU seconds (all its
-threads) over the step are reported too (`cpu_ratio` = peer / ours): on an oversubscribed machine the
-wall-clock ratio mostly measures how each runtime copes with losing its cores (torch's thread pool far
-worse than XLA's), the CPU seconds what each side's work costs (spin-waiting threads included).
+JSON lines: a "machine" row (with the fp32 matmul peak measured in the same run); per beta one row per
+round (ours, peer, ratio); then a summary per beta with medians over rounds (each side's first step is a
+warm-up, not counted), ratio = peer / ours, ours' per-phase split (generate / host / reference / update),
+the update's model FLOPs and fraction of the matmul peak, whether any step after the warm-up compiled, the
+load average and each side's process CPU seconds (`cpu_ratio` = peer / ours; reading them: docs/performance.md).
 """
 
 from __future__ import annotations

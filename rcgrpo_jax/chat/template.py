@@ -5,44 +5,21 @@ the environment adds (tool results, the next user turn) is rendered by the templ
 and appended. Nothing already in the context is re-tokenised. No template is hard-coded here: all
 text comes from ``tokenizer.apply_chat_template``.
 
-How `render_delta` finds the seam. The sampler stops an assistant turn on an end-of-turn token
-(`end_of_turn_ids`), so the context ends exactly after that token. We render the history (ending
-with that assistant message, no generation prompt) and the history plus the new messages (with the
-generation prompt) as text. The boundary is the end of the *last* end-of-turn token string in the
-history text; whatever the template writes after it (Qwen's ``"\\n"`` after ``<|im_end|>``) is not
-in the token context yet, so it belongs to the delta. The longer text must equal the shorter one up
-to the boundary, otherwise the template is not append-only (it rewrites earlier turns, e.g. drops
-past reasoning, or the tool list changed) and `NotAppendOnlyError` is raised. Only the suffix after
-the boundary is tokenised, with ``add_special_tokens=False``. The suffix starts right after a
-special token, so its tokens are the ones a full rendering would produce whenever the template
-separates turns with special tokens (both of our families do).
+`render_delta` renders the history (ending with the assistant turn that stopped on an end-of-turn token,
+`end_of_turn_ids`) and the history plus the new messages (with the generation prompt); the delta is the text
+after the last end-of-turn token string of the history, tokenised with ``add_special_tokens=False``. A longer
+rendering that does not equal the shorter one up to that seam raises `NotAppendOnlyError`. Only an anchor of
+the history is rendered (its head through the first user message, its tail from the last assistant message),
+or the whole history when the anchor renderings are not prefix-consistent.
 
-Cost. Only an anchor of the history is rendered: its head (through the first user message, where
-templates put the system prompt and the tool block) and its tail (from the last assistant message).
-A BFCL step then costs two short renderings instead of two of the whole, growing history; a template
-whose anchor renderings are not prefix-consistent falls back to the whole history.
+Every rendering goes through `template_messages`: a template that refuses several tool calls in one assistant
+message (LLaMA-3.1's official one; probed once per template by `template_profile`) gets the step's calls as
+JSON objects joined by ``"; "`` in the assistant content (`Llama3JsonParser.format`, BFCL's LLaMA-3.1 handler
+form) and tool results as ``tool`` messages; other templates get the messages unchanged.
 
-Several tool calls in one step with a single-call template. LLaMA-3.1's official template raises on an
-assistant message holding more than one tool call (``raise_exception("This model only supports single
-tool-calls at once!")``), and BFCL steps often hold several. Every rendering here goes through
-`template_messages`, which gives such a template the form BFCL's own LLaMA-3.1 handler uses: the step's
-calls written as JSON objects in the assistant *content*, ``{"name": ..., "parameters": {...}}`` joined
-by ``"; "`` (`Llama3JsonParser.format`), tool results as ordinary ``tool`` messages (the template's
-``ipython`` turns). We chose this over "one call per assistant message, each followed by its result"
-because (1) one sampled step stays one environment step and one assistant message: the model writes all
-of a step's calls at once, as BFCL's handler lets it and as the checker's per-turn call lists expect,
-while splitting would make the context show results between calls the model wrote together (a context
-the model never saw when it sampled them); (2) the text equals the template's own rendering of a
-single call, ``{"name": ..., "parameters": ...}`` (no ``<|python_tag|>``: the template writes none for a
-JSON call), so one-call and several-call steps look alike and the append-only seam still holds. The
-parser reads what LLaMA-3.1 actually emits: with or without ``<|python_tag|>``, ``;``- or ``,``-separated
-objects or a JSON list, ``"parameters"`` or ``"arguments"``. Whether a template takes several calls is
-probed once per template (`template_profile`); templates that take them get the messages unchanged.
-
-Reasoning and thinking. An assistant message may carry ``reasoning_content`` (the text of its
-``<think>`` block, split off by the Hermes parser); templates that know it (Qwen3) render it, others
-ignore it. ``thinking`` (True / False / None = the template's default) is passed to the template as
-``enable_thinking`` (Qwen3: False puts an empty think block in the generation prompt).
+An assistant message's ``reasoning_content`` is rendered by templates that know it (Qwen3); ``thinking``
+(True / False / None = the template's default) is passed to the template as ``enable_thinking``.
+How the seam, the anchor and the several-call form work, and why: docs/chat.md.
 """
 
 from __future__ import annotations

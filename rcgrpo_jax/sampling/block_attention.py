@@ -1,11 +1,5 @@
 """Block-sparse attention over a host-made list of (query block, key block) pairs: the packed prefill's and the
-packed append's attention, computing only the blocks where a query sees a key.
-
-Why. A packed forward's attention is ragged: a fresh row's query block sees the keys of its own row up to
-itself (a causal triangle, several rows side by side), and an appended row's block sees its row's cache up to
-its own slot, which differs from row to row. Dense attention over the whole packed sequence or over a static
-span computes every (query, key) pair and masks most of them (~0.4 real: docs/rollout_plan.md). The host
-knows the layout, so it lists the pairs that matter.
+packed append's attention, computing only the blocks where a query sees a key (why: docs/sampling.md).
 
 What. Queries come in Q blocks of B queries, q [Q, B, G, R, Dh] (G kv heads, R query heads per kv head), each
 query with an id and a position (q_ids, q_pos [Q, B]). Keys and values live in Rs source rows of S slots, in

@@ -1,11 +1,5 @@
 """Token-packed prefill of fresh rows: a row with no context yet (a group's shared prefix, a new prompt)
-computed on every row shard, not only on the one that holds the row.
-
-Why. The session's rectangular sub-batch (`session._rows_forward`) computes, on each of the m row shards,
-as many rows as the shard with the most rows that have tokens. A refill admits one group at a time: its
-4-7k-token prefix sits in one row, on one shard, and the other m - 1 shards compute padding, so such a
-forward is at most 1/m real (docs/rollout_plan.md, the prefix figures). A fresh row has no context to read,
-so its tokens need not be computed where the row lives.
+computed on every row shard, not only on the one that holds the row (why: docs/sampling.md).
 
 How. The fresh rows' tokens are concatenated into one sequence of N tokens and split evenly over the m
 row shards, Tl = `buckets.token_bucket(ceil(N / m))` tokens each (the tail is padding). Each layer
