@@ -3,47 +3,25 @@
     PYTHONPATH=$PWD python3 -m rcgrpo_jax.bench.gpu            # one H200 (launch/gpu_check.sh)
     python -m rcgrpo_jax.bench.gpu --tiny                      # tiny shapes on CPU (tests/bench)
 
-Everything runs through the package's own code paths: the model is `rcgrpo_jax.models`, decoding is
-`rcgrpo_jax.sampling.Sampler` (jitted prefill, then the while_loop decode), the update is the RL
-trainer's own micro-batch gradient and guarded apply (`rcgrpo_jax.train.rl_step`: "ppo_clip" with the
-RC-GRPO KL penalty over chunked token log-probs), AdamW from `rcgrpo_jax.train.optim`, per-layer remat.
+Everything runs through the package's own code paths: `rcgrpo_jax.models`, `sampling.Sampler` (jitted
+prefill, then the while_loop decode), the RL trainer's micro-batch gradient and guarded apply (`train.rl_step`:
+"ppo_clip" with the RC-GRPO KL penalty over chunked token log-probs), AdamW (`train.optim`), per-layer remat.
 
-One JSON line per measurement, each guarded so a failure prints an "error" row and the rest still run,
-in this order (most wanted first; a row not started by --deadline-s is reported as skipped):
-attention, ragged_decode, packed_attention, rl_step, prod_decode, decode.
-  machine   backend, device, and the peaks the fractions divide by
-  decode    per batch size: prefill and decode times (compilation reported apart), decode tokens/s and
-            the fraction of the HBM bound. Bytes per decode step = every weight once + the KV cache
-            of the live context (prompt + half the new tokens on average), bf16.
-  prod_decode  the production decode: Qwen2.5-7B-shaped, 40 rows (rc_grpo's 160 over 4 batch shards) each
-            reading an 8k-slot span, 64 tokens: tok/s, fraction of the HBM bound, peak memory
-  ragged_decode  the production decode's shapes with rows of different lengths (spread evenly over
-            [span / 8, span - new]) on both decode attentions (`sampling.decode_step`): "xla" (dense,
-            every row reads the whole span) and "ragged" (the Pallas decode kernel, each row its own
-            blocks; interpret mode off a GPU): tok/s of each, the KV slots each reads, the fraction of the
-            HBM bound, and the largest log-prob difference (over tokens both sampled alike, from the same
-            random bf16 cache and key) relative to the largest log-prob magnitude
-  packed_attention  the packed append's attention on one row shard at the production decode's shapes
-            (`bench_packed_attention`): the block pairs the session runs against dense attention over the
-            span, times, pairs computed, the pairs' TFLOP/s and the largest difference
-  rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs
-            (`common.train_flops`: 6 * params * tokens + attention) and MFU against the bf16 peak.
-  attention (with --attention; launch/gpu_check.sh passes it) per sequence length (4k, 16k): one layer of
-            Qwen2.5-7B-shaped causal attention (28 query heads, 4 KV heads, head_dim 128, bf16, one
-            right-padded row) through `models.attention` on the XLA path and on cuDNN's fused kernel:
-            forward and forward+backward times of each, and the largest difference of the outputs and
-            of dq at real tokens, relative to the XLA values' largest magnitude. Without a CUDA GPU the
-            fused side is the library's XLA attention on the arguments built for cuDNN (a check of
-            the mapping and of this script, not a kernel timing); `fused_impl` says which ran.
-
-Time on one H200 (an estimate from the shapes; no run on a GPU yet; compilation dominates each row):
-attention ~40 s (small programs per path and length; the dense 16k f32 scores are 30 GB a tensor), ragged_decode
-~150 s (the 7B init, two decode-loop compilations, 4 calls each of 64 steps at ~10 ms), packed_attention
-~15 s (two small programs; the dense side's f32 scores are 1.4 GB), rl_step ~100 s
-(init, the remat'd update's compilation, 5 steps of ~1 s: 6 * 1.5e9 * 32k = 3e14 FLOP at ~40% MFU),
-prod_decode ~60 s (one more compilation), decode ~50 s per batch size (prefill and loop compilations): ~415 s
-in all, so launch/gpu_check.sh stops starting rows at 330 s and kills the run at 420 s, leaving time for
-its offline setup within 8 minutes.
+One JSON line per measurement, each guarded (a failure prints an "error" row and the rest still run): a
+"machine" row (backend, device, the peaks the fractions divide by), then, most wanted first (a row not started
+by --deadline-s is reported as skipped), attention, ragged_decode, packed_attention, rl_step, prod_decode, decode:
+  decode    per batch size: prefill and decode times (compilation apart), decode tok/s, fraction of the HBM bound
+  prod_decode  Qwen2.5-7B-shaped, 40 rows (rc_grpo's 160 over 4 batch shards) each reading an 8k-slot span,
+            64 tokens: tok/s, fraction of the HBM bound, peak memory
+  ragged_decode  prod_decode's shapes with rows of different lengths, on both decode attentions
+            (`sampling.decode_step`, "xla" and "ragged"): tok/s, KV slots read, HBM fraction, log-prob difference
+  packed_attention  the packed append's block pairs against dense attention over the span on one row shard
+            (`bench_packed_attention`): times, pairs computed, the pairs' TFLOP/s, largest difference
+  rl_step   one update step on [batch, seq] tokens: step time, tokens/s, model FLOPs, MFU against the bf16 peak
+  attention (with --attention) per length (4k, 16k): a Qwen2.5-7B-shaped causal attention layer through
+            `models.attention`, XLA path against cuDNN's fused kernel (`fused_impl` says which ran): forward
+            and forward+backward times, largest relative differences.
+What each row measures exactly, and the expected time of each on one H200: docs/gpu.md.
 """
 
 from __future__ import annotations
