@@ -6,44 +6,23 @@
 
 On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset's model config, mesh and
 shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
-`jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes:
-
-  RL stage:  prefill      the sampler's prefill (`sampler.prefill_impl`): an `rl.prefill_chunk` block into a
-                          full-capacity cache of the ragged layout (its attention is `decode_step`'s XLA one)
-             prefill_packed  the token-packed prefill of a fresh row (`sampling.packed.prefill_impl`): one
-                          row of `rl.max_context` tokens split over the row shards, its K/V gathered on each
-             append_packed   the token-packed append to rows with context (`sampling.packed_append`): as many
-                          tokens, every attention block on one row shard, over the full capacity
-             append_rows  the session's append to some rows (`session.append_rows_impl`): the largest
-                          sub-batch below the whole batch, each device taking its own rows (`shard_map`)
-             copy_rows    the session's sibling copy of one layer's K or V (`row_shards.copy_rows`, a psum
-                          of the sources' full-capacity windows over the row shards)
-             decode       the sampler's decode loop (`sampler.decode_impl`) on that cache with
-                          decode_attention=ragged: each step's attention is the Pallas GPU decode kernel
-             ref_logprobs the reference log-probs (`rl_step.make_logprob_fn`) of one micro-batch at the
-                          largest bucket
-             rl_update    one micro-batch's gradients (`rl_step.make_micro_grads`) at the largest bucket
-             rl_apply     the optimizer apply (`rl_step.make_apply`)
-  SFT stage: sft_update   the SFT step (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
-
-The training programs use `model.attention_impl=pallas` (the Pallas Triton flash kernel; cuDNN cannot be
-lowered without a GPU), and every Pallas kernel is traced as compiled Triton, not interpret mode
-(`models.attention.lowering_for("cuda")`). Export checks that a module holds only custom calls with a
-compatibility guarantee; the Triton kernel's call (`__gpu$xla.gpu.triton`) has none and is allowed
-explicitly. Export lowers (StableHLO and the kernels' Triton IR), it does not run XLA's GPU compiler: a
-kernel constraint that Triton checks at lowering (e.g. the decode kernel's power-of-two head_dim) fails
-here, one checked only at GPU compile time would not.
-
-Every program is exported against an abstract H200 (compute capability 9.0) wherever JAX has abstract
-devices (`abstract_target`): from jax 0.11 the Triton lowering needs to be told its GPU on a host without one.
+`jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes, against an abstract
+H200 (compute capability 9.0) wherever JAX has abstract devices (`abstract_target`):
+  RL stage:  prefill (`sampler.prefill_impl`), prefill_packed (`sampling.packed.prefill_impl`), append_packed
+             (`sampling.packed_append`), append_rows (`session.append_rows_impl`), copy_rows
+             (`row_shards.copy_rows`), decode (`sampler.decode_impl`, decode_attention=ragged), ref_logprobs
+             (`rl_step.make_logprob_fn`), rl_update (`rl_step.make_micro_grads`), rl_apply (`rl_step.make_apply`)
+  SFT stage: sft_update (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
+Training programs use `model.attention_impl=pallas`; every Pallas kernel is traced as compiled Triton
+(`models.attention.lowering_for("cuda")`), and the Triton custom call is allowed explicitly. Export lowers
+(StableHLO, Triton IR); it does not run XLA's GPU compiler. What each program is and what this proves:
+docs/gpu.md (the lowering proof).
 
 Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted custom-call targets of the
 exported module, `error`; also `devices`, the shapes `at`, `seconds`, the `jax` version and the abstract
 `target` GPU), then `{"ok": ..., "programs": N, "failed": [...], "jax": ..., "target": ...}`; the exit status
 is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
-the model (2 layers, head_dim 16) and the shapes, so CI can run it in seconds
-(tests/bench/test_cuda_lower.py). The `tiny` preset itself lowers too, with the architecture its run would
-build (`models.tiny.tiny_architecture`) on its one-device mesh.
+the model (2 layers, head_dim 16) and the shapes, so CI runs it in seconds (tests/bench/test_cuda_lower.py).
 """
 
 from __future__ import annotations
