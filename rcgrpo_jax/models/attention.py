@@ -1,64 +1,26 @@
 """Which attention kernel a model call uses, and the call itself.
 
-Three implementations of the same softmax(q k^T * scale) v over grouped KV heads:
+`attention` computes `xla_attention.grouped_attention`'s softmax(q k^T * scale) v over grouped KV heads through
+one of four implementations (kernels, platforms and what was measured: docs/gpu.md, "Attention kernels"):
 
-  "xla"    `xla_attention.grouped_attention`: dense scores [B, G, T, R, S] in float32 with its own backward,
-           laid out for XLA's CPU dots. Every backend can run it; memory grows as T * S per layer.
-  "cudnn"  `jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN's fused (flash) kernel, which
-           never materialises the scores (O(T) memory, forward and backward). Only on CUDA GPUs, only in
-           bf16/fp16, head_dim a multiple of 8 and at most 128. It cannot be lowered without a GPU
-           ("cuDNN is not detected"), so on a CPU only its arguments can be checked: `cudnn_arguments`
-           builds them, and the same arguments given to the library's "xla" implementation reproduce
-           `grouped_attention` (tests/models/test_attention_select.py).
-  "pallas" JAX's Pallas Triton flash attention (`jax.experimental.pallas.ops.gpu.attention.mha`), forward
-           and backward Triton kernels (its own custom VJP), O(T) memory. Unlike cuDNN it lowers for CUDA
-           without a GPU (`jax.export(..., platforms=["cuda"])`: `bench.cuda_lower`), and off a GPU it runs
-           in Pallas interpret mode (slow; what the tests run, tests/models/test_attention_pallas.py). Only
-           the no-cache causal calls (training, reference log-probs, SFT): see the mask contract below.
-
-  "tokamax" `tokamax.dot_product_attention` (tokamax 0.0.12, the library JAX points to in place of its
-           deprecated Pallas ops): on a GPU its Mosaic GPU flash attention (Hopper and Blackwell: sm90 and
-           sm100 kernels, forward and backward; an error elsewhere, never a silent fallback); off a GPU
-           tokamax's own XLA reference implementation, through the same call (what the tests run,
-           tests/models/test_attention_tokamax.py). The mask goes in as cuDNN's does (`cudnn_arguments`:
-           causal plus per-row lengths without a cache, the mask itself with one), GQA natively. It cannot be
-           lowered for CUDA without a GPU: tokamax reads the compute capability off the process's default
-           device, not JAX's abstract one ("Only supported for sm90 and sm100 GPUs"), and its Triton
-           implementation calls `pl.dot`, which jax 0.11 removed (docs/gpu.md).
+  "xla"     `xla_attention.grouped_attention`: dense float32 scores [B, G, T, R, S] with its own backward, laid
+            out for XLA's CPU dots; every backend runs it; memory grows as T * S per layer.
+  "cudnn"   `jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN's fused flash kernel (O(T) memory).
+            CUDA GPUs only, bf16/fp16, head_dim a multiple of 8 and at most 128; it cannot be lowered without
+            a GPU, so on a CPU only its arguments are checked (`cudnn_arguments`).
+  "pallas"  JAX's Pallas Triton flash attention (`pallas.ops.gpu.attention.mha`, its own custom VJP, O(T)
+            memory): lowers for CUDA without a GPU (`bench.cuda_lower`), runs in Pallas interpret mode off a
+            GPU (slow; what the tests run); only the no-cache causal calls (`pallas_attention`).
+  "tokamax" `tokamax.dot_product_attention` (tokamax 0.0.12): Mosaic GPU flash attention on sm90 / sm100 GPUs
+            (an error on other GPUs, never a silent fallback), tokamax's XLA reference off a GPU; the mask as
+            cuDNN takes it, GQA natively; it cannot be lowered for CUDA without a GPU.
 
 `ModelConfig.attention_impl` picks: "auto" (cudnn where it can run: a GPU backend and a supported dtype
 and head_dim; else xla), "xla", "cudnn" (an error where it cannot run), "pallas" or "tokamax" (neither
-picked by "auto": gpu_check times every implementation on the GPU, and that decides the default). Decoding and the sampler's prefill do not go through here
-(`sampling.decode_step` has its own attention over its cache).
-
-How the cuDNN call expresses the mask. The model's masks are `cache.attention_mask(valid, slots)`:
-  - no cache (training, full forwards; `causal=True`): T == S and query t may see valid keys s <= t. The
-    trainers' batches are right-padded (each row's tokens are a prefix: `sft` and `rl_step` packing), so
-    the mask is causal plus a per-row length, which the fused kernel takes as `is_causal` and
-    `query_seq_lengths = key_value_seq_lengths = n`, with no [T, S] tensor at all. Causality alone
-    already hides a right-padded row's padding from its real queries; the lengths let the kernel skip
-    the padded tail's tiles (and zero the padding queries). n is read off the mask's last query row (its
-    valid keys plus its own slot): for a row of L < T real tokens that is L + 1, which changes only what
-    padding queries see. A left-padded or holed row without a cache would get wrong values here: such
-    calls (HF-style `models.apply` with left padding) must use "xla".
-  - with a cache (prefill; `causal=False`): queries sit at slots index.. of a longer cache and rows
-    may hold holes, so the mask is passed as it is (cuDNN adds it as a bias); exact for any mask.
-
-How the Pallas call expresses the mask. `mha` takes `causal` (query t sees keys s <= t, both counted from
-0, so T == S) and one segment id per token (query t sees key s only if their ids are equal). A no-cache
-mask `attention_mask(valid, arange(T))` becomes causal plus segment ids = valid (1 real, 0 padding), read
-off the mask's last query row (exact for s < T - 1; slot T - 1 reads as 1, which only the last query can
-see, and there it gives that query what XLA gives it). A real query then sees exactly the real keys at or
-before it, with any padding pattern (right-padded, left-padded or holed rows). A padding query sees the
-padding keys at or before it instead of the real ones: its output differs from XLA's, and nothing real
-reads it (real queries never attend to padding keys; losses mask padding). T is padded up to whole kernel
-blocks (the tail gets segment 0, past every real query), and kv heads are repeated to the query heads
-(the kernel has no GQA; autodiff of the repeat sums their gradients back). A cache call (queries at an
-offset into a longer cache) is not expressible by `mha`'s causal mask: "pallas" refuses it with an error
-(no production program makes one: the sampler's prefill is `decode_step`'s own attention).
-
-Under a mesh the kernel runs per shard (`shard_map`: rows over the batch axes when they divide the batch,
-heads over 'tensor' when it divides both head counts); XLA cannot partition a custom call.
+picked by "auto": gpu_check times every implementation on the GPU, and that decides the default). The masks
+are `cache.attention_mask(valid, slots)`; how each fused call expresses them and which it takes:
+`cudnn_arguments`, `pallas_attention`. Under a mesh the fused kernels run per shard (`shard_map`). Decoding
+and the sampler's prefill do not go through here (`sampling.decode_step` has its own attention over its cache).
 """
 
 from __future__ import annotations
@@ -193,8 +155,22 @@ def row_lengths(mask: jax.Array) -> jax.Array:
 
 def cudnn_arguments(q, k, v, mask, scale: float, *, causal: bool) -> dict[str, Any]:
     """The keyword arguments of `jax.nn.dot_product_attention` (all but `implementation`) that compute
-    `grouped_attention(q, k, v, mask, scale)` at every real query, under the contract in the module
-    docstring: causal=True gives is_causal plus per-row lengths and no mask; causal=False the mask."""
+    `grouped_attention(q, k, v, mask, scale)` at every real query: causal=True gives is_causal plus per-row
+    lengths and no mask; causal=False the mask. The same arguments given to the library's "xla"
+    implementation reproduce `grouped_attention` (tests/models/test_attention_select.py).
+
+    How the cuDNN call expresses the mask. The model's masks are `cache.attention_mask(valid, slots)`:
+      - no cache (training, full forwards; `causal=True`): T == S and query t may see valid keys s <= t. The
+        trainers' batches are right-padded (each row's tokens are a prefix: `sft` and `rl_step` packing), so
+        the mask is causal plus a per-row length, which the fused kernel takes as `is_causal` and
+        `query_seq_lengths = key_value_seq_lengths = n`, with no [T, S] tensor at all. Causality alone
+        already hides a right-padded row's padding from its real queries; the lengths let the kernel skip
+        the padded tail's tiles (and zero the padding queries). n is read off the mask's last query row (its
+        valid keys plus its own slot): for a row of L < T real tokens that is L + 1, which changes only what
+        padding queries see. A left-padded or holed row without a cache would get wrong values here: such
+        calls (HF-style `models.apply` with left padding) must use "xla".
+      - with a cache (prefill; `causal=False`): queries sit at slots index.. of a longer cache and rows
+        may hold holes, so the mask is passed as it is (cuDNN adds it as a bias); exact for any mask."""
     args: dict[str, Any] = {"query": q, "key": k, "value": v, "scale": float(scale)}
     if causal:
         if q.shape[1] != k.shape[1]:
@@ -208,7 +184,7 @@ def cudnn_arguments(q, k, v, mask, scale: float, *, causal: bool) -> dict[str, A
 
 def segment_ids(mask: jax.Array) -> jax.Array:
     """[B, T] int32 segment ids (1 real, 0 padding) of a no-cache mask [B, 1, T, T] for the Pallas
-    kernel (module docstring): the mask's last query row."""
+    kernel (`pallas_attention`): the mask's last query row."""
     return mask[:, 0, -1, :].astype(jnp.int32)
 
 
@@ -245,9 +221,22 @@ def _flash(q, k, v, seg, scale: float, interpret: bool):
 
 
 def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
-    """The Pallas flash kernel for a no-cache causal call (module docstring): q [B, T, N, Dh], k/v
-    [B, T, G, Dh], mask [B, 1, T, T] from `cache.attention_mask(valid, arange(T))` -> [B, T, N, Dh], equal
-    to `grouped_attention` at every real query. Per shard under a mesh."""
+    """The Pallas flash kernel for a no-cache causal call: q [B, T, N, Dh], k/v [B, T, G, Dh], mask
+    [B, 1, T, T] from `cache.attention_mask(valid, arange(T))` -> [B, T, N, Dh], equal to `grouped_attention`
+    at every real query. Per shard under a mesh.
+
+    How the Pallas call expresses the mask. `mha` takes `causal` (query t sees keys s <= t, both counted from
+    0, so T == S) and one segment id per token (query t sees key s only if their ids are equal). A no-cache
+    mask `attention_mask(valid, arange(T))` becomes causal plus segment ids = valid (1 real, 0 padding), read
+    off the mask's last query row (exact for s < T - 1; slot T - 1 reads as 1, which only the last query can
+    see, and there it gives that query what XLA gives it). A real query then sees exactly the real keys at or
+    before it, with any padding pattern (right-padded, left-padded or holed rows). A padding query sees the
+    padding keys at or before it instead of the real ones: its output differs from XLA's, and nothing real
+    reads it (real queries never attend to padding keys; losses mask padding). T is padded up to whole kernel
+    blocks (the tail gets segment 0, past every real query), and kv heads are repeated to the query heads
+    (the kernel has no GQA; autodiff of the repeat sums their gradients back). A cache call (queries at an
+    offset into a longer cache) is not expressible by `mha`'s causal mask: "pallas" refuses it with an error
+    (no production program makes one: the sampler's prefill is `decode_step`'s own attention)."""
 
     t = q.shape[1]
     if k.shape[1] != t:
