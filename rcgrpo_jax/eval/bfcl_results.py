@@ -1,15 +1,10 @@
 """BFCL's own result files, in and out: what `bfcl generate` writes and `bfcl evaluate` reads.
 
-Layout (bfcl-eval 2026.3.23, `BaseHandler.write`): ``<result_dir>/<model>/<group>/BFCL_v4_<category>_result.json``
-with ``<model>`` the registry name with ``/`` -> ``_`` and ``<group>`` one of non_live | live | multi_turn
-(`group_of`). Each file is JSON lines sorted by entry index, one ``{"id", "result", ...metadata}`` per entry:
-- single-turn: ``result`` is the model's raw response text (after a ``</think>`` block: BFCL's Qwen handler
-  keeps the reasoning apart, in ``reasoning_content``);
-- multi-turn: ``result`` is a list per user turn of the raw response text of each step. A run cut short by
-  BFCL's step limit has fewer turns than the task (evaluate: force-terminated). A failed inference leaves
-  the string ``"Error during inference: ..."`` in place of a result.
-Metadata beside it (``input_token_count``, ``output_token_count``, ``latency``, ``inference_log``) is only
-read by evaluate for cost/latency columns.
+Layout (bfcl-eval 2026.3.23): ``<result_dir>/<model>/<group>/BFCL_v4_<category>_result.json``, ``<model>`` the
+registry name with ``/`` -> ``_``, ``<group>`` non_live | live | multi_turn (`group_of`); JSON lines sorted by
+entry index, one ``{"id", "result", ...metadata}`` per entry. ``result`` is the raw response text
+(single-turn) or a list per user turn of each step's raw text (multi-turn). What the fields mean, a failed
+inference's and a force-terminated run's results: docs/bfcl.md ("BFCL's result files").
 
 Reading (`read_replay`): a folder (searched recursively for ``BFCL_v4_*_result.json``, as evaluate does),
 one result file, or our own JSON lines ``{"id", "output"}`` (single-turn raw texts). Nothing raises on a
@@ -19,17 +14,14 @@ file:line, id, message) and the entry counts as missing.
 Multi-turn replay (`replay_multi_turn`): each step's raw text goes through the family parser; the steps
 with calls are executed in our environment in order, turn by turn (steps without a decodable call are
 skipped, as evaluate skips them), and the episode is scored by BFCL's `multi_turn_checker` on the decoded
-calls, formatted by us from plain JSON (`decoded_call_strings`: as evaluate, calls our environment refuses
-for their arguments are checked too; `env_pass` keeps the verdict on the environment's own calls). The
-model is never called. The replay lifts the environment's own step
-and call caps (evaluate has none: the limit acts in generate, as a shorter result); a result with another
-number of turns than the task fails as force-terminated, as in evaluate.
+calls (`decoded_call_strings`; `env_pass` keeps the verdict on the environment's own calls). The model is
+never called. The environment's step and call caps are lifted; a result with another number of turns than
+the task fails as force-terminated, as in evaluate.
 
 Writing (`write_results`): eval records (single-turn `output`, multi-turn `messages`) in that layout for a
-model name that evaluate knows and whose handler decodes the family's format (`MODEL_FOR_FAMILY`). A
-multi-turn step's text is rebuilt from its parsed message with the family's `format` (the episode record
-keeps the parsed message, not the sampled text): the calls that parsed and the content, so a call block
-that did not parse is absent from the written text (evaluate would skip it too).
+model name that evaluate knows and whose handler decodes the family's format (`MODEL_FOR_FAMILY`); a
+multi-turn step's text is rebuilt from its parsed message with the family's `format`, so a call block that
+did not parse is absent from the written text (evaluate would skip it too).
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def shard_local_rows(live: Sequence[int], rows: int, m: int, bucket: Callable[[i
 
 
 def sub_batch_rows(live: Sequence[int], rows: int, m: int) -> int:
-    """The rows a forward over the rows `live` computes (`shard_local_rows`' length; the planner's count)."""
+    """The rows a forward over the rows `live` computes, padding included: `shard_local_rows`' length, m x K
+    (K the bucketed count of live rows on the busiest shard); for callers that need only the count."""
     return len(shard_local_rows(live, rows, m))
 
 
