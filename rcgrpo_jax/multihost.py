@@ -80,6 +80,12 @@ def gather(tree: T) -> T:
     return jax.tree.unflatten(treedef, out)
 
 
+def sync(name: str) -> None:
+    """A barrier across processes named `name` (every process must reach it); a no-op with one process."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
 def any_process(flag: bool) -> bool:
     """True on every process when `flag` is true on any process (a logical OR across processes). A
     collective: every process must call it, in the same order. With one process it is `bool(flag)` and

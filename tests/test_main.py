@@ -26,10 +26,10 @@ GRPO = os.path.join(REPO, "configs", "grpo.py")
 @pytest.fixture(scope="module")
 def world_ckpt(tmp_path_factory):
     from configs import grpo
-    from rcgrpo_jax.train import model_prep
+    from rcgrpo_jax.data import tiny_checkpoint
 
     path = str(tmp_path_factory.mktemp("world") / "model")
-    return model_prep.build_tiny(grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64, num_layers=1)
+    return tiny_checkpoint.build_tiny(grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64, num_layers=1)
 
 
 @pytest.mark.parametrize("name", advantages.names())

@@ -36,10 +36,10 @@ def _run(args, compile_cache):
 @pytest.fixture(scope="module")
 def toy_model(tmp_path_factory):
     from configs import grpo
-    from rcgrpo_jax.train import model_prep
+    from rcgrpo_jax.data import tiny_checkpoint
 
     path = str(tmp_path_factory.mktemp("toy") / "model")
-    return model_prep.build_tiny(grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64, num_layers=1)
+    return tiny_checkpoint.build_tiny(grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64, num_layers=1)
 
 
 def test_a_toy_environment_trains_one_rl_step_and_evaluates(toy_model, compile_cache, tmp_path):

@@ -35,7 +35,7 @@ MODELS: dict[str, dict[str, int]] = {
 
 
 def builder_arch(name: str) -> dict[str, Any]:
-    """`MODELS[name]` in the tiny-checkpoint builder's names (`model_prep.build_tiny`), without the vocab (the
+    """`MODELS[name]` in the tiny-checkpoint builder's names (`tiny_checkpoint.build_tiny`), without the vocab (the
     builder trains its own tokenizer)."""
     m = MODELS[name]
     return dict(

@@ -31,8 +31,9 @@ import string
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rcgrpo_jax import jsonl
 from rcgrpo_jax.config_fields import InputError
-from rcgrpo_jax.data import jsonl, trajectories
+from rcgrpo_jax.data import trajectories
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.step_instance import NameMap, StepInstance
 

@@ -30,7 +30,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from rcgrpo_jax.data import jsonl
+from rcgrpo_jax import jsonl
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.envs.bfcl import BFCLEnv, EnvConfig, Task
 
@@ -373,6 +373,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """The records of a file `write_jsonl` wrote (`data.jsonl.read`: a bad line raises `InputError` naming
+    """The records of a file `write_jsonl` wrote (`jsonl.read`: a bad line raises `InputError` naming
     FILE:LINE; an empty file is an empty list)."""
     return jsonl.read(path, what="records", check=jsonl.json_object(), allow_empty=True)

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax.data import jsonl
+from rcgrpo_jax import jsonl
 from rcgrpo_jax.envs import dispatch, official, rewards
 from rcgrpo_jax.envs.base import Message, Tool
 from rcgrpo_jax.envs.dispatch import CallRecord, FunctionSpec, Limits

@@ -38,9 +38,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax import chat
+from rcgrpo_jax import chat, jsonl
 from rcgrpo_jax.config_fields import InputError
-from rcgrpo_jax.data import jsonl
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.eval import bfcl_results, single_turn, single_turn_oracle
 

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from rcgrpo_jax.data import jsonl
+from rcgrpo_jax import jsonl
 from rcgrpo_jax.envs import bfcl, dispatch, official
 from rcgrpo_jax.envs.bfcl import EnvConfig
 

@@ -39,13 +39,13 @@ from rcgrpo_jax import chat, config_checks, models, sharding
 from rcgrpo_jax.config_fields import ConfigError, InputError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
+from rcgrpo_jax.data.tiny_checkpoint import model_dir
 from rcgrpo_jax.envs import official
 from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn, single_turn_oracle, single_turn_run
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
 from rcgrpo_jax.rollout.distributed import run_across_processes
 from rcgrpo_jax.sampling import SamplingParams, decode_weights
-from rcgrpo_jax.train.model_prep import model_dir
 
 REWARD_TOKEN_MODES = ("auto", "high", "low", "none")
 POLICIES = ("model", "oracle")

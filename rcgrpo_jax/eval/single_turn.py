@@ -26,7 +26,7 @@ import functools
 import json
 from typing import Any, Mapping, Sequence
 
-from rcgrpo_jax.data import jsonl
+from rcgrpo_jax import jsonl
 from rcgrpo_jax.envs import ast_checker, schema
 from rcgrpo_jax.envs.bfcl import data_dir
 

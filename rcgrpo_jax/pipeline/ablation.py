@@ -29,13 +29,13 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from rcgrpo_jax import sharding
-from rcgrpo_jax.data import datasets, sources, splits, trajectories
+from rcgrpo_jax.data import datasets, sources, splits, tiny_checkpoint, trajectories
 from rcgrpo_jax.eval import report
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.pipeline import budgets as budgets_lib
 from rcgrpo_jax.pipeline import cache
 from rcgrpo_jax.pipeline import summary as summary_lib
-from rcgrpo_jax.train import exploration, model_prep, rl, sft
+from rcgrpo_jax.train import exploration, rl, sft
 from rcgrpo_jax.worlds.generate import category_of
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
@@ -189,7 +189,7 @@ def build_base(workdir: str, budget: budgets_lib.Budget, seed: int = 0) -> str:
     if os.path.exists(os.path.join(path, "config.json")):
         cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
     else:
-        model_prep.build_tiny(
+        tiny_checkpoint.build_tiny(
             stage_config("sft", budget, {"model.tiny_arch": budget.arch}), path, seed=seed, **budget.model
         )
         cache.write_request(path, request)

@@ -26,10 +26,11 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.eval import plots
 from rcgrpo_jax.pipeline import ablation, cache
 from rcgrpo_jax.pipeline import budgets as budgets_lib
-from rcgrpo_jax.train import model_prep, rl, rl_config, sft
+from rcgrpo_jax.train import rl, rl_config, sft
 
 # row -> (RL config file, overrides of rl.advantage): the paper's Table 4 rows.
 ROWS: dict[str, tuple[str, Mapping[str, Any]]] = {
@@ -142,7 +143,7 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
         cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
     else:
         config = ablation.stage_config("sft", budget, {"model.tiny_arch": ARCH})
-        model_prep.build_tiny(config, path, seed=0, **budget.model)
+        tiny_checkpoint.build_tiny(config, path, seed=0, **budget.model)
         cache.write_request(path, request)
     return path
 

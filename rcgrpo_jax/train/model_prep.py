@@ -1,4 +1,4 @@
-"""Model preparation shared by every trainer: where the checkpoint comes from, its ModelConfig, the
+"""Model preparation shared by every trainer: the checkpoint's ModelConfig, the
 parameters placed on their shardings, the reward tokens, the HF export, and the memory figures of a
 compiled step (dry runs and the start-up fit check).
 """
@@ -6,7 +6,6 @@ compiled step (dry runs and the start-up fit check).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Sequence
 
 import jax
@@ -17,44 +16,13 @@ from jax.sharding import Mesh
 from rcgrpo_jax import config_fields, models
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_lib import common
-from rcgrpo_jax.data import datasets, sources
+from rcgrpo_jax.data import datasets, tiny_checkpoint
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.hf_io import load_hf, save_hf
-from rcgrpo_jax.models.tiny import build_tiny_checkpoint, tiny_architecture
+from rcgrpo_jax.models.tiny import tiny_architecture
 
-
-def model_dir(config, workdir: str) -> str:
-    """The HF checkpoint to start from: `model.path`, or a tiny one built once under the workdir."""
-    if config.model.path:
-        return config.model.path
-    path = os.path.join(workdir, "tiny_model")
-    if not os.path.exists(os.path.join(path, "config.json")):
-        if jax.process_index() == 0:
-            build_tiny(config, path)
-        sync("tiny_model")
-    return path
-
-
-def build_tiny(config, path: str, **sizes) -> str:
-    """A random tiny checkpoint of `model.tiny_arch` whose tokenizer is trained on the configured task
-    source's text, rendered through the checkpoint's own chat template (`model.tiny_tools_format`)."""
-
-    return build_tiny_checkpoint(
-        path,
-        arch=config.model.tiny_arch,
-        tools_format=config.model.tiny_tools_format,
-        corpus=sources.tokenizer_corpus(config.data),
-        chats=sources.tokenizer_chats(config.data),
-        **sizes,
-    )
-
-
-def sync(name: str) -> None:
-    """A barrier across processes (no-op with one)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
+# train/rl.py still calls `model_prep.model_dir`; the function lives in `data.tiny_checkpoint` (below eval).
+model_dir = tiny_checkpoint.model_dir
 
 
 def model_config(config, path_or_dict) -> Any:

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax import config_checks, config_fields, multihost
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.chat import end_of_turn_ids
+from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.models.transformer import forward, output_embedding
 from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
@@ -126,7 +127,7 @@ class SFTTrainer:
         rules = config.sharding.train_rules
         model = model_prep.load(
             config,
-            model_prep.model_dir(config, workdir),
+            tiny_checkpoint.model_dir(config, workdir),
             self.mesh,
             rules,
             reward_tokens=bool(config.get("add_reward_tokens")),

@@ -15,10 +15,9 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from rcgrpo_jax import chat, config_fields
+from rcgrpo_jax import chat, config_fields, jsonl, multihost
 from rcgrpo_jax.chat import NotAppendOnlyError, render_text
-from rcgrpo_jax.data import datasets, jsonl, sources
-from rcgrpo_jax.train import model_prep
+from rcgrpo_jax.data import datasets, sources
 
 # ----------------------------------------------------------------------------------------------------
 # Tokenisation: (tokens, loss_mask) from a conversation.
@@ -69,7 +68,7 @@ def tokenize_conversation(
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """The conversations of an SFT / RCTP-FT JSON-lines file (`data.jsonl.read`: a bad or empty file raises
+    """The conversations of an SFT / RCTP-FT JSON-lines file (`jsonl.read`: a bad or empty file raises
     `InputError` naming FILE:LINE or the file)."""
     return jsonl.read(path, what="conversations", check=jsonl.conversation)
 
@@ -232,5 +231,5 @@ def load_examples(config, workdir: str) -> list[dict]:
                 failure_site=config.data.get("failure_site", "any"),
                 failure_kinds=config.data.get("failure_kinds", "all"),
             )
-        model_prep.sync("sft_data")
+        multihost.sync("sft_data")
     return read_jsonl(os.path.join(out, name))

@@ -17,7 +17,9 @@ def world_ckpt(tmp_path_factory) -> str:
     """A 1-layer, hidden-32 checkpoint whose tokenizer was trained on the miniature world's text (short
     prompts), for the RL step."""
     from configs import rc_grpo
-    from rcgrpo_jax.train import model_prep
+    from rcgrpo_jax.data import tiny_checkpoint
 
     path = str(tmp_path_factory.mktemp("world") / "model")
-    return model_prep.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, num_layers=1, intermediate_size=64)
+    return tiny_checkpoint.build_tiny(
+        rc_grpo.get_config("tiny"), path, hidden_size=32, num_layers=1, intermediate_size=64
+    )

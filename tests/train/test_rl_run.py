@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import model_prep, rl, rl_config
 from tests.helpers import train as train_helpers
@@ -52,7 +53,7 @@ def world_ckpt(tmp_path_factory):
     from configs import rc_grpo
 
     path = str(tmp_path_factory.mktemp("world") / "model")
-    return model_prep.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64)
+    return tiny_checkpoint.build_tiny(rc_grpo.get_config("tiny"), path, hidden_size=32, intermediate_size=64)
 
 
 def _config(ckpt, **over):

@@ -1,4 +1,4 @@
-"""The one JSON-lines reader (rcgrpo_jax/data/jsonl.py) and the stages that read through it: a bad line stops
+"""The one JSON-lines reader (rcgrpo_jax/jsonl.py) and the stages that read through it: a bad line stops
 with `FILE:LINE: what is wrong` and exit 2 at start-up, an empty file says it is empty."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from rcgrpo_jax import main
+from rcgrpo_jax import jsonl, main
 from rcgrpo_jax.config_fields import InputError
-from rcgrpo_jax.data import jsonl, steps
+from rcgrpo_jax.data import steps
 
 GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
 
