@@ -53,7 +53,7 @@ class AdvantageInputs:
     valid: np.ndarray  # bool: the reward was finite (invalid rollouts get no loss)
     keep: np.ndarray  # [N] bool: groups the group filter keeps
     advantages: np.ndarray
-    per_rollout: dict[str, np.ndarray]  # the estimator's per-rollout loss inputs (clip_scale)
+    per_rollout: Any  # the estimator's per-rollout loss inputs (`advantages.Estimate.per_rollout`), [N, G, ...] leaves
     metrics: dict[str, Any]
 
 
@@ -330,11 +330,10 @@ class RLTrainer:
         missing = [s for s in c.needs if s not in aux]
         if missing:
             raise ConfigError("rl.advantage.name", f"{c.estimator!r} needs {missing}, which this run does not produce")
-        adv, est = advantages.get(c.estimator)(rewards, aux=aux, config=c.advantage_options)
-        extras = advantages.per_rollout(c.estimator, rewards, aux=aux, config=c.advantage_options)
-        metrics.update({f"estimator/{k}": float(v) for k, v in est.items()})
-        per_rollout = {k: np.asarray(v, np.float32) for k, v in extras.items()}
-        adv = np.asarray(adv, np.float32)
+        est = advantages.estimate(c.estimator, rewards, aux=aux, config=c.advantage_options)
+        metrics.update({f"estimator/{k}": float(v) for k, v in est.metrics.items()})
+        per_rollout = jax.tree.map(np.asarray, est.per_rollout)
+        adv = np.asarray(est.advantages, np.float32)
         if rl.shuffle_advantages:
             adv, per_rollout = shuffled(adv, per_rollout, int(self.config.seed), step)
         return AdvantageInputs(rewards, valid, keep, adv, per_rollout, metrics)
@@ -347,7 +346,7 @@ class RLTrainer:
         batch, owner, lengths = rl_batch.from_episodes(
             ro.episodes,
             adv.advantages,
-            adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages)),
+            adv.per_rollout,
             np.repeat(adv.keep, self.group) & adv.valid.reshape(-1),
             buckets=tuple(int(x) for x in self.config.data.buckets),
             pad_id=self.pad_id,
@@ -434,14 +433,12 @@ class RLTrainer:
         return metrics
 
 
-def shuffled(
-    adv: np.ndarray, per_rollout: dict[str, np.ndarray], seed: int, step: int
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def shuffled(adv: np.ndarray, per_rollout: Any, seed: int, step: int) -> tuple[np.ndarray, Any]:
     """The shuffled-advantage control: one permutation of all the step's rollouts (drawn from (seed, step)) applied
     to the advantages and to every per-rollout loss input alike, so each rollout trains on another's advantage.
     The multiset of values, and so the update's scale, is unchanged; its tie to each rollout's reward is gone."""
     perm = np.random.default_rng([seed, step, 23]).permutation(adv.size)
-    out = {k: np.asarray(v).reshape(-1)[perm].reshape(np.shape(v)) for k, v in per_rollout.items()}
+    out = jax.tree.map(lambda v: rl_batch.gather_rollouts(v, perm).reshape(np.shape(v)), per_rollout)
     return adv.reshape(-1)[perm].reshape(adv.shape), out
 
 

@@ -75,7 +75,7 @@ def make_micro_grads(model_cfg, loss_name: str, loss_cfg, chunk: int, temperatur
             micro.advantages,
             mask,
             config=loss_cfg,
-            clip_scale=micro.clip_scale,
+            per_rollout=micro.per_rollout,
         )
         n = mask.sum()
         sums = {

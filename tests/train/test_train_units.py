@@ -181,6 +181,33 @@ def test_shuffled_advantages_permute_every_per_rollout_input_alike():
     assert not np.array_equal(other, out)
 
 
+def test_from_episodes_gathers_every_per_rollout_leaf_to_its_rows():
+    """The batch builder carries the estimator's per-rollout pytree to the rows without knowing its names: each
+    leaf [N, G, ...] -> [R, ...], row r taking its episode's value (padding rows take episode 0's)."""
+    import types
+
+    from rcgrpo_jax.train import rl_batch
+
+    def episode(n_samples, length):
+        s = types.SimpleNamespace(tokens=np.arange(length), loss_mask=np.ones(length), logprobs=np.zeros(length))
+        return types.SimpleNamespace(samples=lambda: [s] * n_samples)
+
+    episodes = [episode(1, 3), episode(2, 4), episode(1, 5), episode(1, 2)]  # N = 2 groups x G = 2
+    per_rollout = {"clip_scale": np.array([[0.5, 0.6], [0.7, 0.8]], np.float32), "vec": np.arange(8).reshape(2, 2, 2)}
+    live = np.array([True, True, False, True])
+    batch, owner, lengths = rl_batch.from_episodes(
+        episodes, np.arange(4.0).reshape(2, 2), per_rollout, live, buckets=(8,), pad_id=0, row_multiple=3
+    )
+    np.testing.assert_array_equal(owner, [0, 1, 1, 2, 3, -1])
+    np.testing.assert_array_equal(lengths, [3, 4, 4, 5, 2, 3])
+    np.testing.assert_array_equal(batch.advantages, [0, 1, 1, 2, 3, 0])
+    np.testing.assert_array_equal(batch.per_rollout["clip_scale"], np.float32([0.5, 0.6, 0.6, 0.7, 0.8, 0.5]))
+    np.testing.assert_array_equal(batch.per_rollout["vec"], [[0, 1], [2, 3], [2, 3], [4, 5], [6, 7], [0, 1]])
+    np.testing.assert_array_equal(batch.loss_mask.sum(1) > 0, [True, True, True, False, True, False])
+    empty, _, _ = rl_batch.from_episodes(episodes, np.zeros((2, 2)), {}, live, buckets=(8,), pad_id=0, row_multiple=1)
+    assert empty.per_rollout == {}
+
+
 def test_a_zero_learning_rate_is_a_control_and_a_negative_one_an_error():
     from rcgrpo_jax import config_checks
     from rcgrpo_jax.config_fields import ConfigError
