@@ -7,7 +7,9 @@ counts in the loss, `old_logp[:, t]` is the sampler's log-prob of it, `ref_logp`
 when no reference pass is needed); `advantages` is [m]; `per_rollout` is the advantage estimator's pytree
 of per-rollout loss inputs (`rl.advantages.Estimate.per_rollout`, {} for most estimators), each leaf
 gathered from [N, G, ...] to its rows, [m, ...], without knowing its names, and handed to the policy loss
-whole. On the device rows are split over data x fsdp.
+whole. `episode` [m] int32 is each row's episode (-1: padding), a host-side field: per-episode statistics
+are reduced from the rows that carry it (`rl_step.episode_stats`), and `put` leaves it on the host.
+On the device rows are split over data x fsdp.
 """
 
 from __future__ import annotations
@@ -33,10 +35,16 @@ class RolloutBatch:
     advantages: np.ndarray | jax.Array  # [m] float32
     per_rollout: Any = flax.struct.field(default_factory=dict)  # pytree, leaves [m, ...]: the loss's per_rollout
     ref_logp: np.ndarray | jax.Array | None = None  # [m, L - 1] float32
+    episode: np.ndarray | None = None  # [m] int32: the row's episode, -1 for padding (host only: `put` drops it)
 
     @property
     def rows(self) -> int:
         return int(self.tokens.shape[0])
+
+    @property
+    def row_lengths(self) -> np.ndarray:
+        """[m] tokens per row (host arrays)."""
+        return np.asarray(self.token_mask).sum(axis=1)
 
     @property
     def length(self) -> int:
@@ -61,6 +69,7 @@ class RolloutBatch:
             advantages=cut(self.advantages, None),
             per_rollout=jax.tree.map(lambda v: cut(v, None), self.per_rollout),
             ref_logp=cut(self.ref_logp, length - 1),
+            episode=cut(self.episode, None),
         )
 
     def shardings(self, mesh: Mesh) -> "RolloutBatch":
@@ -68,8 +77,10 @@ class RolloutBatch:
         return jax.tree.map(lambda v: sharding_lib.batch_sharding(mesh, len(v.shape)), self)
 
     def put(self, mesh: Mesh) -> "RolloutBatch":
-        """Host arrays -> global arrays on `shardings(mesh)` (every process holds the whole host batch)."""
-        return multihost.place(self, self.shardings(mesh))
+        """Host arrays -> global arrays on `shardings(mesh)` (every process holds the whole host batch); the
+        host-only `episode` stays behind (the device batch has episode=None)."""
+        on_device = self.replace(episode=None)
+        return multihost.place(on_device, on_device.shardings(mesh))
 
     def abstract(self, mesh: Mesh) -> "RolloutBatch":
         """ShapeDtypeStructs with shardings (AOT lowering in dry runs)."""
@@ -117,18 +128,19 @@ def from_episodes(
     buckets: Sequence[int],
     pad_id: int,
     row_multiple: int,
-) -> tuple[RolloutBatch, np.ndarray, np.ndarray]:
+) -> RolloutBatch:
     """One row per training sample of each episode (`rollout.Episode.samples()`: one per episode in append
     mode, one per step when the template re-renders the past), each with its episode's advantage and
-    per-rollout inputs (every leaf of the pytree `per_rollout`, [N, G, ...], gathered to [R, ...]); the rows of an episode with live = False (a dropped group, a non-finite reward) carry no loss.
+    per-rollout inputs (every leaf of the pytree `per_rollout`, [N, G, ...], gathered to [R, ...]); the rows
+    of an episode with live = False (a dropped group, a non-finite reward) carry no loss.
     Zero-loss copies of row 0 pad the rows to a multiple of `row_multiple` (whole micro-batches).
 
-    Returns (host batch, owner [R]: each row's episode, -1 for padding, lengths [R]). With token-mean
+    Returns the host batch, `episode` [R] set (each row's episode, -1 for padding). With token-mean
     aggregation every sampled token counts once either way; the sequence-mean modes count each sample as a
     sequence, so an episode of K re-rendered steps weighs K times one of a single sample."""
     samples = [(j, s) for j, e in enumerate(episodes) for s in e.samples()]
     samples += [(-1, samples[0][1])] * ((-len(samples)) % row_multiple)
-    owner = np.asarray([j for j, _ in samples], np.int64)
+    owner = np.asarray([j for j, _ in samples], np.int32)
     src = np.maximum(owner, 0)
     lengths = np.asarray([len(s.tokens) for _, s in samples])
     batch = pack(
@@ -141,7 +153,7 @@ def from_episodes(
         pad_id=pad_id,
     )
     rows_live = (owner >= 0) & np.asarray(live, bool).reshape(-1)[src]
-    return batch.replace(loss_mask=batch.loss_mask * rows_live[:, None].astype(np.float32)), owner, lengths
+    return batch.replace(loss_mask=batch.loss_mask * rows_live[:, None].astype(np.float32), episode=owner)
 
 
 def gather_rollouts(values, src: np.ndarray) -> np.ndarray:
