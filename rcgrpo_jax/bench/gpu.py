@@ -548,7 +548,7 @@ def random_rollout_batch(config, batch: int, seq: int, seed: int = 0):
         old_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         ref_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         advantages=jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
-        clip_scale=jnp.ones((batch,), jnp.float32),
+        per_rollout={"clip_scale": jnp.ones((batch,), jnp.float32)},
     )
 
 

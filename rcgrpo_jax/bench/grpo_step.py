@@ -193,7 +193,7 @@ class OursStep:
             [np.r_[np.zeros(p), np.ones(w.new)].astype(np.float32)] * len(self.prompts),
             [np.r_[np.zeros(p, np.float32), lp] for lp in res.logprobs],
             adv,
-            np.ones_like(adv),
+            {"clip_scale": np.ones_like(adv)},
             length=self.length,
             pad_id=0,
         )

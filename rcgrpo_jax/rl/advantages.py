@@ -12,9 +12,15 @@ N = groups (tasks), G = rollouts per group. `aux` is a dict of optional extra si
 Each registry entry declares what it needs and gives beyond its advantages (`spec(name)`):
   - `needs`: the aux signals it requires (the RL trainer runs the judge only for an estimator that
     needs "reasoning");
-  - `per_rollout`: an optional `fn(rewards, *, aux, config) -> {field: [N, G]}` of per-rollout inputs
-    of the policy loss (PER_ROLLOUT_FIELDS: AWPO's clip-radius scale);
+  - `per_rollout`: an optional `fn(rewards, *, aux, config) -> {name: [N, G, ...]}`, the estimator's
+    per-rollout inputs of the policy loss (AWPO: {"clip_scale": ...});
   - `validate`: checks its options at start-up (`check(name, options)`).
+
+The trainer calls `estimate(name, ...)`, which returns one `Estimate` (advantages, per_rollout, metrics).
+`Estimate.per_rollout` is a pytree (a dict, {} for most estimators) carried unchanged to the loss: the
+batch builder gathers every leaf to the rollout's rows (`train.rl_batch`), and the policy loss receives it
+as its `per_rollout` argument and reads the names it knows (`rl.losses`). So a new per-rollout input
+touches only its estimator (and test) and the loss that reads it.
 
 Adding a formula (see docs/advantages.md):
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -40,7 +47,6 @@ Estimator = Callable[..., tuple[Array, Metrics]]
 PerRollout = Callable[..., dict[str, Array]]
 
 SIGNALS = ("group_mask", "reasoning", "reward_tokens")
-PER_ROLLOUT_FIELDS = ("clip_scale",)  # per-rollout inputs of the policy loss (rl.losses)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,13 +93,50 @@ def spec(name: str) -> EstimatorSpec:
 
 
 def per_rollout(name: str, rewards: Array, *, aux: dict | None, config) -> dict[str, Array]:
-    """The estimator's per-rollout loss inputs ({} when it has none); unknown fields raise."""
+    """The estimator's per-rollout loss inputs: a dict of [N, G, ...] arrays ({} when it has none)."""
     fn = spec(name).per_rollout
-    out = {} if fn is None else dict(fn(rewards, aux=aux, config=config))
-    unknown = sorted(set(out) - set(PER_ROLLOUT_FIELDS))
-    if unknown:
-        raise ValueError(f"estimator {name!r} returned unknown per-rollout fields {unknown}")
+    return checked_per_rollout(name, rewards, {} if fn is None else dict(fn(rewards, aux=aux, config=config)))
+
+
+def checked_per_rollout(name: str, rewards: Array, out: dict[str, Array]) -> dict[str, Array]:
+    """`out` unchanged when every leaf is [N, G, ...] like the rewards (any names: the loss reads what it
+    knows); else a ValueError naming the estimator and the leaf."""
+    n_g = tuple(jnp.shape(rewards))[:2]
+    for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+        if tuple(jnp.shape(leaf))[:2] != n_g:
+            where = jax.tree_util.keystr(path)
+            raise ValueError(
+                f"estimator {name!r}: per-rollout input {where} has shape {jnp.shape(leaf)}, not [N, G] = {n_g}"
+            )
     return out
+
+
+@flax.struct.dataclass
+class Estimate:
+    """One estimator's output for a step: what the policy loss needs per rollout, and the logs.
+
+    advantages [N, G] float32; per_rollout: the pytree of the estimator's per-rollout loss inputs, each leaf
+    [N, G, ...] ({} for most estimators; carried unchanged to the loss's `per_rollout` argument); metrics:
+    scalars for logging."""
+
+    advantages: Array
+    per_rollout: dict[str, Array]
+    metrics: Metrics
+
+
+def estimate(name: str, rewards: Array, *, aux: dict | None = None, config=None) -> Estimate:
+    """The estimator `name` and its per-rollout loss inputs on [N, G] rewards, as one `Estimate`."""
+    advantages, metrics = get(name)(rewards, aux=aux, config=config)
+    return Estimate(advantages, per_rollout(name, rewards, aux=aux, config=config), metrics)
+
+
+def per_rollout_shapes(name: str, config=None, *, group: int = 2) -> dict[str, jax.ShapeDtypeStruct]:
+    """One rollout's share of the estimator's per-rollout inputs: {name: ShapeDtypeStruct(shape[2:], dtype)}
+    (traced, never computed; for abstract batches: `train.rl_batch.abstract_batch(per_rollout=...)`)."""
+    r = jax.ShapeDtypeStruct((1, group), jnp.float32)
+    aux = {"reasoning": r, "reward_tokens": jax.ShapeDtypeStruct((1, group), jnp.int32)}
+    out = jax.eval_shape(lambda rewards, aux: per_rollout(name, rewards, aux=aux, config=config), r, aux)
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[2:], s.dtype), out)
 
 
 # ---------------------------------------------------------------- group statistics

@@ -3,52 +3,67 @@
 Each function is pure and returns a flat dict of float32 scalars whose names are stable log keys.
 Rollouts are group-major: rollout b = group b // G, member b % G. Correlations are 0 when either
 side has zero variance (common early in training, when whole batches fail).
+
+The step's statistics are host values (rewards, advantages and per-episode entropies are numpy in the
+trainer's host phases), so these functions compute with the inputs' own array module: numpy in, numpy
+out (no device round trip); jax arrays in (or traced under jit), jax.numpy (`array_module`).
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rcgrpo_jax.rl.losses import masked_mean
 from rcgrpo_jax.rl.reward_tokens import HIGH
 
 Array = jax.Array
 Scalars = dict[str, Array]
 
 
+def array_module(*arrays) -> ModuleType:
+    """jax.numpy when any input is a jax array (or a tracer), else numpy: host values stay on the host."""
+    return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
+
+
 def group_metrics(rewards: Array, advantages: Array) -> Scalars:
     """Zero-variance group fraction, reward mean/std, advantage spread (std and mean |A|)."""
-    rewards = jnp.asarray(rewards, jnp.float32)
-    advantages = jnp.asarray(advantages, jnp.float32)
+    xp = array_module(rewards, advantages)
+    rewards = xp.asarray(rewards, xp.float32)
+    advantages = xp.asarray(advantages, xp.float32)
     spread = rewards.max(axis=1) - rewards.min(axis=1)
     return {
-        "frac_zero_var_groups": jnp.mean((spread == 0).astype(jnp.float32)),
+        "frac_zero_var_groups": xp.mean((spread == 0).astype(xp.float32)),
         "reward_mean": rewards.mean(),
         "reward_std": rewards.std(),
         "adv_std": advantages.std(),
-        "adv_abs_mean": jnp.abs(advantages).mean(),
+        "adv_abs_mean": xp.abs(advantages).mean(),
     }
 
 
 def pearson(x: Array, y: Array, w: Array | None = None) -> Array:
     """Pearson correlation of x and y over the rows with w = 1 (all rows when w is None)."""
-    w = jnp.ones_like(x) if w is None else jnp.asarray(w, jnp.float32)
-    n = jnp.maximum(w.sum(), 1.0)
-    x = (x - jnp.sum(w * x) / n) * w
-    y = (y - jnp.sum(w * y) / n) * w
-    den = jnp.sqrt(jnp.sum(x * x) * jnp.sum(y * y))
-    return jnp.where(den > 0, jnp.sum(x * y) / jnp.where(den > 0, den, 1.0), 0.0)
+    xp = array_module(x, y, w)
+    x, y = xp.asarray(x, xp.float32), xp.asarray(y, xp.float32)
+    w = xp.ones_like(x) if w is None else xp.asarray(w, xp.float32)
+    n = xp.maximum(w.sum(), xp.float32(1.0))
+    x = (x - xp.sum(w * x) / n) * w
+    y = (y - xp.sum(w * y) / n) * w
+    den = xp.sqrt(xp.sum(x * x) * xp.sum(y * y))
+    return xp.where(den > 0, xp.sum(x * y) / xp.where(den > 0, den, xp.float32(1.0)), xp.float32(0.0))
 
 
 def average_ranks(x: Array, w: Array | None = None) -> Array:
     """Ranks 1..n among the rows with w = 1, ties sharing their average rank (O(n^2), fine for a batch of
     rollouts); rows with w = 0 neither get a meaningful rank nor count in others'."""
-    w = jnp.ones_like(x) if w is None else jnp.asarray(w, jnp.float32)
-    less = jnp.sum(w[None, :] * (x[None, :] < x[:, None]), axis=1)
-    equal = jnp.sum(w[None, :] * (x[None, :] == x[:, None]), axis=1)
-    return (less + (equal + 1) / 2.0).astype(jnp.float32)
+    xp = array_module(x, w)
+    x = xp.asarray(x, xp.float32)
+    w = xp.ones_like(x) if w is None else xp.asarray(w, xp.float32)
+    less = xp.sum(w[None, :] * (x[None, :] < x[:, None]), axis=1)
+    equal = xp.sum(w[None, :] * (x[None, :] == x[:, None]), axis=1)
+    return (less + (equal + 1) / xp.float32(2.0)).astype(xp.float32)
 
 
 def spearman(x: Array, y: Array, w: Array | None = None) -> Array:
@@ -60,13 +75,15 @@ def entropy_metrics(entropy: Array, mask: Array, rewards: Array) -> Scalars:
     entropy and its reward, over the rollouts that have loss tokens (a rollout masked out of the loss, e.g.
     by the DAPO filter or a prompt already past max_context, has no entropy to correlate).
     entropy, mask: [B, T]; rewards: [B] or [N, G] (B = N*G)."""
-    mask = mask.astype(jnp.float32)
+    xp = array_module(entropy, mask, rewards)
+    entropy = xp.asarray(entropy, xp.float32)
+    mask = xp.asarray(mask).astype(xp.float32)
     tokens = mask.sum(axis=1)
-    per_seq = jnp.sum(entropy * mask, axis=1) / jnp.maximum(tokens, 1.0)
-    has = (tokens > 0).astype(jnp.float32)
-    r = jnp.asarray(rewards, jnp.float32).reshape(-1)
+    per_seq = xp.sum(entropy * mask, axis=1) / xp.maximum(tokens, xp.float32(1.0))
+    has = (tokens > 0).astype(xp.float32)
+    r = xp.asarray(rewards, xp.float32).reshape(-1)
     return {
-        "entropy_mean": masked_mean(entropy, mask),
+        "entropy_mean": xp.sum(entropy * mask) / xp.maximum(mask.sum(), xp.float32(1.0)),
         "entropy_reward_pearson": pearson(per_seq, r, has),
         "entropy_reward_spearman": spearman(per_seq, r, has),
     }
@@ -74,12 +91,13 @@ def entropy_metrics(entropy: Array, mask: Array, rewards: Array) -> Scalars:
 
 def reward_token_metrics(rewards: Array, tokens: Array) -> Scalars:
     """Mean reward of rollouts conditioned on each reward token, and the high-token share."""
-    r = jnp.asarray(rewards, jnp.float32).reshape(-1)
-    high = (jnp.asarray(tokens).reshape(-1) == HIGH).astype(jnp.float32)
+    xp = array_module(rewards, tokens)
+    r = xp.asarray(rewards, xp.float32).reshape(-1)
+    high = (xp.asarray(tokens).reshape(-1) == HIGH).astype(xp.float32)
     low = 1.0 - high
     return {
-        "reward_mean_high_token": jnp.sum(r * high) / jnp.maximum(high.sum(), 1.0),
-        "reward_mean_low_token": jnp.sum(r * low) / jnp.maximum(low.sum(), 1.0),
+        "reward_mean_high_token": xp.sum(r * high) / xp.maximum(high.sum(), xp.float32(1.0)),
+        "reward_mean_low_token": xp.sum(r * low) / xp.maximum(low.sum(), xp.float32(1.0)),
         "frac_high_token": high.mean(),
     }
 
@@ -101,15 +119,17 @@ def step_diagnostics(
     grads=None,
 ) -> Scalars:
     """All of the above in one flat dict; KL and clip fractions come from the policy loss's
-    metrics (passed through unchanged)."""
+    metrics (passed through unchanged). Host (numpy) inputs give numpy scalars, except grad_metrics (grads
+    live on the device)."""
     out = {**group_metrics(rewards, advantages), **entropy_metrics(entropy, mask, rewards)}
     if reward_tokens is not None:
         out.update(reward_token_metrics(rewards, reward_tokens))
     if grads is not None:
         out.update(grad_metrics(grads))
+    xp = array_module(rewards, advantages, entropy, mask, reward_tokens)
     for key in ("kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual"):
         if loss_metrics is not None and key in loss_metrics:
-            out[key] = jnp.asarray(loss_metrics[key], jnp.float32)
+            out[key] = xp.asarray(loss_metrics[key], xp.float32)
     return out
 
 

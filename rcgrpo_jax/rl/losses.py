@@ -3,17 +3,19 @@
 Every policy loss has one signature:
 
     fn(logp [B, T], old_logp [B, T], ref_logp [B, T] | None, advantages [B] | [B, T], mask [B, T],
-       *, config=None, clip_scale [B] | None = None) -> (loss_sum, denominator, metrics)
+       *, config=None, per_rollout=None) -> (loss_sum, denominator, metrics)
 
 logp is under the current policy (differentiated), old_logp under the behaviour policy (the
-sampler), ref_logp under the frozen reference. The loss is loss_sum / denominator; the aggregation
-mode decides both so that summing sums and denominators over micro-batches and devices, then
-dividing once (`finalize`), is exact. metrics are masked token means over this batch (scalars).
+sampler), ref_logp under the frozen reference. per_rollout is the advantage estimator's pytree of
+per-rollout inputs (`advantages.Estimate.per_rollout`) gathered to rows, each leaf [B, ...], or None / {}:
+a loss reads the names it knows and ignores the rest (the clipped losses: "clip_scale" [B], AWPO).
+The loss is loss_sum / denominator; the aggregation mode decides both so that summing sums and
+denominators over micro-batches and devices, then dividing once (`finalize`), is exact. metrics are masked token means over this batch (scalars).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -219,7 +221,7 @@ def _token_advantages(advantages: Array, shape: tuple[int, int]) -> Array:
     return jnp.broadcast_to(advantages, shape)
 
 
-def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale):
+def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, per_rollout: Mapping[str, Array] | None):
     mask = mask.astype(jnp.float32)
     adv = jax.lax.stop_gradient(_token_advantages(advantages, logp.shape))
     old_logp = jax.lax.stop_gradient(old_logp)
@@ -231,6 +233,7 @@ def _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_s
         base = old_logp
     lr = log_ratio(logp, base, mask, level=cfg.ratio_level)
     ratio = jnp.exp(jnp.clip(lr, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    clip_scale = (per_rollout or {}).get("clip_scale")
     scale = jnp.ones((logp.shape[0], 1)) if clip_scale is None else jnp.asarray(clip_scale)[:, None]
     lo, hi = 1.0 - cfg.eps_low * scale, 1.0 + cfg.eps_high * scale
     per_token, active = clipped_surrogate(ratio, adv, lo, hi, cfg.dual_clip)
@@ -284,18 +287,19 @@ def ppo_clip(
     mask: Array,
     *,
     config=None,
-    clip_scale: Array | None = None,
+    per_rollout: Mapping[str, Array] | None = None,
 ) -> tuple[Array, Array, dict[str, Array]]:
     """PPO/GRPO/DAPO clipped surrogate + beta * KL(pi || pi_ref), aggregated by config.agg_mode.
 
     ratio = exp(log_ratio(logp, base)) with base = old_logp (default) or ref_logp and the level of
     `ratio_level` (per token by default; sequence mean; whole trajectory);
     per token -min(ratio A, clip(ratio, 1 - eps_low s, 1 + eps_high s) A)
-    with s = clip_scale (AWPO, per sequence; 1 if None), the dual clip for A < 0 when dual_clip > 0,
+    with s = per_rollout["clip_scale"] (AWPO, per sequence; 1 when absent), the dual clip for A < 0 when
+    dual_clip > 0,
     and + kl_beta * clamp(k(logp, ref_logp)) when kl_beta > 0.
     """
     cfg = resolve(config, ppo_clip_config())
-    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale)
+    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, per_rollout)
 
 
 @register("gspo", default_config=gspo_config, validate=clipped_validate)
@@ -307,9 +311,9 @@ def gspo(
     mask: Array,
     *,
     config=None,
-    clip_scale: Array | None = None,
+    per_rollout: Mapping[str, Array] | None = None,
 ) -> tuple[Array, Array, dict[str, Array]]:
     """GSPO: the clipped surrogate with one ratio per sequence, exp(mean_t (logp - old_logp)),
-    tight clip (3e-4 / 4e-4) and seq-mean-token-mean aggregation by default."""
+    tight clip (3e-4 / 4e-4) and seq-mean-token-mean aggregation by default; per_rollout as `ppo_clip`."""
     cfg = resolve(config, gspo_config())
-    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, clip_scale)
+    return _clipped_policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, per_rollout)

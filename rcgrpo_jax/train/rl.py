@@ -9,11 +9,13 @@ One step, as named phases:
   2. advantage inputs: rewards (non-finite ones marked, logged, kept out of their group's mean and out of
      the loss), the reward shaping by `rl.shaping.name` and the group filter by `rl.group_filter.name`, the
      judge's reasoning scores for estimators that need them, advantages and per-rollout loss inputs by
-     `rl.advantage.name`;
-  3. the batch (`rl_batch.RolloutBatch`), the reference log-probs (when a KL is used or logged) and the
-     optional recompute of the behaviour log-probs, all at the sampling temperature;
+     `rl.advantage.name` (`advantages.estimate`) -> `AdvantageInputs`;
+  3. the batch (`rl_batch.RolloutBatch`, the estimator's per-rollout pytree gathered to rows), the reference
+     log-probs (when a KL is used or logged) and the optional recompute of the behaviour log-probs, all at the
+     sampling temperature -> `PreparedBatch`;
   4. the PPO update: `rl.ppo_epochs` passes over `rl.num_minibatches` mini-batches, each one optimizer
-     update of `rl.loss.name` accumulated exactly over micro-batches (rl_step.py);
+     update of `rl.loss.name` accumulated exactly over micro-batches (rl_step.py); the first epoch's entropy
+     reduced per episode from the micro-batches' rows -> `UpdateResult`;
   5. metrics (`rl.diagnostics.step_diagnostics` and the episodes' shape), a timing split and tokens/s.
 
 SFT + RC-GRPO (the paper's ablation): an SFT checkpoint has no reward tokens. They are added at the
@@ -53,8 +55,29 @@ class AdvantageInputs:
     valid: np.ndarray  # bool: the reward was finite (invalid rollouts get no loss)
     keep: np.ndarray  # [N] bool: groups the group filter keeps
     advantages: np.ndarray
-    per_rollout: dict[str, np.ndarray]  # the estimator's per-rollout loss inputs (clip_scale)
+    per_rollout: Any  # the estimator's per-rollout loss inputs (`advantages.Estimate.per_rollout`), [N, G, ...] leaves
     metrics: dict[str, Any]
+
+
+@dataclasses.dataclass
+class PreparedBatch:
+    """Phase 3's output: the host batch (one row per training sample, `episode` set; reference and recomputed
+    log-probs filled in when used), the PPO plan (row indices per micro-batch per mini-batch) and the phase's
+    timings."""
+
+    batch: rl_batch.RolloutBatch
+    plan: list[list[np.ndarray]]
+    timing: dict[str, Any]
+
+
+@dataclasses.dataclass
+class UpdateResult:
+    """Phase 4's output (beside the new state): each optimizer update's metrics, the per-episode statistics of
+    the first PPO epoch (under the pre-update policy, reduced from the micro-batches' rows), and its seconds."""
+
+    updates: list[dict[str, Any]]
+    episodes: rl_step.EpisodeStats
+    seconds: float
 
 
 def check_judge_budget(failed: int, items: int, budget: float, name: str) -> None:
@@ -228,12 +251,12 @@ class RLTrainer:
             k_sample,
         )
         adv = self.advantage_inputs(ro, step)
-        batch, owner, plan, timing = self.batch_and_reference(state, ro, adv, step)
-        state, updates, row_stats, t_update = self.ppo_update(state, batch, plan)
-        metrics = self.step_metrics(state, ro, adv, batch, owner, plan, updates, row_stats)
-        metrics.update(timing)
+        prepared = self.batch_and_reference(state, ro, adv, step)
+        state, update = self.ppo_update(state, prepared, len(ro.episodes))
+        metrics = self.step_metrics(state, rollouts=ro, advantages=adv, batch=prepared.batch, update=update)
+        metrics.update(prepared.timing)
         metrics.update(self.across_steps(step, metrics))
-        metrics.update(step_timing(ro, time.perf_counter() - t0, t_update, updates, int(self.config.rl.ppo_epochs)))
+        metrics.update(step_timing(ro, time.perf_counter() - t0, update, int(self.config.rl.ppo_epochs)))
         c1, c1_s = runtime.compile_totals()  # new shapes (rows, cache length, buckets) compile inside the step
         metrics.update({"time/compiles": c1 - c0, "time/compile_s": c1_s - c0_s})
         metrics.update(heldout)
@@ -330,31 +353,30 @@ class RLTrainer:
         missing = [s for s in c.needs if s not in aux]
         if missing:
             raise ConfigError("rl.advantage.name", f"{c.estimator!r} needs {missing}, which this run does not produce")
-        adv, est = advantages.get(c.estimator)(rewards, aux=aux, config=c.advantage_options)
-        extras = advantages.per_rollout(c.estimator, rewards, aux=aux, config=c.advantage_options)
-        metrics.update({f"estimator/{k}": float(v) for k, v in est.items()})
-        per_rollout = {k: np.asarray(v, np.float32) for k, v in extras.items()}
-        adv = np.asarray(adv, np.float32)
+        est = advantages.estimate(c.estimator, rewards, aux=aux, config=c.advantage_options)
+        metrics.update({f"estimator/{k}": float(v) for k, v in est.metrics.items()})
+        per_rollout = jax.tree.map(np.asarray, est.per_rollout)
+        adv = np.asarray(est.advantages, np.float32)
         if rl.shuffle_advantages:
             adv, per_rollout = shuffled(adv, per_rollout, int(self.config.seed), step)
         return AdvantageInputs(rewards, valid, keep, adv, per_rollout, metrics)
 
-    def batch_and_reference(self, state, ro, adv: AdvantageInputs, step: int):
-        """The host batch (one row per training sample; rows of dropped groups and invalid rollouts carry no
-        loss), each row's episode (-1: padding), the PPO plan, and the reference / recomputed log-probs."""
+    def batch_and_reference(self, state, ro, adv: AdvantageInputs, step: int) -> PreparedBatch:
+        """The host batch (one row per training sample, each row's episode in `batch.episode`; rows of dropped
+        groups and invalid rollouts carry no loss), the PPO plan, and the reference / recomputed log-probs."""
         rl = self.config.rl
         micro = int(self.config.train.batch_size) // int(self.config.train.grad_accum)
-        batch, owner, lengths = rl_batch.from_episodes(
+        batch = rl_batch.from_episodes(
             ro.episodes,
             adv.advantages,
-            adv.per_rollout.get("clip_scale", np.ones_like(adv.advantages)),
+            adv.per_rollout,
             np.repeat(adv.keep, self.group) & adv.valid.reshape(-1),
             buckets=tuple(int(x) for x in self.config.data.buckets),
             pad_id=self.pad_id,
             row_multiple=int(rl.num_minibatches) * micro,
         )
         perm = np.random.default_rng([int(self.config.seed), int(step), 11]).permutation(batch.rows)
-        plan = rl_batch.minibatch_plan(perm, lengths, int(rl.num_minibatches), micro)
+        plan = rl_batch.minibatch_plan(perm, batch.row_lengths, int(rl.num_minibatches), micro)
         all_micro = [rows for mb in plan for rows in mb]
         timing: dict[str, Any] = {"time/reference_s": 0.0, "time/recompute_s": 0.0}
         with jax.set_mesh(self.mesh), sharding_lib.axis_rules(self.logical):
@@ -369,7 +391,7 @@ class RLTrainer:
                 gap = float(np.sum(np.abs(recomputed - batch.old_logp) * m) / max(m.sum(), 1.0))
                 batch = batch.replace(old_logp=recomputed)
                 timing.update({"old_logp_abs_diff": gap, "time/recompute_s": time.perf_counter() - t0})
-        return batch, owner, plan, timing
+        return PreparedBatch(batch, plan, timing)
 
     def _logprob_pass(self, fn, params, batch: rl_batch.RolloutBatch, micros) -> np.ndarray:
         """log-probs [B, L - 1] of every row, one length-bucketed micro-batch at a time."""
@@ -382,40 +404,51 @@ class RLTrainer:
             out[rows, : lp.shape[1]] = lp
         return out
 
-    def ppo_update(self, state, batch: rl_batch.RolloutBatch, plan):
-        """epochs x mini-batches, each one optimizer update; returns (state, per-update metrics, first-epoch
-        per-micro-batch (entropy sum, count) rows, seconds)."""
+    def ppo_update(self, state, prepared: PreparedBatch, num_episodes: int) -> tuple[Any, UpdateResult]:
+        """epochs x mini-batches, each one optimizer update; returns (state, `UpdateResult`). The first epoch's
+        per-row entropy sums and token counts are reduced per episode from the micro-batches that hold the rows
+        (`rl_step.episode_stats`)."""
         buckets = tuple(int(x) for x in self.config.data.buckets)
         t0 = time.perf_counter()
-        updates, row_stats = [], []
+        updates, row_episodes, row_stats = [], [], []
         with jax.set_mesh(self.mesh), sharding_lib.axis_rules(self.logical):
             for epoch in range(int(self.config.rl.ppo_epochs)):
-                for mb in plan:
-                    state, um, rows_out = self.updater(state, [batch.take(rows, buckets).put(self.mesh) for rows in mb])
+                for mb in prepared.plan:
+                    micros = [prepared.batch.take(rows, buckets) for rows in mb]
+                    state, um, rows_out = self.updater(state, [m.put(self.mesh) for m in micros])
                     updates.append(um)
                     if epoch == 0:
+                        row_episodes += [m.episode for m in micros]
                         row_stats += rows_out
             updates, row_stats = multihost.gather((updates, row_stats))  # row stats may span processes
-        return state, updates, row_stats, time.perf_counter() - t0
+        episodes = rl_step.episode_stats(row_episodes, row_stats, num_episodes)
+        return state, UpdateResult(updates, episodes, time.perf_counter() - t0)
 
-    def step_metrics(self, state, ro, adv: AdvantageInputs, batch, owner, plan, updates, row_stats) -> dict[str, Any]:
-        """The paper's variance diagnostics (over rows with loss tokens), the loss's metrics, the episodes' shape."""
+    def step_metrics(
+        self,
+        state,
+        *,
+        rollouts: rl_rollouts.Rollouts,
+        advantages: AdvantageInputs,
+        batch: rl_batch.RolloutBatch,
+        update: UpdateResult,
+    ) -> dict[str, Any]:
+        """The paper's variance diagnostics (over the episodes with loss tokens), the loss's metrics, the
+        episodes' shape."""
 
-        row_ent, row_count = np.zeros((batch.rows,)), np.zeros((batch.rows,))
-        for rows, (e_sum, cnt) in zip([r for mb in plan for r in mb], row_stats):
-            row_ent[rows], row_count[rows] = np.asarray(e_sum)[: len(rows)], np.asarray(cnt)[: len(rows)]
-        ent_sum, count = np.zeros((len(ro.episodes),)), np.zeros((len(ro.episodes),))  # per episode (its samples)
-        real = owner >= 0
-        np.add.at(ent_sum, owner[real], row_ent[real])
-        np.add.at(count, owner[real], row_count[real])
-        per_token_ent = (ent_sum / np.maximum(count, 1.0))[:, None]
+        ro, adv, updates, ep = rollouts, advantages, update.updates, update.episodes
         loss_metrics = {k: float(np.mean([u[k] for u in updates])) for k in rl_step.LOSS_METRICS}
         metrics = dict(adv.metrics)
         diag = diagnostics.step_diagnostics(
-            adv.rewards, adv.advantages, per_token_ent, (count > 0)[:, None], loss_metrics, ro.reward_tokens
+            adv.rewards,
+            adv.advantages,
+            ep.entropy_per_token[:, None],
+            ep.has_tokens[:, None],
+            loss_metrics,
+            ro.reward_tokens,
         )
         metrics.update({k: float(v) for k, v in diag.items()})
-        metrics["entropy_mean"] = float(ent_sum.sum() / max(count.sum(), 1.0))  # token mean, not sequence mean
+        metrics["entropy_mean"] = ep.entropy_mean  # token mean, not sequence mean
         for k in ("loss", "grad_norm", "loss_tokens", *rl_step.LOSS_METRICS):
             metrics[k] = float(np.mean([u[k] for u in updates]))
         if not self.choices.use_ref:
@@ -434,18 +467,16 @@ class RLTrainer:
         return metrics
 
 
-def shuffled(
-    adv: np.ndarray, per_rollout: dict[str, np.ndarray], seed: int, step: int
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def shuffled(adv: np.ndarray, per_rollout: Any, seed: int, step: int) -> tuple[np.ndarray, Any]:
     """The shuffled-advantage control: one permutation of all the step's rollouts (drawn from (seed, step)) applied
     to the advantages and to every per-rollout loss input alike, so each rollout trains on another's advantage.
     The multiset of values, and so the update's scale, is unchanged; its tie to each rollout's reward is gone."""
     perm = np.random.default_rng([seed, step, 23]).permutation(adv.size)
-    out = {k: np.asarray(v).reshape(-1)[perm].reshape(np.shape(v)) for k, v in per_rollout.items()}
+    out = jax.tree.map(lambda v: rl_batch.gather_rollouts(v, perm).reshape(np.shape(v)), per_rollout)
     return adv.reshape(-1)[perm].reshape(adv.shape), out
 
 
-def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update_s: float, updates, ppo_epochs: int) -> dict[str, float]:
+def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update: UpdateResult, ppo_epochs: int) -> dict[str, float]:
     samples = [x for e in ro.episodes for x in e.samples()]  # one per episode unless the template re-renders
     sampled = int(sum(int(np.sum(x.loss_mask)) for x in samples))
     total = int(sum(len(x.tokens) for x in samples))
@@ -454,10 +485,10 @@ def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update_s: float, update
         "time/rollout_s": ro.time_split["policy"],
         "time/env_s": ro.time_split["env"] + ro.time_split["chat"],
         "time/rollout_wall_s": ro.wall_s,
-        "time/update_s": update_s,
+        "time/update_s": update.seconds,
         "time/tokens_per_s": total / max(step_s, 1e-9),
         "time/sampled_tokens_per_s": sampled / max(ro.time_split["policy"], 1e-9),
-        "time/train_tokens_per_s": total * len(updates) / max(update_s, 1e-9) / max(ppo_epochs, 1),
+        "time/train_tokens_per_s": total * len(update.updates) / max(update.seconds, 1e-9) / max(ppo_epochs, 1),
     }
 
 

@@ -11,10 +11,12 @@ from softmax(logits / T) and reports that distribution's log-probs, so the ratio
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -75,7 +77,7 @@ def make_micro_grads(model_cfg, loss_name: str, loss_cfg, chunk: int, temperatur
             micro.advantages,
             mask,
             config=loss_cfg,
-            clip_scale=micro.clip_scale,
+            per_rollout=micro.per_rollout,
         )
         n = mask.sum()
         sums = {
@@ -170,6 +172,43 @@ class Updater:
         )
         a = self._apply.lower(abstract_state, grads, sums).compile()
         return g, a
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeStats:
+    """Per-episode sums over the loss tokens of each episode's rows (its training samples), under the policy
+    the update's micro-batches saw (the pre-update one in the first PPO epoch); float64 host arrays [E]."""
+
+    entropy_sum: np.ndarray  # sum over the loss tokens of the policy's entropy
+    tokens: np.ndarray  # loss tokens
+
+    @property
+    def has_tokens(self) -> np.ndarray:
+        """[E] bool: the episode has loss tokens (one masked out of the loss has no entropy to report)."""
+        return self.tokens > 0
+
+    @property
+    def entropy_per_token(self) -> np.ndarray:
+        """[E] each episode's mean token entropy (0 without loss tokens)."""
+        return self.entropy_sum / np.maximum(self.tokens, 1.0)
+
+    @property
+    def entropy_mean(self) -> float:
+        """The token-mean entropy over all episodes (not the mean of the episodes' means)."""
+        return float(self.entropy_sum.sum() / max(self.tokens.sum(), 1.0))
+
+
+def episode_stats(row_episodes: Sequence[np.ndarray], rows: Sequence, num_episodes: int) -> EpisodeStats:
+    """Reduces the update's per-row outputs to episodes, micro-batch by micro-batch: `row_episodes[i]` is micro-
+    batch i's `RolloutBatch.episode` (whose each row is; -1 = padding, dropped) and `rows[i]` its (row_entropy [m],
+    row_count [m]) pair as `Updater` returns it (gathered to host arrays)."""
+    entropy, tokens = np.zeros((num_episodes,)), np.zeros((num_episodes,))
+    for episode, (row_entropy, row_count) in zip(row_episodes, rows, strict=True):
+        episode = np.asarray(episode)
+        real = episode >= 0
+        np.add.at(entropy, episode[real], np.asarray(row_entropy)[: len(episode)][real])
+        np.add.at(tokens, episode[real], np.asarray(row_count)[: len(episode)][real])
+    return EpisodeStats(entropy, tokens)
 
 
 def jit_logprobs(fn, params_sh, mesh: Mesh) -> Callable:

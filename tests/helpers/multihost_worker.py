@@ -65,7 +65,10 @@ def update(ckpt: str, batch: dict, micro_rows: list) -> dict:
     from rcgrpo_jax.train import state as state_lib
     from rcgrpo_jax.train.rl_batch import RolloutBatch
 
-    batch = RolloutBatch(**batch)
+    per_rollout = {k.split("/", 1)[1]: v for k, v in batch.items() if k.startswith("per_rollout/")}
+    batch = RolloutBatch(
+        **{k: v for k, v in batch.items() if not k.startswith("per_rollout/")}, per_rollout=per_rollout
+    )
     config = _config()
     mesh = sharding.make_mesh(MESH)
     model_cfg = model_prep.model_config(config, ckpt)

@@ -80,7 +80,7 @@ def _inputs(ckpt: str) -> dict[str, np.ndarray]:
         "old_logp": (lp + rng.normal(0, 0.3, lp.shape) * loss_mask).astype(np.float32),
         "ref_logp": (lp + rng.normal(0, 0.2, lp.shape) * loss_mask).astype(np.float32),
         "advantages": rng.normal(0, 1, rows).astype(np.float32),
-        "clip_scale": np.linspace(0.5, 1.0, rows).astype(np.float32),
+        "per_rollout/clip_scale": np.linspace(0.5, 1.0, rows).astype(np.float32),
         "micro/0": np.arange(8),
         "micro/1": np.arange(8, 16),
     }

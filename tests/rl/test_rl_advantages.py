@@ -452,3 +452,32 @@ def test_rloo_matches_leave_one_out_loop(r):
     n, g = r.shape
     expected = np.array([[r[i, j] - np.mean(np.delete(r[i], j)) for j in range(g)] for i in range(n)])
     np.testing.assert_allclose(a, expected, atol=1e-4)
+
+
+def test_estimate_carries_the_per_rollout_pytree():
+    """`estimate` = the estimator's (advantages, metrics) and its per-rollout inputs, unchanged: {} for the
+    estimators without any, AWPO's {"clip_scale": [N, G]} (= `awpo_per_rollout`)."""
+    est = adv_lib.estimate("grpo", jnp.asarray(R))
+    np.testing.assert_array_equal(est.advantages, adv_lib.get("grpo")(jnp.asarray(R))[0])
+    assert est.per_rollout == {} and "adv_abs_mean" in est.metrics
+    r, s = jnp.asarray(R_AWPO), jnp.asarray(S_AWPO)
+    est = adv_lib.estimate("awpo", r, aux={"reasoning": s})
+    assert set(est.per_rollout) == {"clip_scale"}
+    direct = adv_lib.awpo_per_rollout(r, aux={"reasoning": s})["clip_scale"]
+    np.testing.assert_array_equal(est.per_rollout["clip_scale"], direct)
+    np.testing.assert_array_equal(est.advantages, adv_lib.get("awpo")(r, aux={"reasoning": s})[0])
+    # a pytree: jit returns it whole
+    jitted = jax.jit(lambda r, s: adv_lib.estimate("awpo", r, aux={"reasoning": s}))(r, s)
+    np.testing.assert_allclose(jitted.per_rollout["clip_scale"], est.per_rollout["clip_scale"], rtol=1e-6)
+
+
+def test_per_rollout_inputs_are_any_names_of_shape_n_g():
+    """Any name and shape [N, G, ...] passes through (no list of known fields), a leaf that is not [N, G, ...]
+    raises; `per_rollout_shapes` gives one rollout's share (abstract batches)."""
+    r = jnp.asarray(R)
+    out = {"weight": jnp.ones_like(r), "vec": jnp.zeros((*r.shape, 3), jnp.int32)}
+    assert adv_lib.checked_per_rollout("x", r, out) is out
+    with pytest.raises(ValueError, match="'x'.*\\['w'\\].*not \\[N, G\\]"):
+        adv_lib.checked_per_rollout("x", r, {"w": jnp.ones((r.shape[0],))})
+    assert adv_lib.per_rollout_shapes("grpo") == {}
+    assert adv_lib.per_rollout_shapes("awpo") == {"clip_scale": jax.ShapeDtypeStruct((), jnp.float32)}

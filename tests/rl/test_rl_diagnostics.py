@@ -125,3 +125,21 @@ def test_entropy_reward_correlation_across_steps_by_hand():
     assert resumed == {diagnostics.ACROSS_STEPS_KEY: logged[-1]}
     with pytest.raises(ValueError, match="x has 3 points, y 2"):
         diagnostics.running_pearson(ent, rew[:2])
+
+
+def test_host_inputs_stay_numpy_and_match_the_device_values():
+    """The trainer's step statistics are host numpy: the diagnostics compute them with numpy (no jax array
+    comes back), to the values jax.numpy gives on the same inputs."""
+    rng = np.random.default_rng(0)
+    r = rng.choice([0.0, 0.5, 1.0], (3, 4)).astype(np.float32)
+    a = rng.normal(size=(3, 4)).astype(np.float32)
+    ent, mask = rng.uniform(0, 3, (12, 1)), rng.uniform(size=(12, 1)) > 0.2
+    tokens = rng.integers(0, 2, (3, 4)).astype(np.int32)
+    loss = {"kl": 0.1, "clip_frac_low": 0.0, "clip_frac_high": 0.2, "clip_frac_dual": 0.0}
+    host = diagnostics.step_diagnostics(r, a, ent, mask, loss, tokens)
+    device = diagnostics.step_diagnostics(*map(jnp.asarray, (r, a, ent, mask)), loss, jnp.asarray(tokens))
+    assert set(host) == set(device)
+    assert all(isinstance(v, (np.ndarray, np.generic)) for v in host.values())
+    for k in host:
+        np.testing.assert_allclose(host[k], device[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    assert diagnostics.array_module(r, None) is np and diagnostics.array_module(r, jnp.asarray(a)) is jnp

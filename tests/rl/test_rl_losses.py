@@ -91,11 +91,23 @@ class PPOClipTest(parameterized.TestCase):
     def test_per_sequence_clip_scale(self):
         lr = jnp.log(jnp.full((2, 1), 1.15))
         adv, zeros, ones = jnp.ones((2,)), jnp.zeros((2, 1)), jnp.ones((2, 1))
-        fn = self.variant(lambda lp, scale: losses.get("ppo_clip")(lp, zeros, None, adv, ones, clip_scale=scale))
+        fn = self.variant(
+            lambda lp, scale: losses.get("ppo_clip")(lp, zeros, None, adv, ones, per_rollout={"clip_scale": scale})
+        )
         s, d, _ = fn(lr, jnp.array([1.0, 0.5]))
         np.testing.assert_allclose(s, -(1.15 + 1.1), rtol=1e-5)  # row 1's radius is 0.1
         grad = jax.grad(lambda lp: fn(lp, jnp.array([1.0, 0.5]))[0])(lr)
         np.testing.assert_allclose(grad, [[-1.15], [0.0]], rtol=1e-5)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_per_rollout_inputs_a_loss_does_not_read_change_nothing(self):
+        """None, {}, a scale of ones and names the loss does not know give the same loss, bit for bit."""
+        lr = jnp.log(jnp.array([[1.15, 0.7], [1.3, 1.0]]))
+        adv, zeros, ones = jnp.array([1.0, -2.0]), jnp.zeros((2, 2)), jnp.ones((2, 2))
+        fn = self.variant(lambda lp, pr: losses.get("ppo_clip")(lp, zeros, None, adv, ones, per_rollout=pr)[:2])
+        base = fn(lr, None)
+        for pr in ({}, {"clip_scale": jnp.ones((2,))}, {"other": jnp.full((2, 3), 7.0)}):
+            np.testing.assert_array_equal(fn(lr, pr), base)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_kl_term(self):

@@ -24,7 +24,7 @@ def test_pack_shifts_targets():
         [np.array([0, 0, 1, 1])],
         [np.array([0.0, 0.0, -0.5, -0.25], np.float32)],
         np.array([1.5]),
-        np.array([0.5]),
+        {"clip_scale": np.array([0.5], np.float32)},
         length=6,
         pad_id=0,
     )
@@ -33,7 +33,7 @@ def test_pack_shifts_targets():
     # column t holds token t + 1: tokens 7 and 8 (columns 1 and 2) were sampled
     np.testing.assert_array_equal(out.loss_mask, [[0, 1, 1, 0, 0]])
     np.testing.assert_allclose(out.old_logp, [[0, -0.5, -0.25, 0, 0]])
-    assert (out.advantages.tolist(), out.clip_scale.tolist(), out.ref_logp) == ([1.5], [0.5], None)
+    assert (out.advantages.tolist(), out.per_rollout["clip_scale"].tolist(), out.ref_logp) == ([1.5], [0.5], None)
 
 
 def test_minibatch_plan_and_take():
@@ -49,13 +49,15 @@ def test_minibatch_plan_and_take():
         [np.ones(k) for k in lengths],
         [np.zeros(k) for k in lengths],
         np.arange(n, dtype=np.float32),
-        np.ones(n),
+        {"clip_scale": np.ones(n), "vec": np.arange(2 * n).reshape(n, 2)},
         length=64,
         pad_id=0,
     )
     mb = batch.take(np.array([0, 2]), (16, 32, 64))
     assert mb.tokens.shape == (2, 32) and mb.loss_mask.shape == (2, 31) and mb.ref_logp is None
     np.testing.assert_array_equal(mb.advantages, [0, 2])
+    np.testing.assert_array_equal(mb.per_rollout["vec"], [[0, 1], [4, 5]])  # every leaf, whatever its name
+    assert jax.tree.structure(mb.per_rollout) == jax.tree.structure(batch.per_rollout)
     with pytest.raises(ValueError, match="exceeds the largest bucket"):
         rl_batch.bucket_for(65, (16, 32, 64))
 
@@ -97,7 +99,7 @@ def _batch(logprobs, params, vocab, rng):
         old_logp=(lp + rng.normal(0, 0.3, lp.shape) * loss_mask).astype(np.float32),
         ref_logp=(lp + rng.normal(0, 0.2, lp.shape) * loss_mask).astype(np.float32),
         advantages=rng.normal(0, 1, rows).astype(np.float32),
-        clip_scale=np.linspace(0.5, 1.0, rows).astype(np.float32),
+        per_rollout={"clip_scale": np.linspace(0.5, 1.0, rows).astype(np.float32)},
     )
 
 
@@ -142,7 +144,13 @@ def case(tiny_ckpt):
     cfg.kl_beta = 0.1
     logp = logprobs(params, jnp.asarray(batch.tokens), jnp.asarray(batch.token_mask))
     s, d, _ = losses.get("ppo_clip")(
-        logp, batch.old_logp, batch.ref_logp, batch.advantages, batch.loss_mask, config=cfg, clip_scale=batch.clip_scale
+        logp,
+        batch.old_logp,
+        batch.ref_logp,
+        batch.advantages,
+        batch.loss_mask,
+        config=cfg,
+        per_rollout=batch.per_rollout,
     )
     unsharded = _update(tiny_ckpt, {"data": 1, "fsdp": 1, "tensor": 1}, batch, [np.arange(4), np.arange(4, 8)])
     return batch, unsharded, float(s / d)

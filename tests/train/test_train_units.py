@@ -181,6 +181,50 @@ def test_shuffled_advantages_permute_every_per_rollout_input_alike():
     assert not np.array_equal(other, out)
 
 
+def test_from_episodes_gathers_every_per_rollout_leaf_to_its_rows():
+    """The batch builder carries the estimator's per-rollout pytree to the rows without knowing its names: each
+    leaf [N, G, ...] -> [R, ...], row r taking its episode's value (padding rows take episode 0's)."""
+    import types
+
+    from rcgrpo_jax.train import rl_batch
+
+    def episode(n_samples, length):
+        s = types.SimpleNamespace(tokens=np.arange(length), loss_mask=np.ones(length), logprobs=np.zeros(length))
+        return types.SimpleNamespace(samples=lambda: [s] * n_samples)
+
+    episodes = [episode(1, 3), episode(2, 4), episode(1, 5), episode(1, 2)]  # N = 2 groups x G = 2
+    per_rollout = {"clip_scale": np.array([[0.5, 0.6], [0.7, 0.8]], np.float32), "vec": np.arange(8).reshape(2, 2, 2)}
+    live = np.array([True, True, False, True])
+    batch = rl_batch.from_episodes(
+        episodes, np.arange(4.0).reshape(2, 2), per_rollout, live, buckets=(8,), pad_id=0, row_multiple=3
+    )
+    np.testing.assert_array_equal(batch.episode, [0, 1, 1, 2, 3, -1])
+    np.testing.assert_array_equal(batch.row_lengths, [3, 4, 4, 5, 2, 3])
+    np.testing.assert_array_equal(batch.advantages, [0, 1, 1, 2, 3, 0])
+    np.testing.assert_array_equal(batch.per_rollout["clip_scale"], np.float32([0.5, 0.6, 0.6, 0.7, 0.8, 0.5]))
+    np.testing.assert_array_equal(batch.per_rollout["vec"], [[0, 1], [2, 3], [2, 3], [4, 5], [6, 7], [0, 1]])
+    np.testing.assert_array_equal(batch.loss_mask.sum(1) > 0, [True, True, True, False, True, False])
+    empty = rl_batch.from_episodes(episodes, np.zeros((2, 2)), {}, live, buckets=(8,), pad_id=0, row_multiple=1)
+    assert empty.per_rollout == {}
+
+
+def test_episode_stats_reduce_each_micro_batchs_rows_to_their_episodes():
+    """Entropy sums and token counts per episode, from the rows of the micro-batches that hold them (an episode
+    may span rows of several micro-batches; padding rows, episode -1, count nowhere). Hand-computed."""
+    from rcgrpo_jax.train import rl_step
+
+    row_episodes = [np.array([2, 0]), np.array([2, -1, 1])]
+    rows = [(np.float32([1.5, 0.25]), np.float32([3, 1])), (np.float32([0.5, 9.0, 0.0]), np.float32([1, 4, 0]))]
+    stats = rl_step.episode_stats(row_episodes, rows, num_episodes=4)
+    np.testing.assert_array_equal(stats.entropy_sum, [0.25, 0.0, 2.0, 0.0])
+    np.testing.assert_array_equal(stats.tokens, [1, 0, 4, 0])
+    np.testing.assert_array_equal(stats.has_tokens, [True, False, True, False])
+    np.testing.assert_array_equal(stats.entropy_per_token, [0.25, 0.0, 0.5, 0.0])
+    assert stats.entropy_mean == 2.25 / 5  # a token mean, not the mean of the episodes' means
+    with pytest.raises(ValueError):  # one (entropy, count) pair per micro-batch
+        rl_step.episode_stats(row_episodes, rows[:1], num_episodes=4)
+
+
 def test_a_zero_learning_rate_is_a_control_and_a_negative_one_an_error():
     from rcgrpo_jax import config_checks
     from rcgrpo_jax.config_fields import ConfigError
