@@ -40,6 +40,7 @@ from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, pallas_mha_unavailable
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.sampling import SamplingParams, decode_step, packed, packed_append, row_shards, sampler, session
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
@@ -345,7 +346,10 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     def rl_update():
         fn = rl_step.make_micro_grads(model_cfg, c.loss, c.loss_options, chunk, temp)
         with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
-            micro = rl_batch.abstract_batch(mesh, shapes.micro, shapes.length, with_ref=c.use_ref)
+            per_rollout = advantages.per_rollout_shapes(c.estimator, c.advantage_options)
+            micro = rl_batch.abstract_batch(
+                mesh, shapes.micro, shapes.length, with_ref=c.use_ref, per_rollout=per_rollout
+            )
             micro_sh = jax.tree.map(lambda a: a.sharding, micro)
             return _export(fn, (p_sh, micro_sh), (updater.grads_sh, updater.sums_sh), (params, micro))
 

@@ -9,18 +9,12 @@ N = groups (tasks), G = rollouts per group. `aux` is a dict of optional extra si
 `config` is the estimator's ml_collections sub-config; missing fields take the estimator's defaults
 (`default_config(name)`), unknown fields raise. `metrics` are scalars for logging.
 
-Each registry entry declares what it needs and gives beyond its advantages (`spec(name)`):
-  - `needs`: the aux signals it requires (the RL trainer runs the judge only for an estimator that
-    needs "reasoning");
-  - `per_rollout`: an optional `fn(rewards, *, aux, config) -> {name: [N, G, ...]}`, the estimator's
-    per-rollout inputs of the policy loss (AWPO: {"clip_scale": ...});
-  - `validate`: checks its options at start-up (`check(name, options)`).
-
-The trainer calls `estimate(name, ...)`, which returns one `Estimate` (advantages, per_rollout, metrics).
-`Estimate.per_rollout` is a pytree (a dict, {} for most estimators) carried unchanged to the loss: the
-batch builder gathers every leaf to the rollout's rows (`train.rl_batch`), and the policy loss receives it
-as its `per_rollout` argument and reads the names it knows (`rl.losses`). So a new per-rollout input
-touches only its estimator (and test) and the loss that reads it.
+Each entry declares (`spec(name)`) the aux signals it `needs` (the trainer runs the judge only for
+"reasoning"), an optional `per_rollout(rewards, *, aux, config) -> {name: [N, G, ...]}` (its inputs of the
+policy loss; AWPO: {"clip_scale": ...}) and a `validate` of its options (`check(name, options)`).
+The trainer calls `estimate(name, ...)` -> `Estimate(advantages, per_rollout, metrics)`; `per_rollout` is a
+pytree carried unchanged to the loss (`train.rl_batch` gathers each leaf to the rollout's rows; the loss
+reads the names it knows), so a new per-rollout input touches only its estimator and the loss that reads it.
 
 Adding a formula (see docs/advantages.md):
 
@@ -55,13 +49,9 @@ class EstimatorSpec:
     per_rollout: PerRollout | None = None
 
 
-_REGISTRY: Registry[Estimator] = Registry("advantage estimator")
-REGISTRY = _REGISTRY
+REGISTRY: Registry[Estimator] = Registry("advantage estimator")
 _SPECS: dict[str, EstimatorSpec] = {}
-get = _REGISTRY.get
-names = _REGISTRY.names
-default_config = _REGISTRY.default_config
-check = _REGISTRY.check
+_, get, names, default_config, check = REGISTRY.api()  # `register` below also records the estimator's spec
 
 
 def register(
@@ -77,7 +67,7 @@ def register(
     unknown = sorted(set(needs) - set(SIGNALS))
     if unknown:
         raise ValueError(f"estimator {name!r} needs unknown signals {unknown}; known: {', '.join(SIGNALS)}")
-    deco = _REGISTRY.register(name, default_config=default_config, validate=validate, override=override)
+    deco = REGISTRY.register(name, default_config=default_config, validate=validate, override=override)
 
     def wrap(fn: Estimator) -> Estimator:
         fn = deco(fn)
@@ -245,8 +235,7 @@ def rc_grpo_anchor(rewards: Array, *, aux: dict | None = None, config=None) -> t
     The low-token rollouts still set the group's mean and std, so a group whose high-token rollouts all
     succeed keeps its spread, but they get no advantage of their own: the update never teaches the
     policy to succeed when asked for a low reward, which would erase the conditioning that gives RC-GRPO
-    its variance (on the CPU quickstart's RL pool under `rc_grpo`, the low-token success rate rose to the
-    high one's within ~4 steps at lr 5e-4, and from 0.09 to 0.24-0.38 over 12 steps at 1e-4). Metrics as
+    its variance (docs/experiments.md: what that did on the CPU quickstart's RL pool). Metrics as
     `rc_grpo`'s, plus frac_zero_std_high_groups: the share of groups in which the high-token rollouts alone
     have equal rewards.
     """
@@ -318,8 +307,6 @@ def sign(rewards: Array, *, aux: dict | None = None, config=None) -> tuple[Array
 
 AWPO_MIX = ("additive", "convex")
 AWPO_GATES = ("dispersion", "outcome_insignificant", "always", "never")
-# The gate names before the paper's notation (eps_mix bounded sigma_out / sigma_mix, the inverse of rho_g).
-AWPO_FORMER_GATES = {"ratio_above": "dispersion", "ratio_below": "outcome_insignificant"}
 AWPO_DIFFICULTY = ("quadratic", "gaussian", "none")
 AWPO_DIFFICULTY_TARGETS = ("update", "judge")
 AWPO_RELIANCE = ("variance_share", "gate", "weight")
@@ -352,13 +339,6 @@ def awpo_config() -> ml_collections.ConfigDict:
 
 def awpo_validate(cfg: ml_collections.ConfigDict) -> None:
     """Every option of a resolved awpo config; raises `OptionError` naming the field."""
-    if cfg.gate in AWPO_FORMER_GATES:
-        raise OptionError(
-            "gate",
-            f"{cfg.gate!r} is the former notation (eps_mix bounded sigma_out / sigma_mix); use "
-            f"gate={AWPO_FORMER_GATES[cfg.gate]!r} with eps_mix = 1 / the old value (the paper's form: "
-            "rho_g = sigma_mix / sigma_out, open iff rho_g <= eps_mix; old eps_mix 0.5 = new 2.0)",
-        )
     check_choice(cfg, "mix", AWPO_MIX)
     check_choice(cfg, "gate", AWPO_GATES)
     check_choice(cfg, "difficulty", AWPO_DIFFICULTY)
@@ -472,7 +452,7 @@ def awpo_reliance(gate: Array, rho: Array, difficulty: Array, cfg: ml_collection
     "variance_share" (default): u = g (1 - min(1 / rho_g, 1)^2) = g (1 - min(sigma_out / sigma_mix, 1)^2),
     the judge's share of the mixed variance (exact when the judge is independent of the outcome); 0 when
     the gate is closed or the judge adds no spread (rho_g <= 1), g where sigma_out = 0 (rho_g = inf).
-    "gate": u = g. "weight": u = g d (this code's former reading)."""
+    "gate": u = g. "weight": u = g d."""
     if cfg.reliance == "variance_share":
         inv = jnp.where(rho > 0, 1.0 / jnp.where(rho > 0, rho, 1.0), jnp.inf)  # sigma_out / sigma_mix
         return gate * (1.0 - jnp.minimum(inv, 1.0) ** 2)

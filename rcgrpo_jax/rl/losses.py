@@ -27,13 +27,8 @@ Array = jax.Array
 PolicyLoss = Callable[..., tuple[Array, Array, dict[str, Array]]]
 KLEstimator = Callable[[Array, Array], Array]
 
-_REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
-REGISTRY = _REGISTRY
-register = _REGISTRY.register
-get = _REGISTRY.get
-names = _REGISTRY.names
-default_config = _REGISTRY.default_config
-check = _REGISTRY.check
+REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
+register, get, names, default_config, check = REGISTRY.api()
 
 kl_estimators: Registry[KLEstimator] = Registry("KL estimator")
 Aggregation = Callable[[Array, Array, float], tuple[Array, Array]]

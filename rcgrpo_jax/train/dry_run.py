@@ -38,6 +38,7 @@ from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
+from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.sampling import (
     SamplingParams,
     block_attention,
@@ -331,7 +332,8 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
         jax.set_mesh(mesh),
         sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical),
     ):
-        micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref)
+        per_rollout = advantages.per_rollout_shapes(c.estimator, c.advantage_options)
+        micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref, per_rollout=per_rollout)
         grads_c, apply_c = updater.lower(state_lib.with_shardings(abstract, state_sh), micro_shapes)
         logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(planned, chunk, temp), p_sh, mesh)
         tok = sharding_lib.batch_sharding(mesh, 2)

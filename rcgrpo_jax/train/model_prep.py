@@ -16,13 +16,10 @@ from jax.sharding import Mesh
 from rcgrpo_jax import config_fields, models
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_lib import common
-from rcgrpo_jax.data import datasets, tiny_checkpoint
+from rcgrpo_jax.data import datasets
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.hf_io import load_hf, save_hf
 from rcgrpo_jax.models.tiny import tiny_architecture
-
-# train/rl.py still calls `model_prep.model_dir`; the function lives in `data.tiny_checkpoint` (below eval).
-model_dir = tiny_checkpoint.model_dir
 
 
 def model_config(config, path_or_dict) -> Any:

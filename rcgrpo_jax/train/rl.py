@@ -37,7 +37,7 @@ from absl import logging as absl_logging
 from rcgrpo_jax import chat, config_checks, judges, multihost, runtime
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import ConfigError
-from rcgrpo_jax.data import sources
+from rcgrpo_jax.data import sources, tiny_checkpoint
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens, shaping
@@ -196,7 +196,7 @@ class RLTrainer:
         from transformers import AutoTokenizer
 
         rules = config.sharding.train_rules
-        path = model_prep.model_dir(config, workdir)
+        path = tiny_checkpoint.model_dir(config, workdir)
         self.conditioning = config.rl.reward_conditioning
         if self.conditioning == "auto":
             known = model_prep.has_reward_tokens(AutoTokenizer.from_pretrained(path))
