@@ -43,7 +43,7 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
 from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, policies, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards
+from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards, session
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -189,17 +189,14 @@ def append_pieces(
     kind: str = "",
 ) -> list[Piece]:
     """The forwards of one `DecodeSession.append`: counts[r] tokens appended to row r (holding bases[r]), in
-    pieces of at most `chunk` columns, each `min(chunk, length_bucket(longest in the piece))` wide, computed
+    the session's pieces (`session.append_chunks`: at most `chunk` columns, a bucketed width), computed
     over `sub_rows(the rows with tokens in the piece)` rows (the new session's sub-batch; a session that
     computes every row passes a constant)."""
-    out, start, longest = [], 0, max(counts.values(), default=0)
-    while start < longest:
-        k = {r: min(max(n - start, 0), chunk) for r, n in counts.items()}
-        k = {r: n for r, n in k.items() if n}
-        width = min(chunk, buckets.length_bucket(max(k.values())))
+    out, keys = [], list(counts)
+    for start, piece, width in session.append_chunks([counts[r] for r in keys], chunk):
+        k = {r: int(n) for r, n in zip(keys, piece) if n}
         pairs = sum(n * (bases[r] + start) + n * (n + 1) // 2 for r, n in k.items())
         out.append(Piece(sub_rows(sorted(k)), width, span, len(k), sum(k.values()), pairs, kind))
-        start += chunk
     return out
 
 

@@ -56,6 +56,20 @@ class CapacityError(RuntimeError):
     """A row would hold more tokens than the session's capacity."""
 
 
+def append_chunks(counts: Sequence[int], chunk: int) -> list[tuple[int, np.ndarray, int]]:
+    """The pieces of a row-block append (`DecodeSession.append` off the packed path) of counts[r] tokens to
+    row r: one (start, piece_counts, width) per piece, start = 0, chunk, 2 x chunk, ... below the largest
+    count; piece_counts[r] = clip(counts[r] - start, 0, chunk), the tokens row r has in the piece; width =
+    min(chunk, buckets.length_bucket(max(piece_counts))), the columns its forward computes. Pure; no count
+    (or all zero) gives no piece."""
+    n = np.asarray(counts, np.int64).reshape(-1)
+    out = []
+    for start in range(0, int(n.max(initial=0)), int(chunk)):
+        piece = np.clip(n - start, 0, int(chunk))
+        out.append((start, piece, min(int(chunk), buckets.length_bucket(int(piece.max())))))
+    return out
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _resize(x: jax.Array, span: int, axis: int) -> jax.Array:
     """x with its slot axis cut or zero-padded to `span` (the rows' valid slots always fit)."""
@@ -398,10 +412,8 @@ class DecodeSession:
                     self.stats["packed_pairs_computed"] += len(a.pair_block) * packed_append.BLOCK * bk
                     self.stats["prefill_tokens"] += fwd.tokens
             return
-        for start in range(0, int(n.max()), self.chunk):
-            counts = np.clip(n - start, 0, self.chunk)
+        for start, counts, width in append_chunks(n, self.chunk):
             live = np.flatnonzero(counts)
-            width = min(self.chunk, buckets.length_bucket(int(counts.max())))
             idx = row_shards.shard_local_rows(live, self.rows, self.row_multiple)
             sub = len(idx)
             if sub == self.rows:  # the bucket is the whole batch: no gather
