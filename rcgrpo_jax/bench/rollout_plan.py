@@ -41,7 +41,7 @@ from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources, trajectories
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
-from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, policies, run_episodes
+from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, engine, oracle_texts, policies, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards, session
 
@@ -290,21 +290,21 @@ class _Episode:
         self.lengths, self.k, self.length = lengths, 0, lengths.prompt
 
     def budget(self, limits: Limits) -> int:
-        return min(limits.max_step_tokens, limits.max_context - self.length - 1)
+        return engine.step_budget(self.length, max_step_tokens=limits.max_step_tokens, max_context=limits.max_context)
 
     def step(self, limits: Limits) -> int:
-        """Tokens this step samples (the expert's, cut by the budget as the engine does)."""
+        """Tokens this step samples (the expert's, cut by the engine's `step_budget`)."""
         return max(min(self.lengths.steps[self.k], self.budget(limits)), 0)
 
     def advance(self, sampled: int, limits: Limits) -> int | None:
-        """After sampling: the delta appended (the engine's end-of-turn token for a cut step included), or
-        None when the episode ends (last step, or the delta would pass the context limit)."""
+        """After sampling: the delta appended (the engine's `cut_step_tokens` for a cut step included), or
+        None when the episode ends (last step, or not `engine.delta_fits`)."""
         self.length += sampled
         full = self.lengths.steps[self.k]
         if self.k + 1 >= len(self.lengths.steps):
             return None
-        delta = self.lengths.deltas[self.k] + (sampled < full)
-        if self.length + delta + 1 > limits.max_context:
+        delta = self.lengths.deltas[self.k] + engine.cut_step_tokens(sampled >= full)
+        if not engine.delta_fits(self.length, delta, limits.max_context):
             return None
         self.length += delta
         self.k += 1
