@@ -360,20 +360,20 @@ def replay_streaming(
     cap = limits.capacity
     sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
     # The session's span and every row's length, a freed row's included until it is refilled (it keeps its
-    # context, so the session's span keeps covering it): grown to cover what a call writes, shrunk by a
-    # truncate or select to the longest row + the session's decode budget. `mult:K` (not a session's rule)
-    # sizes each call's span from its running rows alone.
+    # context, so the session's span keeps covering it): grown to cover what a call writes
+    # (`session.grown_span`), shrunk by a truncate or select (`session.shrunk_span`). `mult:K` (not a
+    # session's rule) sizes each call's span from its running rows alone.
     stateful = not span.startswith("mult:")
     row_len = [0] * sched.rows
     cur = [buckets.span_bucket(0, cap)]
     session_new = buckets.length_bucket(min(slice_tokens, limits.max_step_tokens) or limits.max_step_tokens)
 
     def grow(need: int) -> int:
-        cur[0] = max(cur[0], buckets.span_bucket(need, cap))
+        cur[0] = session.grown_span(cur[0], need, cap)
         return cur[0]
 
     def shrink_span() -> None:
-        cur[0] = min(cur[0], buckets.span_bucket(min(max(row_len) + session_new, cap), cap))
+        cur[0] = session.shrunk_span(cur[0], max(row_len), session_new, cap)
 
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}

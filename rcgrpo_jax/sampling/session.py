@@ -56,6 +56,22 @@ class CapacityError(RuntimeError):
     """A row would hold more tokens than the session's capacity."""
 
 
+def grown_span(span: int, need: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
+    """The span a session of span `span` works on once its rows need `need` slots (the most any row holds
+    after the next append or decode): `span` if it holds them, else buckets.span_bucket(need, capacity,
+    min_span). need > capacity raises `CapacityError`. Pure (`DecodeSession._grow`)."""
+    if need > capacity:
+        raise CapacityError(f"a row needs {need} slots, capacity {capacity}")
+    return int(span) if need <= span else buckets.span_bucket(need, capacity, min_span)
+
+
+def shrunk_span(span: int, longest: int, max_new: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
+    """The span after a truncate or select left the longest row holding `longest` tokens: the smaller of
+    `span` and buckets.span_bucket(min(longest + max_new, capacity), capacity, min_span) (room for one decode
+    call of `max_new` tokens). Pure (`DecodeSession._shrink`)."""
+    return min(int(span), buckets.span_bucket(min(int(longest) + int(max_new), capacity), capacity, min_span))
+
+
 def append_chunks(counts: Sequence[int], chunk: int) -> list[tuple[int, np.ndarray, int]]:
     """The pieces of a row-block append (`DecodeSession.append` off the packed path) of counts[r] tokens to
     row r: one (start, piece_counts, width) per piece, start = 0, chunk, 2 x chunk, ... below the largest
@@ -332,16 +348,11 @@ class DecodeSession:
 
     def _grow(self, need: int) -> None:
         """Make the span hold `need` slots per row (the most any row holds after the next call)."""
-        if need > self.capacity:
-            raise CapacityError(f"a row needs {need} slots, capacity {self.capacity}")
-        if need > self.cache.span:
-            self._resize(buckets.span_bucket(need, self.capacity, self.min_span))
+        self._resize(grown_span(self.cache.span, need, self.capacity, self.min_span))
 
     def _shrink(self) -> None:
-        need = min(int(self.lengths.max(initial=0)) + self.sampler.max_new_tokens, self.capacity)
-        span = buckets.span_bucket(need, self.capacity, self.min_span)
-        if span < self.cache.span:
-            self._resize(span)
+        longest = int(self.lengths.max(initial=0))
+        self._resize(shrunk_span(self.cache.span, longest, self.sampler.max_new_tokens, self.capacity, self.min_span))
 
     def append(self, deltas: Sequence[Sequence[int]]) -> None:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits.

@@ -83,6 +83,20 @@ def test_append_chunks_by_hand():
     assert session_mod.append_chunks([0, 0], 16) == [] and session_mod.append_chunks([], 16) == []
 
 
+def test_grown_and_shrunk_span_by_hand():
+    cap = 16896
+    # a span that holds the need stays; past it: span_bucket(700) = 768 (length_bucket 512 -> 768)
+    assert session_mod.grown_span(1024, 700, cap) == 1024 and session_mod.grown_span(512, 700, cap) == 768
+    assert session_mod.grown_span(256, 16500, cap) == cap  # the bucket (24576) capped at the capacity
+    with pytest.raises(session_mod.CapacityError, match="capacity"):
+        session_mod.grown_span(256, cap + 1, cap)
+    # longest 300 + 16 new = 316 -> span_bucket 384; never above the current span
+    assert session_mod.shrunk_span(4096, 300, 16, cap) == 384 and session_mod.shrunk_span(256, 300, 16, cap) == 256
+    assert session_mod.shrunk_span(4096, 0, 16, cap) == 256  # MIN_SPAN
+    assert session_mod.shrunk_span(cap, 16890, 512, cap) == cap  # the need capped at the capacity
+    assert session_mod.shrunk_span(4096, 300, 16, cap, min_span=64) == 384
+
+
 @pytest.mark.parametrize("axis", [2, 3])  # the slot axis: V (and "ragged" K) [R, G, S, Dh]; "xla" K^T [R, G, Dh, S]
 def test_slot_window_and_put_slots_against_a_loop(axis):
     """Reading a sub-batch's new slots and writing them into cache rows: what a per-element loop does, with
