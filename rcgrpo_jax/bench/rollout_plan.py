@@ -94,10 +94,6 @@ class Limits:
     prefill_chunk: int = 512
 
     @property
-    def max_new(self) -> int:  # the session's static decode budget
-        return buckets.length_bucket(self.max_step_tokens)
-
-    @property
     def capacity(self) -> int:  # a ModelPolicy session's
         return policies.capacity(self.max_context, self.max_step_tokens, self.prefill_chunk)
 
@@ -366,7 +362,8 @@ def replay_streaming(
     stateful = not span.startswith("mult:")
     row_len = [0] * sched.rows
     cur = [buckets.span_bucket(0, cap)]
-    session_new = buckets.length_bucket(min(slice_tokens, limits.max_step_tokens) or limits.max_step_tokens)
+    session_new = policies.decode_budget(slice_tokens, limits.max_step_tokens)  # the session's max_new_tokens
+    width = policies.slice_width(slice_tokens, limits.max_step_tokens)
 
     def grow(need: int) -> int:
         cur[0] = session.grown_span(cur[0], need, cap)
@@ -430,9 +427,12 @@ def replay_streaming(
         for i in sched.row_of:
             if i not in left:
                 left[i], done[i] = eps[i].step(limits), 0
-        width = min(slice_tokens or limits.max_new, limits.max_new)
-        call = {i: min(left[i], width) for i in sched.row_of}
-        asked = {sched.row_of[i]: min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of}
+        # what ModelPolicy asks of each row (`slice_budget`), clipped by the session; what it samples of that
+        asked = {
+            sched.row_of[i]: min(max(policies.slice_budget(eps[i].budget(limits) - done[i], width), 0), session_new)
+            for i in sched.row_of
+        }
+        call = {i: min(left[i], asked[sched.row_of[i]]) for i in sched.row_of}
         need = max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of)
         rows_now, sp = sched.rows, rule(need, cap)
         iters = max(call.values(), default=0)
