@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 import jax
 
-from rcgrpo_jax import chat, models
+from rcgrpo_jax import chat, hardware, models
 from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources, trajectories
 from rcgrpo_jax.envs import bfcl
@@ -525,7 +525,7 @@ def build_tokenizer(tasks, arch: str, vocab: int, workdir: str):
     return tok
 
 
-H200_BF16_DENSE_TFLOPS = 989.0  # H200 SXM bf16 dense peak per GPU (NVIDIA's datasheet, no sparsity)
+H200_BF16_DENSE_TFLOPS = hardware.H200.bf16_flops / 1e12  # H200 SXM bf16 dense peak per GPU (`hardware.H200`)
 DEFAULT_MFU = 0.4  # the model FLOP utilisation a prefill forward is assumed to reach (gpu_check measures it)
 
 
@@ -747,9 +747,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     flags.DEFINE_integer("tasks", 0, "training tasks to replay (0 = all)", flag_values=fl)
     flags.DEFINE_integer("vocab", 8192, "BPE vocabulary of the planner's tokenizer", flag_values=fl)
     flags.DEFINE_integer("devices", 8, "GPUs of the host", flag_values=fl)
-    flags.DEFINE_float("hbm_tb_s", 4.8, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl)
     flags.DEFINE_float(
-        "peak_tflops", H200_BF16_DENSE_TFLOPS, "bf16 dense peak per GPU, TFLOP/s (H200: 989)", flag_values=fl
+        "hbm_tb_s", hardware.H200.hbm_bytes_s / 1e12, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl
+    )
+    flags.DEFINE_float(
+        "peak_tflops", H200_BF16_DENSE_TFLOPS, "bf16 dense peak per GPU, TFLOP/s (H200 nominal)", flag_values=fl
     )
     flags.DEFINE_float(
         "mfu",
