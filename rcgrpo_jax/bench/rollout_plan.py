@@ -8,8 +8,9 @@ oracle, the preset family's template and parser, a reward goal in the prompt), t
 BPE of the family's split rule trained offline on the experts' text; each stands for its G rollouts.
 Replay (`replay_streaming`), RL step by step: the step's rollouts stream through the decode rows by the
 real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens, with the session's
-rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` (rows, spans, sub-batches,
-packed forwards), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
+rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` / `session` (rows, spans,
+sub-batches, packed forwards, append pieces), the engine's (`rollout.engine.step_budget`, cut steps) and
+`ModelPolicy`'s (`rollout.policies.slice_budget`), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
 against what a real `ModelPolicy(record_calls=True)` + `DecodeSession` did on a tiny model.
 Cost model (`figures`): KV-read and row utilisation, decode iterations, prefill FLOP utilisation (real
 FLOPs / FLOPs computed per forward, `Piece`) and an estimated rollout time per RL step on `--devices` GPUs
