@@ -8,8 +8,9 @@ oracle, the preset family's template and parser, a reward goal in the prompt), t
 BPE of the family's split rule trained offline on the experts' text; each stands for its G rollouts.
 Replay (`replay_streaming`), RL step by step: the step's rollouts stream through the decode rows by the
 real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens, with the session's
-rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` (rows, spans, sub-batches,
-packed forwards), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
+rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` / `session` (rows, spans,
+sub-batches, packed forwards, append pieces), the engine's (`rollout.engine.step_budget`, cut steps) and
+`ModelPolicy`'s (`rollout.policies.slice_budget`), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
 against what a real `ModelPolicy(record_calls=True)` + `DecodeSession` did on a tiny model.
 Cost model (`figures`): KV-read and row utilisation, decode iterations, prefill FLOP utilisation (real
 FLOPs / FLOPs computed per forward, `Piece`) and an estimated rollout time per RL step on `--devices` GPUs
@@ -36,14 +37,14 @@ from typing import Callable, Sequence
 
 import jax
 
-from rcgrpo_jax import chat, models
+from rcgrpo_jax import chat, hardware, models
 from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import datasets, sources, trajectories
 from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
-from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, oracle_texts, policies, run_episodes
+from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, engine, oracle_texts, policies, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards
+from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards, session
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -92,10 +93,6 @@ class Limits:
     max_context: int = 16384
     max_step_tokens: int = 512
     prefill_chunk: int = 512
-
-    @property
-    def max_new(self) -> int:  # the session's static decode budget
-        return buckets.length_bucket(self.max_step_tokens)
 
     @property
     def capacity(self) -> int:  # a ModelPolicy session's
@@ -189,17 +186,14 @@ def append_pieces(
     kind: str = "",
 ) -> list[Piece]:
     """The forwards of one `DecodeSession.append`: counts[r] tokens appended to row r (holding bases[r]), in
-    pieces of at most `chunk` columns, each `min(chunk, length_bucket(longest in the piece))` wide, computed
+    the session's pieces (`session.append_chunks`: at most `chunk` columns, a bucketed width), computed
     over `sub_rows(the rows with tokens in the piece)` rows (the new session's sub-batch; a session that
     computes every row passes a constant)."""
-    out, start, longest = [], 0, max(counts.values(), default=0)
-    while start < longest:
-        k = {r: min(max(n - start, 0), chunk) for r, n in counts.items()}
-        k = {r: n for r, n in k.items() if n}
-        width = min(chunk, buckets.length_bucket(max(k.values())))
+    out, keys = [], list(counts)
+    for start, piece, width in session.append_chunks([counts[r] for r in keys], chunk):
+        k = {r: int(n) for r, n in zip(keys, piece) if n}
         pairs = sum(n * (bases[r] + start) + n * (n + 1) // 2 for r, n in k.items())
         out.append(Piece(sub_rows(sorted(k)), width, span, len(k), sum(k.values()), pairs, kind))
-        start += chunk
     return out
 
 
@@ -293,21 +287,21 @@ class _Episode:
         self.lengths, self.k, self.length = lengths, 0, lengths.prompt
 
     def budget(self, limits: Limits) -> int:
-        return min(limits.max_step_tokens, limits.max_context - self.length - 1)
+        return engine.step_budget(self.length, max_step_tokens=limits.max_step_tokens, max_context=limits.max_context)
 
     def step(self, limits: Limits) -> int:
-        """Tokens this step samples (the expert's, cut by the budget as the engine does)."""
+        """Tokens this step samples (the expert's, cut by the engine's `step_budget`)."""
         return max(min(self.lengths.steps[self.k], self.budget(limits)), 0)
 
     def advance(self, sampled: int, limits: Limits) -> int | None:
-        """After sampling: the delta appended (the engine's end-of-turn token for a cut step included), or
-        None when the episode ends (last step, or the delta would pass the context limit)."""
+        """After sampling: the delta appended (the engine's `cut_step_tokens` for a cut step included), or
+        None when the episode ends (last step, or not `engine.delta_fits`)."""
         self.length += sampled
         full = self.lengths.steps[self.k]
         if self.k + 1 >= len(self.lengths.steps):
             return None
-        delta = self.lengths.deltas[self.k] + (sampled < full)
-        if self.length + delta + 1 > limits.max_context:
+        delta = self.lengths.deltas[self.k] + engine.cut_step_tokens(sampled >= full)
+        if not engine.delta_fits(self.length, delta, limits.max_context):
             return None
         self.length += delta
         self.k += 1
@@ -363,20 +357,21 @@ def replay_streaming(
     cap = limits.capacity
     sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
     # The session's span and every row's length, a freed row's included until it is refilled (it keeps its
-    # context, so the session's span keeps covering it): grown to cover what a call writes, shrunk by a
-    # truncate or select to the longest row + the session's decode budget. `mult:K` (not a session's rule)
-    # sizes each call's span from its running rows alone.
+    # context, so the session's span keeps covering it): grown to cover what a call writes
+    # (`session.grown_span`), shrunk by a truncate or select (`session.shrunk_span`). `mult:K` (not a
+    # session's rule) sizes each call's span from its running rows alone.
     stateful = not span.startswith("mult:")
     row_len = [0] * sched.rows
     cur = [buckets.span_bucket(0, cap)]
-    session_new = buckets.length_bucket(min(slice_tokens, limits.max_step_tokens) or limits.max_step_tokens)
+    session_new = policies.decode_budget(slice_tokens, limits.max_step_tokens)  # the session's max_new_tokens
+    width = policies.slice_width(slice_tokens, limits.max_step_tokens)
 
     def grow(need: int) -> int:
-        cur[0] = max(cur[0], buckets.span_bucket(need, cap))
+        cur[0] = session.grown_span(cur[0], need, cap)
         return cur[0]
 
     def shrink_span() -> None:
-        cur[0] = min(cur[0], buckets.span_bucket(min(max(row_len) + session_new, cap), cap))
+        cur[0] = session.shrunk_span(cur[0], max(row_len), session_new, cap)
 
     def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
         counts = {r: n for r, n in counts.items() if n > 0}
@@ -433,9 +428,12 @@ def replay_streaming(
         for i in sched.row_of:
             if i not in left:
                 left[i], done[i] = eps[i].step(limits), 0
-        width = min(slice_tokens or limits.max_new, limits.max_new)
-        call = {i: min(left[i], width) for i in sched.row_of}
-        asked = {sched.row_of[i]: min(max(eps[i].budget(limits) - done[i], 0), width) for i in sched.row_of}
+        # what ModelPolicy asks of each row (`slice_budget`), clipped by the session; what it samples of that
+        asked = {
+            sched.row_of[i]: min(max(policies.slice_budget(eps[i].budget(limits) - done[i], width), 0), session_new)
+            for i in sched.row_of
+        }
+        call = {i: min(left[i], asked[sched.row_of[i]]) for i in sched.row_of}
         need = max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of)
         rows_now, sp = sched.rows, rule(need, cap)
         iters = max(call.values(), default=0)
@@ -528,7 +526,7 @@ def build_tokenizer(tasks, arch: str, vocab: int, workdir: str):
     return tok
 
 
-H200_BF16_DENSE_TFLOPS = 989.0  # H200 SXM bf16 dense peak per GPU (NVIDIA's datasheet, no sparsity)
+H200_BF16_DENSE_TFLOPS = hardware.H200.bf16_flops / 1e12  # H200 SXM bf16 dense peak per GPU (`hardware.H200`)
 DEFAULT_MFU = 0.4  # the model FLOP utilisation a prefill forward is assumed to reach (gpu_check measures it)
 
 
@@ -750,9 +748,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     flags.DEFINE_integer("tasks", 0, "training tasks to replay (0 = all)", flag_values=fl)
     flags.DEFINE_integer("vocab", 8192, "BPE vocabulary of the planner's tokenizer", flag_values=fl)
     flags.DEFINE_integer("devices", 8, "GPUs of the host", flag_values=fl)
-    flags.DEFINE_float("hbm_tb_s", 4.8, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl)
     flags.DEFINE_float(
-        "peak_tflops", H200_BF16_DENSE_TFLOPS, "bf16 dense peak per GPU, TFLOP/s (H200: 989)", flag_values=fl
+        "hbm_tb_s", hardware.H200.hbm_bytes_s / 1e12, "HBM bandwidth per GPU, TB/s (H200 nominal)", flag_values=fl
+    )
+    flags.DEFINE_float(
+        "peak_tflops", H200_BF16_DENSE_TFLOPS, "bf16 dense peak per GPU, TFLOP/s (H200 nominal)", flag_values=fl
     )
     flags.DEFINE_float(
         "mfu",

@@ -133,6 +133,25 @@ def _render_error(e: Episode, where: str, err: Exception) -> str:
     return ep_mod.RENDER_ERROR
 
 
+def step_budget(length: int, *, max_step_tokens: int, max_context: int) -> int:
+    """The decode budget the engine gives an episode holding `length` tokens: min(max_step_tokens,
+    max_context - length - 1) (room left for one more token of context; <= 0 when there is none). Pure."""
+    return min(int(max_step_tokens), int(max_context) - int(length) - 1)
+
+
+def cut_step_tokens(stopped: bool) -> int:
+    """Tokens the engine puts before a step's delta to close it: 1 (its end-of-turn token, context, not
+    sampled) for a step its budget cut (no stop token), 0 for one that stopped. Pure."""
+    return 0 if stopped else 1
+
+
+def delta_fits(length: int, delta: int, max_context: int) -> bool:
+    """Whether an episode holding `length` tokens may take a delta of `delta` tokens (the cut step's closing
+    token included) and go on: length + delta + 1 <= max_context (room for one more sampled token); else the
+    episode ends `MAX_CONTEXT`. Pure."""
+    return int(length) + int(delta) + 1 <= int(max_context)
+
+
 def run_episodes(
     specs: Sequence[EpisodeSpec],
     policy: Policy,
@@ -186,7 +205,10 @@ def run_episodes(
         policy.finish([i for i in range(len(specs)) if i not in set(live)])
 
     while live:
-        budgets = [min(config.max_step_tokens, config.max_context - len(episodes[i].tokens) - 1) for i in live]
+        budgets = [
+            step_budget(len(episodes[i].tokens), max_step_tokens=config.max_step_tokens, max_context=config.max_context)
+            for i in live
+        ]
         samples = policy.act(live, budgets)
         t0 = clock.add("policy", t0)
         rows, tokens, ended, waiting = [], [], [], []
@@ -278,8 +300,8 @@ def _advance(
     e.messages.extend(new_messages)
     clock.add("chat", t0)
     # A step cut by its budget is closed with an end-of-turn token of ours (context, not sampled).
-    delta = ([] if sample.stopped else [eot[0]]) + delta
-    if len(e.tokens) + len(delta) + 1 > config.max_context:
+    delta = [eot[0]] * cut_step_tokens(sample.stopped) + delta
+    if not delta_fits(len(e.tokens), len(delta), config.max_context):
         return None, ep_mod.MAX_CONTEXT
     e.add_context(delta)
     return delta, None

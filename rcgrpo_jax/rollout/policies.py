@@ -44,6 +44,25 @@ def capacity(max_context: int, max_step_tokens: int, prefill_chunk: int) -> int:
     return int(max_context) + max(int(prefill_chunk), buckets.length_bucket(int(max_step_tokens)))
 
 
+def slice_width(slice_tokens: int, max_step_tokens: int) -> int:
+    """A `ModelPolicy(slice_tokens=K)`'s decode tokens per call: min(K, max_step_tokens), 0 for K = 0 (whole
+    steps). Pure."""
+    return min(int(slice_tokens), int(max_step_tokens)) if slice_tokens else 0
+
+
+def decode_budget(slice_tokens: int, max_step_tokens: int) -> int:
+    """The `max_new_tokens` of a `ModelPolicy`'s session (the most one decode call samples per row, which its
+    span keeps room for): buckets.length_bucket(slice_width(...) or max_step_tokens). Pure."""
+    return buckets.length_bucket(slice_width(slice_tokens, max_step_tokens) or int(max_step_tokens))
+
+
+def slice_budget(left: int, width: int) -> int:
+    """Tokens a `ModelPolicy` decode call asks of a row with `left` tokens of its step's budget left, at
+    `width` = slice_width(...) tokens per call: min(width, left), or left for whole steps (width 0). The
+    session then clips it to [0, decode_budget(...)]. Pure."""
+    return min(int(width), int(left)) if width else int(left)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeCall:
     """One `DecodeSession.decode` a `ModelPolicy(record_calls=True)` ran: the session's rows and span, the
@@ -130,7 +149,7 @@ class ModelPolicy:
         self.max_rows = None if rows is None else -(-int(rows) // batch_multiple(mesh)) * batch_multiple(mesh)
         self.longest_first = longest_first
         self.decode_attention = decode_attention  # auto | xla | ragged (sampling.decode_step)
-        self.slice = min(int(slice_tokens), max_step_tokens) if slice_tokens else 0
+        self.slice = slice_width(slice_tokens, max_step_tokens)
         self.partial: dict[int, tuple[list[int], list[np.ndarray], int]] = {}  # step in progress: toks, lps, left
         self.sched: RowScheduler | None = None  # continuous batching only
         self.prompts: list[list[int]] = []
@@ -157,7 +176,7 @@ class ModelPolicy:
             rows,
             self.capacity,
             sampling=self.sampling,
-            max_new_tokens=buckets.length_bucket(self.slice or self.max_step_tokens),
+            max_new_tokens=decode_budget(self.slice, self.max_step_tokens),
             prefill_chunk=self.chunk,
             mesh=self.mesh,
             rules=self.rules,
@@ -240,7 +259,7 @@ class ModelPolicy:
             self.partial.setdefault(i, ([], [], max(int(b), 0)))
         samples: dict[int, StepSample] = {}
         while running and not samples:
-            out = self._decode({i: min(self.slice, self.partial[i][2]) for i, _ in running})
+            out = self._decode({i: slice_budget(self.partial[i][2], self.slice) for i, _ in running})
             for i, _ in running:
                 toks, lps, left = self.partial[i]
                 t, lp, stopped = out[i]

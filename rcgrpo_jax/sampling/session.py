@@ -56,6 +56,36 @@ class CapacityError(RuntimeError):
     """A row would hold more tokens than the session's capacity."""
 
 
+def grown_span(span: int, need: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
+    """The span a session of span `span` works on once its rows need `need` slots (the most any row holds
+    after the next append or decode): `span` if it holds them, else buckets.span_bucket(need, capacity,
+    min_span). need > capacity raises `CapacityError`. Pure (`DecodeSession._grow`)."""
+    if need > capacity:
+        raise CapacityError(f"a row needs {need} slots, capacity {capacity}")
+    return int(span) if need <= span else buckets.span_bucket(need, capacity, min_span)
+
+
+def shrunk_span(span: int, longest: int, max_new: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
+    """The span after a truncate or select left the longest row holding `longest` tokens: the smaller of
+    `span` and buckets.span_bucket(min(longest + max_new, capacity), capacity, min_span) (room for one decode
+    call of `max_new` tokens). Pure (`DecodeSession._shrink`)."""
+    return min(int(span), buckets.span_bucket(min(int(longest) + int(max_new), capacity), capacity, min_span))
+
+
+def append_chunks(counts: Sequence[int], chunk: int) -> list[tuple[int, np.ndarray, int]]:
+    """The pieces of a row-block append (`DecodeSession.append` off the packed path) of counts[r] tokens to
+    row r: one (start, piece_counts, width) per piece, start = 0, chunk, 2 x chunk, ... below the largest
+    count; piece_counts[r] = clip(counts[r] - start, 0, chunk), the tokens row r has in the piece; width =
+    min(chunk, buckets.length_bucket(max(piece_counts))), the columns its forward computes. Pure; no count
+    (or all zero) gives no piece."""
+    n = np.asarray(counts, np.int64).reshape(-1)
+    out = []
+    for start in range(0, int(n.max(initial=0)), int(chunk)):
+        piece = np.clip(n - start, 0, int(chunk))
+        out.append((start, piece, min(int(chunk), buckets.length_bucket(int(piece.max())))))
+    return out
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _resize(x: jax.Array, span: int, axis: int) -> jax.Array:
     """x with its slot axis cut or zero-padded to `span` (the rows' valid slots always fit)."""
@@ -318,16 +348,11 @@ class DecodeSession:
 
     def _grow(self, need: int) -> None:
         """Make the span hold `need` slots per row (the most any row holds after the next call)."""
-        if need > self.capacity:
-            raise CapacityError(f"a row needs {need} slots, capacity {self.capacity}")
-        if need > self.cache.span:
-            self._resize(buckets.span_bucket(need, self.capacity, self.min_span))
+        self._resize(grown_span(self.cache.span, need, self.capacity, self.min_span))
 
     def _shrink(self) -> None:
-        need = min(int(self.lengths.max(initial=0)) + self.sampler.max_new_tokens, self.capacity)
-        span = buckets.span_bucket(need, self.capacity, self.min_span)
-        if span < self.cache.span:
-            self._resize(span)
+        longest = int(self.lengths.max(initial=0))
+        self._resize(shrunk_span(self.cache.span, longest, self.sampler.max_new_tokens, self.capacity, self.min_span))
 
     def append(self, deltas: Sequence[Sequence[int]]) -> None:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits.
@@ -398,10 +423,8 @@ class DecodeSession:
                     self.stats["packed_pairs_computed"] += len(a.pair_block) * packed_append.BLOCK * bk
                     self.stats["prefill_tokens"] += fwd.tokens
             return
-        for start in range(0, int(n.max()), self.chunk):
-            counts = np.clip(n - start, 0, self.chunk)
+        for start, counts, width in append_chunks(n, self.chunk):
             live = np.flatnonzero(counts)
-            width = min(self.chunk, buckets.length_bucket(int(counts.max())))
             idx = row_shards.shard_local_rows(live, self.rows, self.row_multiple)
             sub = len(idx)
             if sub == self.rows:  # the bucket is the whole batch: no gather

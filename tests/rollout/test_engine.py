@@ -172,3 +172,28 @@ def test_scripted_garbage_never_crashes(tiny_qwen):
     assert episodes[1].tool_calls == 1 and "Error" in episodes[1].messages[2]["content"]
     assert episodes[2].step_truncations == 1  # 10k chars exceed the 64-token step budget
     assert episodes[3].reward == 0.0 and episodes[3].tool_calls == 1
+
+
+def test_step_budget_and_cut_step_by_hand():
+    from rcgrpo_jax.rollout import engine
+
+    # 100 tokens held, context 8192: the step's own cap; 8000 held: 8192 - 8000 - 1 = 191 left
+    assert engine.step_budget(100, max_step_tokens=256, max_context=8192) == 256
+    assert engine.step_budget(8000, max_step_tokens=256, max_context=8192) == 191
+    assert engine.step_budget(8191, max_step_tokens=256, max_context=8192) == 0
+    assert engine.cut_step_tokens(True) == 0 and engine.cut_step_tokens(False) == 1
+    # 8000 held + 191 delta + 1 more = 8192 fits; one more token of delta does not
+    assert engine.delta_fits(8000, 191, 8192) and not engine.delta_fits(8000, 192, 8192)
+
+
+def test_slice_rules_by_hand():
+    from rcgrpo_jax.rollout import policies
+
+    assert policies.slice_width(8, 512) == 8 and policies.slice_width(0, 512) == 0
+    assert policies.slice_width(600, 512) == 512  # never past a step's budget
+    # the session's max_new_tokens: length_bucket(8) = 16; whole steps: length_bucket(500) = 512
+    assert policies.decode_budget(8, 512) == 16 and policies.decode_budget(0, 500) == 512
+    assert policies.decode_budget(600, 500) == 512
+    # a row with 5 tokens of its budget left asks 5 of a slice of 8; 20 left asks 8; whole steps ask all
+    assert policies.slice_budget(5, 8) == 5 and policies.slice_budget(20, 8) == 8
+    assert policies.slice_budget(300, 0) == 300
