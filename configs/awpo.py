@@ -33,10 +33,10 @@ the `rule` judge:
   python -m rcgrpo_jax.main --config=configs/awpo.py:tiny --workdir=/tmp/awpo
 """
 
-from rcgrpo_jax.config_lib import common, rl
+from rcgrpo_jax.config_lib import common, rl_stage
 from rcgrpo_jax.config_lib import eval as eval_lib
 
-# Hyperparameters taken over from the RC-GRPO builder (rcgrpo_jax/config_lib/rl.py: the RC-GRPO paper's Tables 10/12
+# Hyperparameters taken over from the RC-GRPO builder (rcgrpo_jax/config_lib/rl_stage.py: the RC-GRPO paper's Tables 10/12
 # and this project's own choices there), NOT from the AWPO paper, whose values we do not have. They are
 # what a GPU preset runs with until the AWPO paper's own are put in; tests/configs/test_awpo_preset.py
 # checks each still equals the builder's value. (The AWPO estimator's options, rl.advantage.awpo, are
@@ -78,7 +78,7 @@ def get_config(arg: str | None = None):
         return eval_config(preset)
     if mode:
         raise ValueError(f"unknown mode {mode!r} in {arg!r}; use configs/awpo.py:<preset> or :<preset>,eval")
-    c = rl.base("awpo", preset, estimator="awpo")
+    c = rl_stage.base("awpo", preset, estimator="awpo")
     if preset == "tiny":  # AWPO's backbone family (the papers' Qwen3s), built offline when model.path is unset
         c.model.tiny_arch = "qwen3"
         return c

@@ -7,11 +7,11 @@ L_max = rl.shaping.dapo_overlong.max_len, in response tokens; 0 = rl.max_context
 episode has no response budget of its own, and DAPO's 20480 / 4096 was set for single-turn maths answers).
 """
 
-from rcgrpo_jax.config_lib import common, rl
+from rcgrpo_jax.config_lib import common, rl_stage
 
 
 def get_config(arg: str | None = None):
-    c = rl.base("dapo", common.parse_preset(arg), estimator="grpo")
+    c = rl_stage.base("dapo", common.parse_preset(arg), estimator="grpo")
     c.rl.loss.ppo_clip.eps_high = 0.28
     c.rl.loss.ppo_clip.kl_beta = 0.0
     c.rl.loss.ppo_clip.agg_mode = "token-mean"

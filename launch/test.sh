@@ -45,7 +45,7 @@ GPU_IMAGE_TESTS=(
   tests/models/test_linear.py
   tests/sampling/test_block_attention.py
   tests/sampling/test_row_shards.py
-  tests/sampling/test_sample_fns.py
+  tests/sampling/test_next_token.py
   tests/rl/test_rl_losses.py
   tests/rl/test_rl_logprobs.py
   tests/rl/test_rl_diagnostics.py

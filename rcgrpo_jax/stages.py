@@ -30,7 +30,9 @@ TRAINERS: dict[str, TrainerKind] = {
         dry_run="rcgrpo_jax.train.dry_run:supervised",
     ),
     "rl": TrainerKind(
-        run="rcgrpo_jax.train.rl:run", check="rcgrpo_jax.train.rl_config:check", dry_run="rcgrpo_jax.train.dry_run:rl"
+        run="rcgrpo_jax.train.rl_trainer:run",
+        check="rcgrpo_jax.train.rl_config:check",
+        dry_run="rcgrpo_jax.train.dry_run:rl",
     ),
     "eval": TrainerKind(run="rcgrpo_jax.eval.run:run", check="rcgrpo_jax.config_checks:check"),
 }

@@ -17,8 +17,8 @@ from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources
 from rcgrpo_jax.rl import losses
 from rcgrpo_jax.rollout.episode import Episode
-from rcgrpo_jax.train import rl as rl_trainer
 from rcgrpo_jax.train import rl_config
+from rcgrpo_jax.train import rl_trainer as rl_trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRPO = os.path.join(REPO, "configs", "grpo.py")

@@ -115,16 +115,22 @@ def test_no_module_uses_or_replaces_another_modules_private_names():
 @pytest.mark.parametrize(
     "source, expected",
     [
-        ("from rcgrpo_jax.sampling.sampler import _decode\n", ["1: imports rcgrpo_jax.sampling.sampler._decode"]),
-        ("from .sampler import _decode, Sampler\n", ["1: imports rcgrpo_jax.sampling.sampler._decode"]),
-        ("import rcgrpo_jax.sampling.sampler as s\ns._decode(1)\n", ["2: reads rcgrpo_jax.sampling.sampler._decode"]),
         (
-            "from rcgrpo_jax.sampling import sampler\nsampler._decode\n",
-            ["2: reads rcgrpo_jax.sampling.sampler._decode"],
+            "from rcgrpo_jax.sampling.decode_loop import _decode\n",
+            ["1: imports rcgrpo_jax.sampling.decode_loop._decode"],
+        ),
+        ("from .decode_loop import _decode, Sampler\n", ["1: imports rcgrpo_jax.sampling.decode_loop._decode"]),
+        (
+            "import rcgrpo_jax.sampling.decode_loop as s\ns._decode(1)\n",
+            ["2: reads rcgrpo_jax.sampling.decode_loop._decode"],
         ),
         (
-            "import rcgrpo_jax.sampling.sampler\nrcgrpo_jax.sampling.sampler._x\n",
-            ["2: reads rcgrpo_jax.sampling.sampler._x"],
+            "from rcgrpo_jax.sampling import decode_loop\ndecode_loop._decode\n",
+            ["2: reads rcgrpo_jax.sampling.decode_loop._decode"],
+        ),
+        (
+            "import rcgrpo_jax.sampling.decode_loop\nrcgrpo_jax.sampling.decode_loop._x\n",
+            ["2: reads rcgrpo_jax.sampling.decode_loop._x"],
         ),
         (
             "from rcgrpo_jax.models import attention as a\na.attention = f\n",
@@ -139,7 +145,7 @@ def test_no_module_uses_or_replaces_another_modules_private_names():
             ["2: setattr on rcgrpo_jax.sampling.session"],
         ),
         # allowed: public names, dunders, a module's own privates, other objects' privates, third-party privates
-        ("from rcgrpo_jax.sampling import sampler\nsampler.Sampler, sampler.__name__\n", []),
+        ("from rcgrpo_jax.sampling import decode_loop\ndecode_loop.Sampler, decode_loop.__name__\n", []),
         ("from rcgrpo_jax.sampling.decode_step import _write\n", []),  # the module itself (below)
         ("import numpy as np\nnp._core\nx = object()\nx._y = 1\n", []),
         ("def f(session):\n    return session._programs\n", []),  # a parameter, not the module

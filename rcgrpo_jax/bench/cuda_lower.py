@@ -8,9 +8,9 @@ On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset'
 shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
 `jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes, against an abstract
 H200 (compute capability 9.0) wherever JAX has abstract devices (`abstract_target`):
-  RL stage:  prefill (`sampler.prefill_impl`), prefill_packed (`sampling.packed.prefill_impl`), append_packed
+  RL stage:  prefill (`decode_loop.prefill_impl`), prefill_packed (`sampling.packed.prefill_impl`), append_packed
              (`sampling.packed_append`), append_rows (`session.append_rows_impl`), copy_rows
-             (`row_shards.copy_rows`), decode (`sampler.decode_impl`, decode_attention=ragged), ref_logprobs
+             (`row_shards.copy_rows`), decode (`decode_loop.decode_impl`, decode_attention=ragged), ref_logprobs
              (`rl_step.make_logprob_fn`), rl_update (`rl_step.make_micro_grads`), rl_apply (`rl_step.make_apply`)
   SFT stage: sft_update (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
 Training programs use `model.attention_impl=pallas`; every Pallas kernel is traced as compiled Triton
@@ -41,7 +41,7 @@ from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, pallas_mha_unavailable
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
-from rcgrpo_jax.sampling import SamplingParams, decode_step, packed, packed_append, row_shards, sampler, session
+from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, packed, packed_append, row_shards, session
 from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
@@ -210,7 +210,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     layout = kernels()["decode_attention"]
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
-        rows = 2 * sampler.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
+        rows = 2 * decode_loop.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
         shapes = Shapes(micro=shards, length=128, grad_accum=1, rows=rows, capacity=256, prefill_width=64)
         shapes = dataclasses.replace(shapes, max_new_tokens=16)
     else:
@@ -230,25 +230,25 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     per_layer = decode_step.split_shardings(stacked_sh)
     weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
-    cache_sh = sampler.cache_sharding(model_cfg, mesh, layout)
+    cache_sh = decode_loop.cache_sharding(model_cfg, mesh, layout)
     cache = jax.eval_shape(
         lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity, dtype=dtype, layout=layout)
     )
     top_p = float(config.rl.top_p) if float(config.rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(config.rl.temperature), int(config.rl.top_k or 0) or None, top_p)
-    s = sampler.Sampler(model_cfg, shapes.max_new_tokens, sampling, shapes.prefill_width, kv_write="scatter")
+    s = decode_loop.Sampler(model_cfg, shapes.max_new_tokens, sampling, shapes.prefill_width, kv_write="scatter")
     b1, b2 = (sharding_lib.batch_sharding(mesh, n) for n in (1, 2))
     decode_rules = model_prep.rules(config.sharding.decode_rules)
 
     def prefill():
         def fn(w, tokens, counts, kv):
-            return sampler.prefill_impl(s, w, tokens, counts, kv)
+            return decode_loop.prefill_impl(s, w, tokens, counts, kv)
 
         args = (weights, _sds((shapes.rows, shapes.prefill_width), jnp.int32, b2), _sds((shapes.rows,), jnp.int32, b1))
-        with sampler.mesh_context(mesh, decode_rules):
+        with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, b2, b1, cache_sh), (b2, cache_sh), (*args, cache), donate=(3,))
 
-    m = sampler.batch_multiple(mesh)
+    m = decode_loop.batch_multiple(mesh)
     sub = dry_run.rollout_shapes(config, mesh)["sub_batch_rows"] if not tiny else m
     n_copy = dry_run.rollout_shapes(config, mesh)["copy_rows"] if not tiny else m
 
@@ -265,7 +265,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             _sds((sub, shapes.prefill_width), jnp.int32, b2),
             _sds((sub,), jnp.int32, b1),
         )
-        with sampler.mesh_context(mesh, decode_rules):
+        with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
 
     n_packed = dry_run.rollout_shapes(config, mesh)["packed_tokens"] if not tiny else m * packed.QUERY_BLOCK
@@ -288,7 +288,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             *(_sds((1,), jnp.int32, rep) for _ in range(3)),
         )
         in_sh = (w_sh, cache_sh, b2) + (b1,) * len(sizes) + (rep,) * 3
-        with sampler.mesh_context(mesh, decode_rules):
+        with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
 
     def prefill_packed():  # tokens, rows, slots; the attention's pairs
@@ -305,12 +305,12 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             return row_shards.copy_rows(x, src, dst, shapes.capacity, 2, at)
 
         args = (cache.v[0], _sds((n_copy,), jnp.int32, rep), _sds((n_copy,), jnp.int32, rep))
-        with sampler.mesh_context(mesh, decode_rules):
+        with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (cache_sh.v[0], rep, rep), cache_sh.v[0], args, donate=(0,))
 
     def decode():
         def fn(w, logits, kv, stop_ids, budgets, rng):
-            return sampler.decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
+            return decode_loop.decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
 
         vocab = model_cfg.vocab_size
         args = (
@@ -321,7 +321,7 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
             _sds((shapes.rows,), jnp.int32, b1),
             jax.random.key(0),
         )
-        with sampler.mesh_context(mesh, decode_rules):
+        with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, b2, cache_sh, b2, b1, rep), None, args, donate=(2,))
 
     tx = optim.make_optimizer(config.optim, 1000)

@@ -48,7 +48,7 @@ from rcgrpo_jax.sampling import (
     packed_append,
     stop_table,
 )
-from rcgrpo_jax.sampling import sampler as sampler_mod
+from rcgrpo_jax.sampling import decode_loop as sampler_mod
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import rl_step

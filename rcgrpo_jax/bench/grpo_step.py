@@ -47,7 +47,7 @@ from rcgrpo_jax.bench.trl_peer import reward_of
 from rcgrpo_jax.models.tiny import build_tiny_checkpoint, default_corpus
 from rcgrpo_jax.models.transformer import abstract_params
 from rcgrpo_jax.rl import advantages
-from rcgrpo_jax.sampling import decode_step, generate, sampler
+from rcgrpo_jax.sampling import decode_loop, decode_step, generate
 from rcgrpo_jax.sampling import session as session_lib
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_step
 from rcgrpo_jax.train import state as state_lib
@@ -234,7 +234,14 @@ class OursStep:
             for layout in decode_step.LAYOUTS
             for f in session_lib.programs(self.config, self.sample_mesh, layout).values()
         ]
-        fns = (*appends, sampler.decode_jit, self.ref_fn, self.updater._grads, self.updater._add, self.updater._apply)
+        fns = (
+            *appends,
+            decode_loop.decode_jit,
+            self.ref_fn,
+            self.updater._grads,
+            self.updater._add,
+            self.updater._apply,
+        )
         return sum(f._cache_size() for f in fns)
 
 

@@ -15,7 +15,7 @@ has the same section names and the launcher, checks, checkpointing and logging r
   memory      per-device budget used by the start-up fit check
 
 RL stages add an `rl` section (estimator, policy loss, group size, KL beta, ...) and a
-`reference` section (`config_lib.rl.base`); the eval stage an `eval` section (`config_lib.eval.base`);
+`reference` section (`config_lib.rl_stage.base`); the eval stage an `eval` section (`config_lib.eval.base`);
 config_checks validates those when present.
 """
 

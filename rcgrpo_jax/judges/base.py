@@ -151,7 +151,7 @@ def default_config(name: str = "rule") -> ml_collections.ConfigDict:
     """
     section = selection(JUDGES, name)
     # The failure budget (any judge): a step in which a larger share of the items scored the judge's default
-    # because the judge failed (`FAILURE_KINDS`) stops the run after a save (train/rl.py). 1.0 = never stop.
+    # because the judge failed (`FAILURE_KINDS`) stops the run after a save (train/rl_trainer.py). 1.0 = never stop.
     section.max_failed_frac = DEFAULT_MAX_FAILED_FRAC
     return section
 

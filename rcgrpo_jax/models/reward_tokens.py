@@ -1,4 +1,6 @@
-"""The RC-GRPO reward-condition tokens: add them to the tokenizer and make room for them in the model.
+"""The RC-GRPO reward-condition tokens, in one place: their strings and their per-rollout codes (HIGH = 1 for
+`<|high_reward|>`, LOW = 0 for `<|low_reward|>`), adding them to a tokenizer and model (`add_reward_tokens`), and
+drawing one per rollout (`sample`, RC-GRPO stage 2).
 
 Rows for new tokens are initialised to the mean of the rows of the tokens the tokenizer already knew
 (ids below min(len(tokenizer), vocab_size) before adding), in the input embedding and, when untied, in
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from rcgrpo_jax.models.config import ModelConfig
@@ -24,6 +27,8 @@ from rcgrpo_jax.models.config import ModelConfig
 HIGH_REWARD_TOKEN = "<|high_reward|>"
 LOW_REWARD_TOKEN = "<|low_reward|>"
 REWARD_TOKENS = (HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN)
+HIGH = 1  # a rollout's code for HIGH_REWARD_TOKEN
+LOW = 0  # ... and for LOW_REWARD_TOKEN
 
 
 def _add_special(tokenizer: Any, tokens: list[str]) -> None:
@@ -75,3 +80,32 @@ def add_reward_tokens(
     if not config.tie_word_embeddings:
         params["lm_head"] = {"kernel": _resize_rows(params["lm_head"]["kernel"], init_ids, num_known, vocab_size, 1)}
     return dataclasses.replace(config, vocab_size=vocab_size), params, tokenizer, ids
+
+
+# ---------------------------------------------------------------- one token per rollout
+
+MODES = ("iid", "stratified")
+
+
+def sample(
+    rng: jax.Array, num_groups: int, group_size: int, p_high: float | jax.Array = 0.5, mode: str = "iid"
+) -> jax.Array:
+    """Reward tokens [num_groups, group_size] int32, deterministic under `rng`.
+
+    "iid": each token ~ Bernoulli(p_high), as in the paper (p_high = 0.5 matches the 1:1 RCTP data).
+    "stratified": the number of high tokens k ~ Binomial(G, p_high) is clipped to [1, G - 1] and the
+    k high tokens are placed at uniformly random positions, so every group of G >= 2 holds both
+    tokens (a group of one is plain iid). The clipping moves the high share slightly toward 1/2.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown reward-token mode {mode!r}; known: {', '.join(MODES)}")
+    shape = (num_groups, group_size)
+    k_draw, k_perm = jax.random.split(rng)
+    iid = jax.random.bernoulli(k_draw, p_high, shape).astype(jnp.int32)
+    if mode == "iid" or group_size < 2:
+        return iid
+    num_high = jnp.clip(iid.sum(axis=1, keepdims=True), 1, group_size - 1)
+    # rank of each slot in a random order; the num_high lowest-ranked slots get the high token
+    order = jnp.argsort(jax.random.uniform(k_perm, shape), axis=1)
+    rank = jnp.argsort(order, axis=1)
+    return (rank < num_high).astype(jnp.int32)

@@ -35,7 +35,7 @@ from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.pipeline import budgets as budgets_lib
 from rcgrpo_jax.pipeline import cache
 from rcgrpo_jax.pipeline import summary as summary_lib
-from rcgrpo_jax.train import exploration, rl, sft
+from rcgrpo_jax.train import exploration, rl_trainer, sft
 from rcgrpo_jax.worlds.generate import category_of
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
@@ -643,7 +643,7 @@ def rl_row(
     config = stage_config(rl_file, budget, overrides, **{"model.path": model, "seed": seed})
     if "reference" in config and "path" in config.reference:
         config.reference.path = model  # the frozen stage-1 policy of the KL penalty
-    train_stage(rl.run, config, run_dir)
+    train_stage(rl_trainer.run, config, run_dir)
     ev_dir = os.path.join(sdir, "eval")
     path = os.path.join(ev_dir, f"{init}_{rl_file}_{tag}.json")
     summary = evaluate_row(os.path.join(run_dir, "hf"), path, budget, eval_split)

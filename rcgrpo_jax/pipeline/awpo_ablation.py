@@ -30,7 +30,7 @@ from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.eval import plots
 from rcgrpo_jax.pipeline import ablation, cache
 from rcgrpo_jax.pipeline import budgets as budgets_lib
-from rcgrpo_jax.train import rl, rl_config, sft
+from rcgrpo_jax.train import rl_config, rl_trainer, sft
 
 # row -> (RL config file, overrides of rl.advantage): the paper's Table 4 rows.
 ROWS: dict[str, tuple[str, Mapping[str, Any]]] = {
@@ -187,7 +187,7 @@ def run(workdir: str, *, budget_name: str = "awpo", seeds: int = 1, quiet: bool 
         for i, row in enumerate(ROWS):
             t = console.start(f"{row} seed {seed}")
             run_dir = os.path.join(workdir, "rl", f"awpo_row{i}_s{seed}")
-            ablation.train_stage(rl.run, row_config(row, budget, init, seed), run_dir)
+            ablation.train_stage(rl_trainer.run, row_config(row, budget, init, seed), run_dir)
             rl_metrics[f"{row} s{seed}"] = os.path.join(run_dir, "metrics.jsonl")
             s = ablation.evaluate_row(
                 os.path.join(run_dir, "hf"), os.path.join(ev_dir, f"awpo_row{i}_s{seed}.json"), budget, "test"

@@ -12,7 +12,7 @@ from rcgrpo_jax.eval import plots, report
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.pipeline import paired
 from rcgrpo_jax.pipeline.episodes import EpisodeProfile, episode_profiles, pass_matrix
-from rcgrpo_jax.train import rl_config
+from rcgrpo_jax.train import rl_data
 
 PAPER_ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")
 STAGE1_ROWS = ("SFT", "RCTP-FT")
@@ -48,7 +48,7 @@ def rl_settings(config, pool: str, pool_tasks: int) -> dict[str, Any]:
     loss = rl.loss[rl.loss.name]
     g = int(rl.group_size)
     tasks = int(config.train.batch_size) // g
-    steps = rl_config.total_steps(config, pool_tasks, tasks)
+    steps = rl_data.total_steps(config, pool_tasks, tasks)
     sampled = rl.reward_conditioning == "sampled"
     return {
         "estimator": str(rl.advantage.name),

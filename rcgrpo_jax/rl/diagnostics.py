@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rcgrpo_jax.rl.reward_tokens import HIGH
+from rcgrpo_jax.models.reward_tokens import HIGH
 
 Array = jax.Array
 Scalars = dict[str, Array]

@@ -30,8 +30,8 @@ from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout.engine import StepSample
 from rcgrpo_jax.rollout.scheduler import RowScheduler
 from rcgrpo_jax.sampling import buckets
-from rcgrpo_jax.sampling.sample_fns import SamplingParams
-from rcgrpo_jax.sampling.sampler import batch_multiple
+from rcgrpo_jax.sampling.decode_loop import batch_multiple
+from rcgrpo_jax.sampling.next_token import SamplingParams
 from rcgrpo_jax.sampling.session import DecodeSession
 
 SHRINK = "shrink"  # finished rows leave the batch (it is re-gathered into a smaller bucket)

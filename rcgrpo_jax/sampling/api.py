@@ -1,6 +1,6 @@
 """`generate()`: the one-call API over a `DecodeSession` (prefill every prompt, decode to a stop or the budget).
 
-It sits apart from the jitted core (`sampler.py`, `session.py`), as gemma's sampler keeps its loop apart
+It sits apart from the jitted core (`decode_loop.py`, `session.py`), as gemma's sampler keeps its loop apart
 from its entry point, so the core never imports its caller.
 """
 
@@ -15,8 +15,8 @@ from jax.sharding import Mesh
 
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import ModelConfig
-from rcgrpo_jax.sampling import buckets, sampler
-from rcgrpo_jax.sampling.sample_fns import SamplingParams
+from rcgrpo_jax.sampling import buckets, decode_loop
+from rcgrpo_jax.sampling.next_token import SamplingParams
 from rcgrpo_jax.sampling.session import DecodeSession
 
 
@@ -56,7 +56,7 @@ def generate(
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one prompt and no empty prompt")
-    rows = buckets.batch_bucket(len(prompts), sampler.batch_multiple(mesh))
+    rows = buckets.batch_bucket(len(prompts), decode_loop.batch_multiple(mesh))
     longest = max(len(p) for p in prompts)
     budget = buckets.length_bucket(max_new_tokens)
     capacity = buckets.length_bucket(longest) + budget

@@ -37,8 +37,8 @@ from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax.models.layers import MLP, RMSNorm
 from rcgrpo_jax.sampling import block_attention, buckets, decode_step, row_shards
+from rcgrpo_jax.sampling.decode_loop import Sampler, logits_last
 from rcgrpo_jax.sampling.decode_step import DecodeCache
-from rcgrpo_jax.sampling.sampler import Sampler, logits_last
 from rcgrpo_jax.sharding import BATCH_AXES, constrain
 
 PACK_TOKENS = 2048  # rows share a forward while they add up to at most this many tokens (a longer row: alone)

@@ -1,7 +1,7 @@
 """A live batched KV cache on the host side (`DecodeSession`): append token deltas, decode, truncate, select
 or copy rows. The thin stateful shell the multi-turn rollout engine drives: every device operation is one of
 the pure jitted programs here (`programs`: cache and logits donated, outputs on the session's shardings) or
-in `sampler.py`. Rows are episodes; each appends at its own length (`decode_step.DecodeCache`: no holes, no
+in `decode_loop.py`. Rows are episodes; each appends at its own length (`decode_step.DecodeCache`: no holes, no
 compaction). Layout, memory and sizes: docs/sampling.md.
 
 - Span: every call works on the cache's whole span, `buckets.span_bucket` of what the rows need: append
@@ -36,9 +36,7 @@ from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.layers import MLP, RMSNorm
 from rcgrpo_jax.sampling import buckets, decode_step, packed, packed_append, row_shards
-from rcgrpo_jax.sampling.decode_step import DecodeCache
-from rcgrpo_jax.sampling.sample_fns import SamplingParams
-from rcgrpo_jax.sampling.sampler import (
+from rcgrpo_jax.sampling.decode_loop import (
     Sampler,
     batch_multiple,
     cache_sharding,
@@ -49,6 +47,8 @@ from rcgrpo_jax.sampling.sampler import (
     put_batch,
     stop_table,
 )
+from rcgrpo_jax.sampling.decode_step import DecodeCache
+from rcgrpo_jax.sampling.next_token import SamplingParams
 from rcgrpo_jax.sharding import constrain
 
 

@@ -43,14 +43,14 @@ from rcgrpo_jax.sampling import (
     SamplingParams,
     block_attention,
     buckets,
+    decode_loop,
     decode_step,
     packed,
     packed_append,
     row_shards,
-    sampler,
     session,
 )
-from rcgrpo_jax.sampling.sampler import Sampler, batch_multiple, cache_sharding, mesh_context
+from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
@@ -158,7 +158,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # session's own (the Sampler is their static argument).
     s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write=decode_step.FOOTPRINT)
     # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
-    programs = {**session.programs(model_cfg, mesh, "xla"), "decode": sampler.decode_jit}
+    programs = {**session.programs(model_cfg, mesh, "xla"), "decode": decode_loop.decode_jit}
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
     rules = model_prep.rules(config.sharding.decode_rules)
     weights_b = model_prep.shard_bytes(weights, weights_sh)

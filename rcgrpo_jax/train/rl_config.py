@@ -1,5 +1,5 @@
 """The RL stages' config: start-up validation of every field and selection, the resolved choices the
-trainer runs with (`RLChoices`), and the data order (the step is the data position).
+trainer runs with (`RLChoices`). The data order is `train.rl_data`'s.
 
 Every string option fails here, before a model is loaded, with a ConfigError naming the field: the
 advantage estimator and its options, the policy loss and its options (aggregation mode, KL estimator,
@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
-import math
 from typing import Any
 
 import ml_collections
-import numpy as np
 
 from rcgrpo_jax import chat, config_checks, config_fields, judges
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.envs import rewards
+from rcgrpo_jax.models import reward_tokens
 from rcgrpo_jax.registry import OptionError, check_entry, selected
-from rcgrpo_jax.rl import advantages, filters, losses, reward_tokens, shaping
+from rcgrpo_jax.rl import advantages, filters, losses, shaping
 
 CONDITIONING = ("sampled", "high", "none", "auto")
 
@@ -186,38 +183,3 @@ def _check_judge(config) -> None:
 
 
 # ---------------------------------------------------------------- the data order
-
-
-def steps_for(num_tasks: int, tasks_per_step: int, epochs: int) -> int:
-    """Steps that make `epochs` passes over the tasks: ceil(epochs * num_tasks / tasks_per_step)."""
-    return math.ceil(epochs * num_tasks / tasks_per_step)
-
-
-def total_steps(config, num_tasks: int, tasks_per_step: int) -> int:
-    """`train.epochs` passes over the tasks, capped by `train.max_steps` when that is > 0 (alone when epochs <= 0)."""
-    n = steps_for(num_tasks, tasks_per_step, int(config.train.epochs)) if int(config.train.epochs) > 0 else 0
-    cap = int(config.train.max_steps)
-    return (min(n, cap) if n > 0 else cap) if cap > 0 else n
-
-
-def task_indices(num_tasks: int, tasks_per_step: int, seed: int, step: int) -> np.ndarray:
-    """Step `step`'s tasks: consecutive slices of an endless stream of permutations, epoch e's seeded by
-    (seed, e). Every epoch visits every task exactly once, and every step has `tasks_per_step` tasks (a step
-    that crosses an epoch boundary takes the end of one permutation and the start of the next)."""
-    if tasks_per_step > num_tasks:
-        raise ValueError(f"{tasks_per_step} tasks per step but only {num_tasks} tasks")
-    out: list[np.ndarray] = []
-    pos, need = int(step) * tasks_per_step, tasks_per_step
-    while need:
-        epoch, i = divmod(pos, num_tasks)
-        take = min(need, num_tasks - i)
-        out.append(np.random.default_rng([seed, epoch, 7]).permutation(num_tasks)[i : i + take])
-        pos, need = pos + take, need - take
-    return np.concatenate(out)
-
-
-def fingerprint(task_ids, config) -> str:
-    h = hashlib.sha256(
-        json.dumps([list(task_ids), int(config.rl.group_size), int(config.train.batch_size), int(config.seed)]).encode()
-    )
-    return h.hexdigest()[:16]

@@ -1,7 +1,7 @@
 """One stage runner for every trainer: checkpointer, restore-or-init, the data fingerprint check, the
 metrics logger and progress bar, the step loop (train/loop.py), and the final export.
 
-A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO family in rl.py):
+A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO family in rl_trainer.py):
 
     stage: str; total_steps: int; mesh: Mesh; progress_keys: tuple[str, ...] | None
     init_state() -> TrainState                       a fresh state (step 0)

@@ -12,7 +12,7 @@ import pytest
 from configs import awpo
 from rcgrpo_jax import main
 from rcgrpo_jax.config_fields import ConfigError
-from rcgrpo_jax.config_lib import common, rl
+from rcgrpo_jax.config_lib import common, rl_stage
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -111,7 +111,7 @@ def test_the_dry_run_without_a_path_stops_with_one_line(capsys):
 
 def test_the_step_budget_fits_the_papers_reasoning_lengths():
     # ~400 tokens (AWPO) and ~600 (naive mixture) on average: the builder's 512 is below the baseline's mean
-    builder = rl.base("x", "qwen3_8b", estimator="awpo")
+    builder = rl_stage.base("x", "qwen3_8b", estimator="awpo")
     assert builder.rl.max_step_tokens < 600
     assert awpo.get_config("qwen3_8b").rl.max_step_tokens >= 2 * 600  # room for the tail past the mean
     assert awpo.get_config("qwen3_8b,eval").eval.max_step_tokens == awpo.get_config("qwen3_8b").rl.max_step_tokens
@@ -120,10 +120,10 @@ def test_the_step_budget_fits_the_papers_reasoning_lengths():
 @pytest.mark.parametrize("preset", GPU_PRESETS)
 def test_borrowed_hyperparameters_are_the_rc_grpo_builders(preset):
     """Every field marked as borrowed is a real field and still holds the RL builder's value
-    (rcgrpo_jax/config_lib/rl.py), so the marking cannot rot; the AWPO-specific ones are not in the list."""
+    (rcgrpo_jax/config_lib/rl_stage.py), so the marking cannot rot; the AWPO-specific ones are not in the list."""
     from rcgrpo_jax.config_fields import get as _get
 
-    c, builder = awpo.get_config(preset), rl.base("x", preset, estimator="awpo")
+    c, builder = awpo.get_config(preset), rl_stage.base("x", preset, estimator="awpo")
     missing = object()
     for field in awpo.BORROWED_FROM_RC_GRPO:
         assert _get(c, field, missing) is not missing, field

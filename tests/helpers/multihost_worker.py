@@ -10,7 +10,7 @@ are the global values.
 
   python tests/helpers/multihost_worker.py rl_run ... --ckpt MODEL --workdir DIR --out out_I.npz
 
-runs one full `rl.run` step (rollouts on the world's tasks, advantages, reference, PPO update, a checkpoint)
+runs one full `rl_trainer.run` step (rollouts on the world's tasks, advantages, reference, PPO update, a checkpoint)
 in a workdir the processes share, then restores that checkpoint.
 
   python tests/helpers/multihost_worker.py eval_run ... --ckpt MODEL --out out_I.json
@@ -169,7 +169,7 @@ def rl_config(ckpt: str):
 
 
 def rl_run(ckpt: str, workdir: str) -> dict:
-    """One RL step by `rl.run`, then the step-1 checkpoint restored. Returns the logged metrics, every
+    """One RL step by `rl_trainer.run`, then the step-1 checkpoint restored. Returns the logged metrics, every
     episode's (task, reward, tokens, log-probs), the task ids of the environments this process built and
     stepped, and the restored params (flat by path; gathered, so global values)."""
     import jax
@@ -178,7 +178,7 @@ def rl_run(ckpt: str, workdir: str) -> dict:
     from rcgrpo_jax import multihost, sharding
     from rcgrpo_jax.envs import bfcl
     from rcgrpo_jax.train import checkpoint as ckpt_lib
-    from rcgrpo_jax.train import rl
+    from rcgrpo_jax.train import rl_trainer
 
     built, stepped, seen = [], [], []
 
@@ -207,7 +207,7 @@ def rl_run(ckpt: str, workdir: str) -> dict:
         def reward(self, name=None):
             return 0.5 * (self.member % 2) + min(0.5, 0.25 * self.calls)
 
-    real_env, real_collect = bfcl.BFCLEnv, rl.rl_rollouts.collect
+    real_env, real_collect = bfcl.BFCLEnv, rl_trainer.rl_rollouts.collect
 
     def collect(*args, **kwargs):
         out = real_collect(*args, **kwargs)
@@ -226,15 +226,15 @@ def rl_run(ckpt: str, workdir: str) -> dict:
         )
         return out
 
-    bfcl.BFCLEnv, rl.rl_rollouts.collect = CountingEnv, collect
+    bfcl.BFCLEnv, rl_trainer.rl_rollouts.collect = CountingEnv, collect
     try:
-        out = rl.run(rl_config(ckpt), workdir)
+        out = rl_trainer.run(rl_config(ckpt), workdir)
     finally:
-        bfcl.BFCLEnv, rl.rl_rollouts.collect = real_env, real_collect
+        bfcl.BFCLEnv, rl_trainer.rl_rollouts.collect = real_env, real_collect
 
     # Restore the checkpoint the run left (every process reads its own shards) and read the params back.
-    config = rl.rl_config.resolve_config(rl_config(ckpt))
-    trainer = rl.RLTrainer(config, workdir)
+    config = rl_trainer.rl_config.resolve_config(rl_config(ckpt))
+    trainer = rl_trainer.RLTrainer(config, workdir)
     ckpt = ckpt_lib.Checkpointer(f"{workdir}/checkpoints", every_steps=1, max_to_keep=2)
     try:
         steps = ckpt.all_steps()

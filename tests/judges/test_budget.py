@@ -18,7 +18,7 @@ from rcgrpo_jax.judges.http import http_config
 from rcgrpo_jax.train import checkpoint as ckpt_lib
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import loop as loop_lib
-from rcgrpo_jax.train import rl
+from rcgrpo_jax.train import rl_trainer
 
 
 def test_http_defaults_bound_one_item_under_a_minute():
@@ -76,9 +76,9 @@ def test_a_hung_judge_is_given_up_by_the_items_deadline(hung_server):
 def test_the_budget_is_a_share_of_the_steps_items(failed, stops):
     if stops:  # more than 20% of 5 items
         with pytest.raises(loop_lib.StopRun, match=f"{failed} of 5 items failed"):
-            rl.check_judge_budget(failed, 5, 0.2, "http:j")
+            rl_trainer.check_judge_budget(failed, 5, 0.2, "http:j")
     else:
-        rl.check_judge_budget(failed, 5, 0.2, "http:j")
+        rl_trainer.check_judge_budget(failed, 5, 0.2, "http:j")
 
 
 def test_the_budget_is_a_checked_field_of_the_judge_section():

@@ -24,7 +24,7 @@ import pytest
 
 from rcgrpo_jax import judges
 from rcgrpo_jax.train import loop as loop_lib
-from rcgrpo_jax.train import rl
+from rcgrpo_jax.train import rl_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -131,8 +131,8 @@ def test_a_killed_server_is_counted_and_the_budget_stops_the_run(served):
     np.testing.assert_array_equal(scores, np.zeros(4, np.float32))
     assert failed == 4 and judge.stats()["failures/connection"] == 4
     assert judge.stats()["retries"] == 8 and elapsed < 5.0  # refused at once, retried, then given up
-    rl.check_judge_budget(0, 4, 0.2, judge.name)  # a step without failures passes
+    rl_trainer.check_judge_budget(0, 4, 0.2, judge.name)  # a step without failures passes
     with pytest.raises(loop_lib.StopRun) as e:
-        rl.check_judge_budget(failed, 4, 0.2, judge.name)
+        rl_trainer.check_judge_budget(failed, 4, 0.2, judge.name)
     assert e.value.reason == "judge_failures"
     assert str(e.value).startswith(f"judge {judge.name}: 4 of 4 items failed this step")

@@ -1,5 +1,5 @@
 """Multi-process correctness: the helpers of rcgrpo_jax.multihost; one RL update, one batched rollout, one
-evaluation and one full `rl.run` step (with its checkpoint) run by 2 processes x 4 CPU devices
+evaluation and one full `rl_trainer.run` step (with its checkpoint) run by 2 processes x 4 CPU devices
 (jax.distributed on localhost, each process feeding only its own rows and stepping only its own
 environments) equal to the same work by 1 process x 8 devices."""
 
@@ -214,7 +214,7 @@ def test_two_process_evaluate_equals_single_process(world_ckpt, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# One full RL step by `rl.run` (rollouts on the world's tasks, rewards, advantages, reference, PPO update,
+# One full RL step by `rl_trainer.run` (rollouts on the world's tasks, rewards, advantages, reference, PPO update,
 # checkpoint at step 1): 2 processes x 4 devices, each stepping only its own environments, equal to
 # 1 process x 8 devices; the 2-process checkpoint restores to the 1-process run's params.
 

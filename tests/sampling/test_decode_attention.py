@@ -10,8 +10,8 @@ import transformers
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, decode_step, generate
+from rcgrpo_jax.sampling.decode_loop import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.decode_step import cache_layout, init_cache, ragged_blocks, select_decode_attention
-from rcgrpo_jax.sampling.sampler import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.hf_sampling import NEW, PROMPT_LENS, hf_greedy, hf_logprobs
 from tests.helpers.hf_sampling import SIZES as SAMPLER_SIZES

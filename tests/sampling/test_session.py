@@ -13,7 +13,7 @@ import pytest
 
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step
-from rcgrpo_jax.sampling import sampler as sampler_mod
+from rcgrpo_jax.sampling import decode_loop as sampler_mod
 from rcgrpo_jax.sampling import session as session_mod
 from rcgrpo_jax.sampling.session import DecodeSession
 from tests.helpers.tiny_sizes import TINY_QWEN2

@@ -161,7 +161,7 @@ def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
     """As SFT: the RL trainer checks the dry run's memory plan before any state is made."""
     from configs import rc_grpo
     from rcgrpo_jax.config_fields import MemoryFitError
-    from rcgrpo_jax.train import rl
+    from rcgrpo_jax.train import rl_trainer
 
     c = rc_grpo.get_config("tiny")
     c.model.path = tiny_ckpt
@@ -170,5 +170,5 @@ def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
     c.train.batch_size, c.rl.rollout_chunk, c.train.grad_accum, c.rl.num_minibatches = 20, 20, 5, 1
     c.memory.device_bytes = 10**6  # 1 MB at JAX's default fraction: nothing fits
     with pytest.raises(MemoryFitError, match="GB over the"):
-        rl.run(c, str(tmp_path))
+        rl_trainer.run(c, str(tmp_path))
     assert not os.path.exists(tmp_path / "checkpoints")

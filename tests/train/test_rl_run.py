@@ -12,7 +12,7 @@ import pytest
 
 from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import model_prep, rl, rl_config
+from rcgrpo_jax.train import model_prep, rl_trainer
 from tests.helpers import train as train_helpers
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -73,7 +73,7 @@ def _config(ckpt, **over):
 @pytest.fixture(scope="module")
 def straight(world_ckpt, tmp_path_factory, compile_cache):
     workdir = str(tmp_path_factory.mktemp("rc_grpo"))
-    out = rl.run(_config(world_ckpt), workdir)
+    out = rl_trainer.run(_config(world_ckpt), workdir)
     return workdir, out
 
 
@@ -115,9 +115,9 @@ def test_export_has_the_reward_tokens(straight, world_ckpt):
 def test_resume_after_a_crash_is_exact(straight, world_ckpt, tmp_path):
     workdir, _ = straight
     c = _config(world_ckpt, checkpoint__export_hf=False)
-    first = rl.run(c, str(tmp_path), stop_after=2)  # "crash" after the step-2 checkpoint
+    first = rl_trainer.run(c, str(tmp_path), stop_after=2)  # "crash" after the step-2 checkpoint
     assert first["reason"] == "stop_after" and first["step"] == 2
-    second = rl.run(c, str(tmp_path))
+    second = rl_trainer.run(c, str(tmp_path))
     assert second["reason"] == "done" and second["step"] == 3
     want = [log_lib.deterministic(r) for r in log_lib.read_metrics(os.path.join(workdir, log_lib.METRICS_FILE))]
     got = [log_lib.deterministic(r) for r in log_lib.read_metrics(str(tmp_path / log_lib.METRICS_FILE))]
@@ -137,19 +137,6 @@ def test_rollout_conditioning_matches_the_rctp_data_format(world_ckpt):
     assert messages[0]["content"].endswith("\n\n[Reward Goal: <|low_reward|>]")
 
 
-def test_task_order_visits_every_task_once_per_epoch():
-    """The step is the data position; every epoch (10 tasks, 3 per step) is one whole permutation, and a
-    step that crosses an epoch boundary takes the end of one and the start of the next."""
-    a = [rl_config.task_indices(10, 3, seed=0, step=s) for s in range(20)]
-    assert [list(x) for x in a] == [list(rl_config.task_indices(10, 3, seed=0, step=s)) for s in range(20)]
-    assert all(len(x) == 3 for x in a)
-    stream = np.concatenate(a)
-    for e in range(6):  # 60 task slots = 6 whole epochs
-        assert sorted(stream[e * 10 : (e + 1) * 10].tolist()) == list(range(10)), e
-    assert stream[:10].tolist() != stream[10:20].tolist()  # each epoch its own permutation
-    assert rl_config.steps_for(720, 256, 400) == 1125  # Table 10's 400 epochs at batch 256
-
-
 def test_nonfinite_rewards_are_kept_out_of_the_group_and_the_loss():
     """A NaN reward is replaced by the mean of its group's finite rewards (the group's mean and so every
     other rollout's advantage under a centred estimator is unchanged) and marked invalid."""
@@ -159,7 +146,7 @@ def test_nonfinite_rewards_are_kept_out_of_the_group_and_the_loss():
         SimpleNamespace(task_id=f"t{i // 4}", reward=r, done_reason="completed")
         for i, r in enumerate([1.0, 0.0, float("nan"), 1.0, float("inf"), float("nan"), float("nan"), float("nan")])
     ]
-    rewards, valid, bad = rl.finite_rewards(np.array([e.reward for e in eps]), eps, 4)
+    rewards, valid, bad = rl_trainer.finite_rewards(np.array([e.reward for e in eps]), eps, 4)
     np.testing.assert_allclose(rewards, [[1.0, 0.0, 2 / 3, 1.0], [0.0, 0.0, 0.0, 0.0]], rtol=1e-6)
     assert valid.tolist() == [[True, True, False, True], [False] * 4]
     assert len(bad) == 5 and "t0 (rollout 2): reward nan" in bad[0]

@@ -167,16 +167,16 @@ def test_batches_are_bucketed_and_split_into_micro_batches():
 def test_shuffled_advantages_permute_every_per_rollout_input_alike():
     """The shuffled-advantage control: one permutation of the step's rollouts, drawn from (seed, step), applied to
     the advantages and to each per-rollout loss input; the multiset of values is unchanged, the pairing is not."""
-    from rcgrpo_jax.train import rl
+    from rcgrpo_jax.train import rl_trainer
 
     adv = np.arange(12, dtype=np.float32).reshape(3, 4)
     scale = adv * 10.0 + 1.0
-    out, extras = rl.shuffled(adv, {"clip_scale": scale}, seed=0, step=5)
+    out, extras = rl_trainer.shuffled(adv, {"clip_scale": scale}, seed=0, step=5)
     assert out.shape == adv.shape and sorted(out.ravel().tolist()) == adv.ravel().tolist()
     np.testing.assert_array_equal(extras["clip_scale"], out * 10.0 + 1.0)  # rollouts keep their pairs
     assert not np.array_equal(out, adv)
-    again, _ = rl.shuffled(adv, {}, seed=0, step=5)
-    other, _ = rl.shuffled(adv, {}, seed=0, step=6)
+    again, _ = rl_trainer.shuffled(adv, {}, seed=0, step=5)
+    other, _ = rl_trainer.shuffled(adv, {}, seed=0, step=6)
     np.testing.assert_array_equal(again, out)  # a pure function of (seed, step)
     assert not np.array_equal(other, out)
 

@@ -3,9 +3,9 @@ environments, advantages by name, a PPO update with a KL penalty to the frozen s
 
 One step, as named phases:
   1. rollouts (rl_rollouts.py): N = batch_size / G tasks (every epoch visits every task once:
-     rl_config.task_indices), G rollouts each with the current policy; with reward conditioning each
+     rl_data.task_indices), G rollouts each with the current policy; with reward conditioning each
      rollout's first user message carries `[Reward Goal: <token>]` exactly as the RCTP-FT data do, the
-     token drawn by `rl.reward_tokens.sample` (RC-GRPO) or fixed to the high token;
+     token drawn by `models.reward_tokens.sample` (RC-GRPO) or fixed to the high token;
   2. advantage inputs: rewards (non-finite ones marked, logged, kept out of their group's mean and out of
      the loss), the reward shaping by `rl.shaping.name` and the group filter by `rl.group_filter.name`, the
      judge's reasoning scores for estimators that need them, advantages and per-rollout loss inputs by
@@ -39,9 +39,10 @@ from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources, tiny_checkpoint
 from rcgrpo_jax.eval import run as eval_run
+from rcgrpo_jax.models import reward_tokens
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.rl import advantages, diagnostics, filters, reward_tokens, shaping
-from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_rollouts, rl_step, runner
+from rcgrpo_jax.rl import advantages, diagnostics, filters, shaping
+from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_data, rl_rollouts, rl_step, runner
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import loop as loop_lib
 from rcgrpo_jax.train import state as state_lib
@@ -143,7 +144,7 @@ class RLTrainer:
                 f"{config.train.batch_size} rollouts = {self.tasks_per_step} tasks per step, more than the "
                 f"{len(self.tasks)} train tasks of data.source={config.data.source!r}",
             )
-        self.total_steps = rl_config.total_steps(config, len(self.tasks), self.tasks_per_step)
+        self.total_steps = rl_data.total_steps(config, len(self.tasks), self.tasks_per_step)
         self.heldout_every = int(rl.heldout.every)
         self.heldout_tasks = sources.tasks(config.data, str(rl.heldout.split)) if self.heldout_every > 0 else []
 
@@ -229,7 +230,7 @@ class RLTrainer:
         return state_lib.with_shardings(self.abstract, self.state_sh)
 
     def fingerprint(self) -> str:
-        return rl_config.fingerprint([t.id for t in self.tasks], self.config)
+        return rl_data.fingerprint([t.id for t in self.tasks], self.config)
 
     def export(self, state, path: str) -> None:
         model_prep.export_hf(self.model_cfg, state.params, self.tokenizer, path)
@@ -310,7 +311,7 @@ class RLTrainer:
         return self._trend.update(metrics["entropy_mean"], metrics["reward_mean"])
 
     def step_tasks(self, step: int) -> list:
-        idx = rl_config.task_indices(len(self.tasks), self.tasks_per_step, int(self.config.seed), step)
+        idx = rl_data.task_indices(len(self.tasks), self.tasks_per_step, int(self.config.seed), step)
         return [self.tasks[i] for i in idx]
 
     def reward_token_draw(self, key) -> np.ndarray | None:

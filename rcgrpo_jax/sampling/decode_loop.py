@@ -30,7 +30,7 @@ from rcgrpo_jax import models, multihost, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.sampling import decode_step
 from rcgrpo_jax.sampling.decode_step import DecodeCache
-from rcgrpo_jax.sampling.sample_fns import SamplingParams, sample
+from rcgrpo_jax.sampling.next_token import SamplingParams, sample
 from rcgrpo_jax.sampling.state import DecodeOutput, DecodeState
 
 PAD_ID = 0  # fed for padding and for rows that are not live; their writes are dropped

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rcgrpo_jax.sampling import buckets
-from rcgrpo_jax.sampling.sample_fns import SamplingParams, filtered_logits, sample
+from rcgrpo_jax.sampling.next_token import SamplingParams, filtered_logits, sample
 
 LOG4 = np.log(np.array([[0.1, 0.2, 0.3, 0.4]], np.float32))
 
