@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (on demand) or reuses a bench-only environment holding one benchmark peer:
-#   trl    HF TRL's GRPOTrainer, the peer of `python -m rcgrpo_jax.bench.grpo_step`
-#   tunix  google-tunix's sampler, a peer of `python -m rcgrpo_jax.bench.sampler`
+#   trl    HF TRL's GRPOTrainer, the peer of `python -m benchmarks.grpo_step`
+#   tunix  google-tunix's sampler, a peer of `python -m benchmarks.sampler`
 #   bfcl   bfcl-eval's own `bfcl evaluate` CLI, the peer of `python -m rcgrpo_jax.eval.agree`
 # None is ever a runtime dependency of the project; the benchmarks run them as a subprocess.
 # Two more envs hold not a peer but the JAX the GPU runs, for CI lanes on a CPU host (launch/test.sh):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot accelerator check on a single H200, offline. In order, most wanted first (rcgrpo_jax/bench/gpu.py):
+# One-shot accelerator check on a single H200, offline. In order, most wanted first (benchmarks/gpu.py):
 #   attention      every training attention that can run (XLA, cuDNN, tokamax's Mosaic GPU kernel, the Pallas
 #                  Triton kernel where JAX ships it) at 4k and 16k tokens (Qwen2.5-7B heads: max difference from
 #                  XLA, forward and backward times; `fastest_fwd_bwd` names the default to take; --skip attention
@@ -58,7 +58,7 @@ export TOKENIZERS_PARALLELISM=false
 # The RL step holds fp32 weights + AdamW moments (~25 GB) and 4k-token activations: let JAX take most
 # of the 139 GiB rather than the default 75%.
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
-timeout -k 10 420 "$RUN_PY" -m rcgrpo_jax.bench.gpu --deadline-s 330 --attention "$@" | tee -a "$OUTFILE"
+timeout -k 10 420 "$RUN_PY" -m benchmarks.gpu --deadline-s 330 --attention "$@" | tee -a "$OUTFILE"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 124 ] && emit '{"bench": "gpu_check", "error": "killed at 420 s"}'
 echo "gpu_check: wrote $OUTFILE" >&2

@@ -4,7 +4,7 @@
 #   bash launch/quickstart.sh [--seeds N] [--workdir DIR] [--budget quickstart|smoke] [--eval_split iid|test|train|dev]
 #
 # Sets up .venv (launch/setup_env.sh: package registries only, no model or data downloads), then runs
-# rcgrpo_jax.pipeline.ablation: world + tiny Qwen3 checkpoint -> base eval -> SFT and RCTP-FT -> GRPO and
+# experiments.ablation: world + tiny Qwen3 checkpoint -> base eval -> SFT and RCTP-FT -> GRPO and
 # RC-GRPO from each (equal budgets, fixed seeds) -> greedy eval with BFCL's official checker -> DIR/report.md
 # and DIR/plots/*.png. Default DIR: runs/ablation. A rerun with the same DIR resumes finished stages.
 # Measure peak memory with:  /usr/bin/time -v bash launch/quickstart.sh   ("Maximum resident set size").
@@ -25,5 +25,5 @@ source "$ROOT/launch/setup_env.sh"
 echo "setup: $(( $(date +%s) - START ))s"
 cd "$ROOT"
 export JAX_PLATFORMS=cpu TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-python -m rcgrpo_jax.pipeline.ablation --workdir "$WORKDIR" ${ARGS[@]+"${ARGS[@]}"}
+python -m experiments.ablation --workdir "$WORKDIR" ${ARGS[@]+"${ARGS[@]}"}
 echo "total: $(( $(date +%s) - START ))s; report: $WORKDIR/report.md"

@@ -4,7 +4,7 @@
 #
 #   bash launch/reproduce.sh [--workdir DIR] [--seeds N] [--jobs J]
 #
-# Each seed is one process (`python -m rcgrpo_jax.pipeline.ablation --only_seed S`), J at a time. Default 1: two
+# Each seed is one process (`python -m experiments.ablation --only_seed S`), J at a time. Default 1: two
 # side by side on this 2-core machine took 1.6 s an SFT step each (with other work running), where one alone on
 # an idle machine takes 0.33 s, as XLA's threads of both fight over the cores; J > 1 is for machines with cores
 # to spare. Then one run over all seeds finds every stage done and writes DIR/report.md and report.json: each
@@ -34,7 +34,7 @@ cd "$ROOT"
 export JAX_PLATFORMS=cpu TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p "$WORKDIR"
 run_seed() {
-  python -m rcgrpo_jax.pipeline.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS" --only_seed "$1" \
+  python -m experiments.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS" --only_seed "$1" \
     > "$WORKDIR/seed_$1.log" 2>&1 || { echo "seed $1 failed: see $WORKDIR/seed_$1.log" >&2; return 1; }
   echo "seed $1 done ($(( $(date +%s) - START ))s)"
 }
@@ -53,5 +53,5 @@ while (( running > 0 )); do
   running=$(( running - 1 ))
 done
 [ "$failed" = 0 ] || exit 1
-python -m rcgrpo_jax.pipeline.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS"
+python -m experiments.ablation --budget reproduce --workdir "$WORKDIR" --seeds "$SEEDS"
 echo "total: $(( $(date +%s) - START ))s wall; report: $WORKDIR/report.md"

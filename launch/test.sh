@@ -37,7 +37,7 @@ fi
 # answers and a Python 3.12 is here, else skipped with the reason printed; a failed build with both at hand
 # fails the run.
 GPU_IMAGE_TESTS=(
-  tests/bench/test_cuda_lower.py
+  tests/benchmarks/test_cuda_lower.py
   tests/models/test_attention_tokamax.py
   tests/models/test_attention_pallas.py::test_lowering_for_cuda_exports_the_triton_kernel
   tests/models/test_attention_select.py

@@ -1,8 +1,8 @@
 """The accelerator the paper targets and the code budgets for: one NVIDIA H200 SXM, from NVIDIA's datasheet.
 
 `H200` is the one home of its figures: the fit check's per-device memory budget (`config_lib.common`), the
-roofline peaks of the accelerator check (`bench.gpu`) and rollout plan (`bench.rollout_plan`), and the abstract
-device the CUDA lowering targets (`bench.cuda_lower`). It imports nothing of the package.
+roofline peaks of the accelerator check (`benchmarks.gpu`) and rollout plan (`benchmarks.rollout_plan`), and the abstract
+device the CUDA lowering targets (`benchmarks.cuda_lower`). It imports nothing of the package.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every module docstring of the package states its module's contract in at most 25 lines; findings, figures and
-history belong in docs/ (and git), not in the code."""
+"""Every module docstring of the package and of the tools beside it (experiments/, benchmarks/) states its module's
+contract in at most 25 lines; findings, figures and history belong in docs/ (and git), not in the code."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import ast
 import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = "rcgrpo_jax"
+FOLDERS = ("rcgrpo_jax", "experiments", "benchmarks")
 MAX_LINES = 25
 
 
 def docstring_lines() -> dict[str, int]:
-    """repo-relative path -> the line count of its module docstring, for every module of the package."""
+    """repo-relative path -> the line count of its module docstring, for every module of FOLDERS."""
     out = {}
-    for folder, _, files in os.walk(os.path.join(REPO, PACKAGE)):
+    walks = [os.walk(os.path.join(REPO, top)) for top in FOLDERS]
+    for folder, _, files in (entry for walk in walks for entry in walk):
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(folder, name)

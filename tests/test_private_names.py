@@ -107,6 +107,25 @@ def all_violations() -> list[str]:
     return out
 
 
+TOOLS = ("experiments", "benchmarks")  # beside the library: held to the same rule towards it
+
+
+def tool_violations() -> list[str]:
+    out = []
+    for top in TOOLS:
+        for name in sorted(os.listdir(os.path.join(REPO, top))):
+            if name.endswith(".py"):
+                path = os.path.join(REPO, top, name)
+                with open(path) as f:
+                    out += [f"{top}/{name}:{v}" for v in violations(f.read(), f"{top}.{name[:-3]}")]
+    return out
+
+
+def test_the_tools_beside_the_library_use_only_its_public_names():
+    found = tool_violations()
+    assert not found, f"{len(found)} uses of the library's private names:\n" + "\n".join(found)
+
+
 def test_no_module_uses_or_replaces_another_modules_private_names():
     found = all_violations()
     assert not found, f"{len(found)} uses of another module's private names (make them public):\n" + "\n".join(found)
@@ -154,3 +173,10 @@ def test_no_module_uses_or_replaces_another_modules_private_names():
 def test_the_rule_sees_each_form(source, expected):
     """The checker itself, on a probe that stands as `rcgrpo_jax.sampling.decode_step`."""
     assert violations(source, "rcgrpo_jax.sampling.decode_step") == expected
+
+
+def test_a_tool_is_held_to_the_rule():
+    """A probe standing as `benchmarks.gpu`: the library's privates are as closed to it as to the library."""
+    assert violations("from rcgrpo_jax.sampling import session\nsession._x\n", "benchmarks.gpu") == [
+        "2: reads rcgrpo_jax.sampling.session._x"
+    ]

@@ -51,7 +51,7 @@ def model() -> ml_collections.ConfigDict:
     c.param_dtype = "float32"  # master weights (AdamW moments follow)
     c.decode_dtype = "bfloat16"  # rollout weights, cast once per RL step
     c.remat = True  # rematerialise each decoder layer in the backward pass
-    # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`bench.train
+    # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`benchmarks.train
     # --unroll`); the rolled loop keeps 28-32-layer compiles short.
     c.scan_unroll = 1
     # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
@@ -253,7 +253,7 @@ def tiny_overrides(c: ml_collections.ConfigDict) -> None:
     c.model.tiny_tools_format = "signatures"
     c.model.dtype = c.model.decode_dtype = "float32"
     c.model.remat = False
-    c.model.scan_unroll = -1  # unrolled is faster for the CPU-sized tiny models (`bench.train --unroll`)
+    c.model.scan_unroll = -1  # unrolled is faster for the CPU-sized tiny models (`benchmarks.train --unroll`)
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1  # one device; CPU attention is not chunked
     c.data.source = "world"  # the miniature world: short episodes a tiny model learns on a CPU
     c.data.buckets = (512, 1024, 2048, 4096)  # world episodes carry 3-9 tool docs

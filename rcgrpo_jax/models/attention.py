@@ -9,7 +9,7 @@ one of four implementations (kernels, platforms and what was measured: docs/gpu.
             CUDA GPUs only, bf16/fp16, head_dim a multiple of 8 and at most 128; it cannot be lowered without
             a GPU, so on a CPU only its arguments are checked (`cudnn_arguments`).
   "pallas"  JAX's Pallas Triton flash attention (`pallas.ops.gpu.attention.mha`, its own custom VJP, O(T)
-            memory): lowers for CUDA without a GPU (`bench.cuda_lower`), runs in Pallas interpret mode off a
+            memory): lowers for CUDA without a GPU (`benchmarks.cuda_lower`), runs in Pallas interpret mode off a
             GPU (slow; what the tests run); only the no-cache causal calls (`pallas_attention`).
   "tokamax" `tokamax.dot_product_attention` (tokamax 0.0.12): Mosaic GPU flash attention on sm90 / sm100 GPUs
             (an error on other GPUs, never a silent fallback), tokamax's XLA reference off a GPU; the mask as
@@ -64,7 +64,7 @@ def pallas_mha_unavailable() -> str | None:
 def lowering_for(platform: str) -> Iterator[None]:
     """Within this context Pallas kernels are traced for `platform` ("cuda": compiled Triton kernels, not
     interpret mode) whatever the host's backend: `jax.export(..., platforms=["cuda"])` from a CPU host
-    (`bench.cuda_lower`). Implementation choices ("auto") still follow the host's backend. The choice is
+    (`benchmarks.cuda_lower`). Implementation choices ("auto") still follow the host's backend. The choice is
     read at trace time and jit caches do not key on it: trace a fresh `jax.jit` inside the context."""
     _LOWERING_PLATFORM.append(str(platform))
     try:

@@ -62,7 +62,7 @@ class ModelConfig:
     remat: bool = False
     # Layers the compiled layer loop unrolls: 1 = a rolled loop (compile time flat in depth), -1 = all
     # (straight-line code). On CPU the rolled loop's per-layer slicing and gradient stacking cost a small
-    # model a large share of its training step (`bench.train --unroll` measures it).
+    # model a large share of its training step (`benchmarks.train --unroll` measures it).
     scan_unroll: int = 1
     attention_impl: str = "auto"  # training attention: auto | xla | cudnn | pallas | tokamax (models.attention)
 

@@ -1,4 +1,4 @@
-"""launch/gpu_check.sh's attention comparison (rcgrpo_jax.bench.gpu --attention) on tiny shapes on the CPU:
+"""launch/gpu_check.sh's attention comparison (benchmarks.gpu --attention) on tiny shapes on the CPU:
 the fused side is then the library's XLA attention on the arguments built for cuDNN, so the rows carry
 real differences to check. No timing assertions."""
 
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from rcgrpo_jax.bench import gpu
+from benchmarks import gpu
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 

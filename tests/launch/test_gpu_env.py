@@ -1,4 +1,4 @@
-"""What the GPU box must provide, checked statically: the import closure of rcgrpo_jax.bench.gpu (what
+"""What the GPU box must provide, checked statically: the import closure of benchmarks.gpu (what
 launch/gpu_check.sh runs) is met by the image's package list (launch/gpu_image_packages.txt) plus the
 wheel folder's (launch/gpu_wheels.txt), through launch/gpu_env.py's explicit distribution -> module table;
 and the wheel folder check (launch/wheels.sh's last step) rejects what cannot travel."""
@@ -82,14 +82,14 @@ def provided(lists: list[list[tuple[str, str]]]) -> set[str]:
 
 
 def test_bench_gpu_imports_are_on_the_image_or_in_the_wheel_folder():
-    modules, third = import_closure("rcgrpo_jax.bench.gpu")
+    modules, third = import_closure("benchmarks.gpu")
     # what the check exercises: the RL update's modules (the rl_step row) and the sampler's
     assert {"rcgrpo_jax.train.rl_step", "rcgrpo_jax.rl.losses", "rcgrpo_jax.sampling.decode_step"} <= modules
     assert {"jax", "numpy", "flax", "optax", "ml_collections"} <= set(third)
     image = gpu_env.read_list(gpu_env.IMAGE_LIST)
     wheels = gpu_env.read_list(gpu_env.WHEEL_LIST)
     unmet = {m: sorted(third[m]) for m in third if m not in provided([image, wheels])}
-    assert unmet == {}, f"imported by rcgrpo_jax.bench.gpu's closure, on neither list: {unmet}"
+    assert unmet == {}, f"imported by benchmarks.gpu's closure, on neither list: {unmet}"
     # the check reads the lists: without the ml-collections wheel, the RL modules' import is unmet
     without = [(n, v) for n, v in wheels if n != "ml-collections"]
     assert {m for m in third if m not in provided([image, without])} == {"ml_collections"}

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks import cuda_lower
 from rcgrpo_jax import config_checks, models
-from rcgrpo_jax.bench import cuda_lower
 from rcgrpo_jax.models import attention
 from rcgrpo_jax.models.cache import attention_mask
 from rcgrpo_jax.models.xla_attention import grouped_attention

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rcgrpo_jax.pipeline import paired
+from experiments import paired
 
 
 def test_sign_test_by_hand():

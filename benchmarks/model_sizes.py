@@ -14,7 +14,7 @@ MODELS: dict[str, dict[str, int]] = {
         intermediate_size=704,
         vocab_size=1024,
     ),
-    # The quickstart's world model (pipeline/budgets.py QUICKSTART): d=128, 3 layers, ~520 tokens.
+    # The quickstart's world model (experiments/budgets.py QUICKSTART): d=128, 3 layers, ~520 tokens.
     "world": dict(
         hidden_size=128,
         num_hidden_layers=3,

@@ -1,8 +1,8 @@
 """The lowering proof: every production program of a preset exported for CUDA from a CPU host.
 
-  python -m rcgrpo_jax.bench.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b
-  python -m rcgrpo_jax.bench.cuda_lower --config=configs/sft.py:qwen2_5_7b
-  python -m rcgrpo_jax.bench.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b --tiny   # what CI runs
+  python -m benchmarks.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b
+  python -m benchmarks.cuda_lower --config=configs/sft.py:qwen2_5_7b
+  python -m benchmarks.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b --tiny   # what CI runs
 
 On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset's model config, mesh and
 shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
@@ -22,7 +22,7 @@ Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted c
 exported module, `error`; also `devices`, the shapes `at`, `seconds`, the `jax` version and the abstract
 `target` GPU), then `{"ok": ..., "programs": N, "failed": [...], "jax": ..., "target": ...}`; the exit status
 is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
-the model (2 layers, head_dim 16) and the shapes, so CI runs it in seconds (tests/bench/test_cuda_lower.py).
+the model (2 layers, head_dim 16) and the shapes, so CI runs it in seconds (tests/benchmarks/test_cuda_lower.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plumbing of `bench.grpo_step` (no timing assertions): ratio and summary arithmetic, the shared reward and
+"""Plumbing of `benchmarks.grpo_step` (no timing assertions): ratio and summary arithmetic, the shared reward and
 GRPO advantages by hand, prompts that survive decode -> encode, the bench env's plan, and one ours-only run on
 tiny shapes whose JSON rows carry their fields."""
 
@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from rcgrpo_jax.bench import grpo_step, trl_peer
+from benchmarks import grpo_step, trl_peer
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 

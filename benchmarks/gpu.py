@@ -1,7 +1,7 @@
 """The accelerator check: decode throughput and RL-update MFU of a Qwen2.5-1.5B-shaped model, random init.
 
-    PYTHONPATH=$PWD python3 -m rcgrpo_jax.bench.gpu            # one H200 (launch/gpu_check.sh)
-    python -m rcgrpo_jax.bench.gpu --tiny                      # tiny shapes on CPU (tests/bench)
+    PYTHONPATH=$PWD python3 -m benchmarks.gpu            # one H200 (launch/gpu_check.sh)
+    python -m benchmarks.gpu --tiny                      # tiny shapes on CPU (tests/bench)
 
 Everything runs through the package's own code paths: `rcgrpo_jax.models`, `sampling.Sampler` (jitted
 prefill, then the while_loop decode), the RL trainer's micro-batch gradient and guarded apply (`train.rl_step`:
@@ -33,8 +33,8 @@ import time
 import types
 from typing import Any
 
+from benchmarks import common
 from rcgrpo_jax import hardware, models
-from rcgrpo_jax.bench import common
 from rcgrpo_jax.config_lib import common as config_common
 from rcgrpo_jax.models import ModelConfig, attention
 from rcgrpo_jax.models.cache import attention_mask

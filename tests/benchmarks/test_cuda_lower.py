@@ -1,4 +1,4 @@
-"""`bench.cuda_lower --tiny`: every program of an RL and an SFT stage exports for CUDA on 8 fake CPU devices,
+"""`benchmarks.cuda_lower --tiny`: every program of an RL and an SFT stage exports for CUDA on 8 fake CPU devices,
 the Pallas kernels as Triton calls where they run; and a failed export is reported, not raised."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rcgrpo_jax.bench import cuda_lower
+from benchmarks import cuda_lower
 from rcgrpo_jax.models import attention
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _lower(config: str) -> tuple[int, list[dict]]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the entry point sets its own devices
     proc = subprocess.run(
-        [sys.executable, "-m", "rcgrpo_jax.bench.cuda_lower", f"--config={config}", "--tiny"],
+        [sys.executable, "-m", "benchmarks.cuda_lower", f"--config={config}", "--tiny"],
         cwd=ROOT,
         env=env,
         capture_output=True,

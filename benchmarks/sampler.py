@@ -1,7 +1,7 @@
 """Sampler throughput vs HF transformers `generate` (PyTorch CPU) and google-tunix's vanilla JAX sampler,
 on the same random checkpoint.
 
-    python -m rcgrpo_jax.bench.sampler [--models tiny,medium] [--repeats 3] [--peers hf,tunix] [--devices 1]
+    python -m benchmarks.sampler [--models tiny,medium] [--repeats 3] [--peers hf,tunix] [--devices 1]
 
 Prints one JSON line per model: batch 8, prompt 128, 128 new tokens, temperature 1.0 (no top-k/top-p
 on any side, no early stop). Figures are medians over repeats after a warm-up (compilation is not
@@ -9,7 +9,7 @@ counted); each repeat is one round that runs ours, then each peer (ours, hf, tun
 measured in the same rounds as ours. `ratio` = HF seconds / ours, `ratio_tunix` = tunix seconds / ours
 (> 1: ours is faster), with the range of the per-round ratios.
 
-Peers (`--peers`): "hf" runs in this process; "tunix" (`bench.tunix_peer`) runs as a subprocess in its
+Peers (`--peers`): "hf" runs in this process; "tunix" (`benchmarks.tunix_peer`) runs as a subprocess in its
 bench-only env (`launch/bench_env.sh tunix`, built on demand when `--peers` names it). By default: hf,
 plus tunix when its env is already built. The tunix peer loads the same safetensors checkpoint into
 tunix's own Qwen2 and, before the rounds, samples `--greedy-check` tokens greedily: the row reports the
@@ -36,15 +36,15 @@ import threading
 import time
 from typing import Any
 
+from benchmarks import common, tunix_peer
+from benchmarks.model_sizes import MODELS
 from rcgrpo_jax import models, sharding
-from rcgrpo_jax.bench import common, tunix_peer
-from rcgrpo_jax.bench.model_sizes import MODELS
 from rcgrpo_jax.sampling import buckets, generate
 
 BATCH, PROMPT, NEW = 8, 128, 128
 PEERS = ("hf", "tunix")
 GREEDY = 8
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse_peers(spec: str | None, tunix_built: bool) -> tuple[str, ...]:

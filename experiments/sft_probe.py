@@ -1,6 +1,6 @@
 """The SFT-length probe: how long stage 1's SFT trains, chosen on held-out tasks of the TRAIN distribution.
 
-    python -m rcgrpo_jax.pipeline.sft_probe --workdir runs/sft_probe --steps 128,256,512 [--budget quickstart]
+    python -m experiments.sft_probe --workdir runs/sft_probe --steps 128,256,512 [--budget quickstart]
 
 For each length L the budget's SFT runs for L steps (its own learning-rate schedule over L) from the budget's
 base checkpoint, then greedy success and pass@k (k samples at temperature T, `budget.passk`) are measured on
@@ -16,8 +16,8 @@ import json
 import os
 from typing import Sequence
 
-from rcgrpo_jax.pipeline import ablation
-from rcgrpo_jax.pipeline import budgets as budgets_lib
+from experiments import ablation
+from experiments import budgets as budgets_lib
 from rcgrpo_jax.train import sft
 
 MIN_GREEDY = 0.20

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rcgrpo_jax.pipeline import ablation, budgets, cache, episodes, summary
+from experiments import ablation, budgets, cache, episodes, summary
 
 
 @pytest.fixture(scope="module")
@@ -396,7 +396,7 @@ def test_console_eta_rescales_by_measured_speed(capsys):
 def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
     """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's stage 1 in the
     same workdir (whose SFT is not trained again; the data files are shared)."""
-    from rcgrpo_jax.pipeline import awpo_ablation
+    from experiments import awpo_ablation
 
     workdir, _ = smoke_run
     sft_done = os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE))

@@ -1,13 +1,13 @@
 """The paper's ablation in miniature, end to end in one process (the CPU reproduction).
 
-    python -m rcgrpo_jax.pipeline.ablation --workdir runs/ablation [--seeds N] [--budget quickstart]
+    python -m experiments.ablation --workdir runs/ablation [--seeds N] [--budget quickstart]
 
 Stages, all through the same code as the 7B pipeline (the stage trainers' `run(config, workdir)`):
   1. world + a tiny HF checkpoint (random init, Qwen3 architecture, tokenizer trained on the world's
      train corpus);
   2. evaluation of the base model;
   3. SFT on expert trajectories; RCTP-FT on expert + failure trajectories 1:1 (from the base, or from the
-     SFT model with `budget.rctp_init="sft"`: the quickstart's, see pipeline/budgets.py);
+     SFT model with `budget.rctp_init="sft"`: the quickstart's, see experiments/budgets.py);
   4. GRPO and RC-GRPO from each stage-1 model, equal RL budgets, seeds 0..N-1;
   5. greedy evaluation of every row on the test split with BFCL's official checker;
   6. workdir/report.md (table per category and overall, mean ± spread over seeds, an honest comment on
@@ -28,13 +28,13 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from experiments import budgets as budgets_lib
+from experiments import cache
+from experiments import summary as summary_lib
 from rcgrpo_jax import sharding
 from rcgrpo_jax.data import datasets, sources, splits, tiny_checkpoint, trajectories
 from rcgrpo_jax.eval import report
 from rcgrpo_jax.eval import run as eval_run
-from rcgrpo_jax.pipeline import budgets as budgets_lib
-from rcgrpo_jax.pipeline import cache
-from rcgrpo_jax.pipeline import summary as summary_lib
 from rcgrpo_jax.train import exploration, rl_trainer, sft
 from rcgrpo_jax.worlds.generate import category_of
 
@@ -137,7 +137,7 @@ def rl_settings_report(budget: budgets_lib.Budget) -> dict[str, dict]:
 
 
 def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -474,7 +474,7 @@ def run(
     if jax.device_count() < budget.devices:
         raise RuntimeError(
             f"budget {budget.name} runs every stage on {budget.devices} XLA devices, but {jax.device_count()} exist: "
-            f"start it with `python -m rcgrpo_jax.pipeline.ablation` (launch/quickstart.sh), or set "
+            f"start it with `python -m experiments.ablation` (launch/quickstart.sh), or set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
         )
     for rl_file in sorted({f for _, f in RL_RUNS.values()}):

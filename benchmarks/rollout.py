@@ -1,7 +1,7 @@
 """Multi-turn rollout throughput on BFCL tasks: our engine vs a naive loop that re-prefills the whole
 history every step (as BFCL's own handlers do), with the time split between policy (device) and host.
 
-    python -m rcgrpo_jax.bench.rollout [--tasks 4] [--group 2] [--step-tokens 16] [--repeats 2]
+    python -m benchmarks.rollout [--tasks 4] [--group 2] [--step-tokens 16] [--repeats 2]
 
 A tiny random Qwen2 checkpoint (built offline) samples at temperature 1.0 with a fixed per-step decode
 budget; both sides run the same engine, environments, tokenizer and parser, only the policy differs.

@@ -1,6 +1,6 @@
-"""The peer side of `bench.grpo_step`: HF TRL's GRPOTrainer, one step per request, in the bench env.
+"""The peer side of `benchmarks.grpo_step`: HF TRL's GRPOTrainer, one step per request, in the bench env.
 
-    <bench-env python> -m rcgrpo_jax.bench.trl_peer --checkpoint DIR --work WORK.json --beta B --steps N
+    <bench-env python> -m benchmarks.trl_peer --checkpoint DIR --work WORK.json --beta B --steps N
 
 Run as a subprocess (launch/bench_env.sh trl builds the env; TRL is never a dependency of the package, so
 this module imports neither jax nor the rest of rcgrpo_jax). Protocol over stdin/stdout, one JSON object

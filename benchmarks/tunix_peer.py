@@ -1,10 +1,10 @@
-"""The tunix side of `bench.sampler`: google-tunix's vanilla JAX sampler, one sampling call per request.
+"""The tunix side of `benchmarks.sampler`: google-tunix's vanilla JAX sampler, one sampling call per request.
 
-    <bench-env python> -m rcgrpo_jax.bench.tunix_peer --checkpoint DIR --work WORK.json
+    <bench-env python> -m benchmarks.tunix_peer --checkpoint DIR --work WORK.json
 
 Run as a subprocess in the bench env (`launch/bench_env.sh tunix` builds it; tunix is never a dependency
 of the package, so this module imports neither tunix nor jax at import time, and nothing else of
-rcgrpo_jax but `bench.common`). The checkpoint is the HF safetensors directory the parent benchmark wrote;
+rcgrpo_jax but `benchmarks.common`). The checkpoint is the HF safetensors directory the parent benchmark wrote;
 tunix's own loader (`tunix.models.qwen2.params.create_model_from_safe_tensors`) maps it into tunix's
 own Qwen2 (`tunix.models.qwen2.model.Qwen2`, float32), and `tunix.generate.sampler.Sampler` samples.
 
@@ -18,7 +18,7 @@ which tunix runs as a plain categorical draw from logits / temperature over the 
 same distribution as ours and HF's); the KV cache holds prompt + new tokens exactly.
 
 The protocol over stdin/stdout: `TunixPeer`'s docstring. The parent's side (`TunixPeer`, `start`, `ready`,
-`peer_command`, `peer_env`) lives here too, so `bench.sampler` holds only the rounds and the row's fields.
+`peer_command`, `peer_env`) lives here too, so `benchmarks.sampler` holds only the rounds and the row's fields.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def check_work(work: dict) -> None:
         raise ValueError("'greedy_tokens' must be >= 0")
 
 
-# ------------------------------------------------------------------ the parent's side (bench.sampler)
+# ------------------------------------------------------------------ the parent's side (benchmarks.sampler)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def error_text(e: Exception) -> str:
@@ -114,7 +114,7 @@ def error_text(e: Exception) -> str:
 
 def peer_command(python: str, checkpoint: str, work: str) -> list[str]:
     """The tunix worker's command line (run from any directory; PYTHONPATH names this tree)."""
-    return [python, "-m", "rcgrpo_jax.bench.tunix_peer", "--checkpoint", checkpoint, "--work", work]
+    return [python, "-m", "benchmarks.tunix_peer", "--checkpoint", checkpoint, "--work", work]
 
 
 def peer_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -130,7 +130,7 @@ def peer_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class TunixPeer:
-    """`bench.tunix_peer` as a subprocess: `__call__()` runs one timed sampling call, returns its seconds.
+    """`benchmarks.tunix_peer` as a subprocess: `__call__()` runs one timed sampling call, returns its seconds.
 
     Started with the checkpoint still on disk; `loaded()` returns once the worker holds the weights (the
     checkpoint may go), `ready()` once it has compiled and done its greedy check (its info message).
@@ -144,7 +144,7 @@ class TunixPeer:
     (all threads) over the same span, "tokens": tokens sampled}. EOF on stdin ends it with {"done": true}."""
 
     def __init__(self, python: str, checkpoint: str, work: dict[str, Any], tmp: str):
-        """`work` as `bench.tunix_peer` reads it, written to `tmp`/tunix_work.json (kept until `loaded()`)."""
+        """`work` as `benchmarks.tunix_peer` reads it, written to `tmp`/tunix_work.json (kept until `loaded()`)."""
         path = os.path.join(tmp, "tunix_work.json")
         with open(path, "w") as f:
             json.dump(work, f)
@@ -312,7 +312,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from rcgrpo_jax.bench import common
+    from benchmarks import common
 
     common.as_command()
     main()

@@ -1,6 +1,6 @@
 """One GRPO step: ours (the project's sampler + `train.rl_step`) against HF TRL's GRPOTrainer, same work.
 
-    python -m rcgrpo_jax.bench.grpo_step [--betas 0,0.04] [--rounds 3] [--prompts 16] [--group 8]
+    python -m benchmarks.grpo_step [--betas 0,0.04] [--rounds 3] [--prompts 16] [--group 8]
         [--prompt-len 128] [--new 128] [--micro 32] [--no-peer] [--devices 1]
 
 The work: `--prompts` prompts x `--group` samples, each prompt exactly `--prompt-len` tokens, each
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import common, model_sizes
+from benchmarks.trl_peer import reward_of
 from rcgrpo_jax import models
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.bench import common, model_sizes
-from rcgrpo_jax.bench.trl_peer import reward_of
 from rcgrpo_jax.models.tiny import build_tiny_checkpoint, default_corpus
 from rcgrpo_jax.models.transformer import abstract_params
 from rcgrpo_jax.rl import advantages
@@ -52,10 +52,10 @@ from rcgrpo_jax.sampling import session as session_lib
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_step
 from rcgrpo_jax.train import state as state_lib
 
-ARCH = model_sizes.builder_arch("tiny")  # the benchmarks' tiny model (bench/model_sizes.py)
+ARCH = model_sizes.builder_arch("tiny")  # the benchmarks' tiny model (benchmarks/model_sizes.py)
 LR = 1e-6
 PHASES = ("generate", "host", "reference", "update")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +255,7 @@ class TRLPeer:
         env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
         env["PYTHONPATH"] = ROOT
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        cmd = [python, "-m", "rcgrpo_jax.bench.trl_peer", "--checkpoint", checkpoint, "--work", path]
+        cmd = [python, "-m", "benchmarks.trl_peer", "--checkpoint", checkpoint, "--work", path]
         cmd += ["--beta", str(beta), "--steps", str(steps), "--outdir", os.path.join(tmp, f"trl_{beta}")]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.info: dict[str, Any] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rcgrpo_jax.pipeline import awpo_ablation, budgets
+from experiments import awpo_ablation, budgets
 from rcgrpo_jax.train import rl_config
 
 

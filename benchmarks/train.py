@@ -1,6 +1,6 @@
 """SFT training-step throughput: our jitted step vs HF transformers + torch.optim.AdamW on the same weights.
 
-    python -m rcgrpo_jax.bench.train [--models tiny,medium] [--batch 8] [--seq 512] [--repeats 3] [--devices 1]
+    python -m benchmarks.train [--models tiny,medium] [--batch 8] [--seq 512] [--repeats 3] [--devices 1]
 
 One step = forward, backward and an AdamW update (global-norm clip 1.0 on both sides) on a batch of
 random tokens, every token a target. Ours is `rcgrpo_jax.train.sft.make_train_step` (chunked
@@ -23,9 +23,9 @@ import os
 import tempfile
 from typing import Any
 
+from benchmarks import common
+from benchmarks.model_sizes import MODELS
 from rcgrpo_jax import models
-from rcgrpo_jax.bench import common
-from rcgrpo_jax.bench.model_sizes import MODELS
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import sft
 from rcgrpo_jax.train import state as state_lib

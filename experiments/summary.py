@@ -8,10 +8,10 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
+from experiments import paired
+from experiments.episodes import EpisodeProfile, episode_profiles, pass_matrix
 from rcgrpo_jax.eval import plots, report
 from rcgrpo_jax.eval import run as eval_run
-from rcgrpo_jax.pipeline import paired
-from rcgrpo_jax.pipeline.episodes import EpisodeProfile, episode_profiles, pass_matrix
 from rcgrpo_jax.train import rl_data
 
 PAPER_ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")

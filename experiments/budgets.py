@@ -41,7 +41,7 @@ class Budget:
     # device count before JAX starts). XLA's CPU runtime runs one program's ops mostly one after another, so
     # a second device's program is what puts a second core to work (docs/performance.md).
     devices: int = 1
-    # The controls that run at seed 0 (pipeline.ablation.CONTROL_ROWS): "shuffled" (RCTP-FT+RC-GRPO with its
+    # The controls that run at seed 0 (experiments.ablation.CONTROL_ROWS): "shuffled" (RCTP-FT+RC-GRPO with its
     # advantages permuted across the batch: the same updates without the reward's signal) and "lr0" (the same
     # row at lr 0 for two steps: it must reproduce its init exactly).
     controls: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ Prints JSON lines:
 - how often reward and official verdict disagree on two perturbations of the ground truth
   (each turn's calls reversed; one argument changed), the figures quoted in docs/bfcl.md.
 
-    python -m rcgrpo_jax.bench.env [--repeats 3]
+    python -m benchmarks.env [--repeats 3]
 """
 
 from __future__ import annotations

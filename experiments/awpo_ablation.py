@@ -1,6 +1,6 @@
 """AWPO's ablation (the paper's Table 4) in miniature, on the CPU world with the `rule` judge:
 
-    python -m rcgrpo_jax.pipeline.awpo_ablation [--workdir runs/awpo] [--budget awpo|quickstart|smoke] [--seeds N]
+    python -m experiments.awpo_ablation [--workdir runs/awpo] [--budget awpo|quickstart|smoke] [--seeds N]
 
 On AWPO's own backbone family: a tiny Qwen3 (per-head q/k RMSNorm, no attention biases, head_dim apart
 from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``) built offline with a tokenizer trained on the
@@ -26,10 +26,10 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from experiments import ablation, cache
+from experiments import budgets as budgets_lib
 from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.eval import plots
-from rcgrpo_jax.pipeline import ablation, cache
-from rcgrpo_jax.pipeline import budgets as budgets_lib
 from rcgrpo_jax.train import rl_config, rl_trainer, sft
 
 # row -> (RL config file, overrides of rl.advantage): the paper's Table 4 rows.

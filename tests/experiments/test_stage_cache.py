@@ -1,11 +1,11 @@
-"""Cached stage outputs checked against the settings that made them (pipeline.cache)."""
+"""Cached stage outputs checked against the settings that made them (experiments.cache)."""
 
 from __future__ import annotations
 
 import ml_collections
 import pytest
 
-from rcgrpo_jax.pipeline import cache
+from experiments import cache
 
 
 def test_differences_name_every_changed_field_and_read_tuples_as_lists():

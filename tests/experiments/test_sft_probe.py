@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rcgrpo_jax.pipeline import sft_probe
+from experiments import sft_probe
 
 
 def _p(steps, greedy, pass_at_k):

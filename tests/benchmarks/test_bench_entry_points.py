@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from rcgrpo_jax.bench import common, gpu
-from rcgrpo_jax.bench import sampler as sampler_bench
-from rcgrpo_jax.bench import train as train_bench
+from benchmarks import common, gpu
+from benchmarks import sampler as sampler_bench
+from benchmarks import train as train_bench
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -102,7 +102,7 @@ def gpu_run():
 
 def test_gpu_tiny_rows(gpu_run):
     rows, printed = gpu_run
-    # most wanted first (bench/gpu.py): the ragged decode and the update before the plain decode sweep
+    # most wanted first (benchmarks/gpu.py): the ragged decode and the update before the plain decode sweep
     want = ["machine", "ragged_decode", "packed_attention", "rl_step", "prod_decode", "decode_setup"]
     want += ["decode", "decode", "decode", "done"]
     assert [r["bench"] for r in printed] == want

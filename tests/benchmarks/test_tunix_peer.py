@@ -1,4 +1,4 @@
-"""Plumbing of the tunix peer of `bench.sampler` (no timing assertions; the tunix env is not built here):
+"""Plumbing of the tunix peer of `benchmarks.sampler` (no timing assertions; the tunix env is not built here):
 peer selection, the per-round arithmetic and the greedy check by hand, the worker's command line and
 environment, its protocol against a stand-in worker (the real one needs tunix), its input checks, and
 bench_env.sh's plan and --check."""
@@ -15,13 +15,13 @@ import textwrap
 
 import pytest
 
-from rcgrpo_jax.bench import sampler, tunix_peer
+from benchmarks import sampler, tunix_peer
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# A stand-in for `bench.tunix_peer` that speaks its protocol: it records what it was given, then answers
+# A stand-in for `benchmarks.tunix_peer` that speaks its protocol: it records what it was given, then answers
 # with fixed figures (FAKE_S seconds per call, all-FAKE_TOKEN greedy rows), or dies where FAKE_DIE says.
 FAKE_WORKER = textwrap.dedent(
     """
@@ -144,7 +144,7 @@ def test_greedy_fields_by_hand():
 
 def test_peer_command_and_env():
     cmd = tunix_peer.peer_command("/env/bin/python", "/ck", "/w.json")
-    assert cmd == ["/env/bin/python", "-m", "rcgrpo_jax.bench.tunix_peer", "--checkpoint", "/ck", "--work", "/w.json"]
+    assert cmd == ["/env/bin/python", "-m", "benchmarks.tunix_peer", "--checkpoint", "/ck", "--work", "/w.json"]
     base = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_other=1", "JAX_PLATFORMS": "cpu"}
     env = tunix_peer.peer_env({**base, "PYTHONPATH": "/elsewhere"})
     assert env["XLA_FLAGS"] == "--xla_other=1" and env["JAX_PLATFORMS"] == "cpu"  # same backend as ours

@@ -1,6 +1,6 @@
 """Rollout planner: one RL step's decode work replayed over real BFCL episode lengths, with no model.
 
-    python -m rcgrpo_jax.bench.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8]
+    python -m benchmarks.rollout_plan --config=configs/rc_grpo.py:qwen2_5_7b [--rows=160] [--slice=8]
         [--span=length|mult:K|ragged:K] [--tasks=N] [--mfu=0.4]   (AWPO presets: add --config.data.source=bfcl)
 
 Lengths: each training task's expert episode through the real engine (`rollout.run_episodes`, scripted
@@ -10,7 +10,7 @@ Replay (`replay_streaming`), RL step by step: the step's rollouts stream through
 real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens, with the session's
 rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` / `session` (rows, spans,
 sub-batches, packed forwards, append pieces), the engine's (`rollout.engine.step_budget`, cut steps) and
-`ModelPolicy`'s (`rollout.policies.slice_budget`), never restated here. `tests/bench/test_rollout_plan.py` checks the replay call by call
+`ModelPolicy`'s (`rollout.policies.slice_budget`), never restated here. `tests/benchmarks/test_rollout_plan.py` checks the replay call by call
 against what a real `ModelPolicy(record_calls=True)` + `DecodeSession` did on a tiny model.
 Cost model (`figures`): KV-read and row utilisation, decode iterations, prefill FLOP utilisation (real
 FLOPs / FLOPs computed per forward, `Piece`) and an estimated rollout time per RL step on `--devices` GPUs

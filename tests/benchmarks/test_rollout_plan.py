@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from rcgrpo_jax.bench import rollout_plan as rp
+from benchmarks import rollout_plan as rp
 from rcgrpo_jax.rollout import EpisodeSpec
 from rcgrpo_jax.rollout.episode import Episode
 from tests.helpers.fake_env import AdderEnv
