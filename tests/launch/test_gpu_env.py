@@ -28,8 +28,10 @@ def _module_file(name: str) -> str | None:
     return path + ".py" if os.path.isfile(path + ".py") else None
 
 
-def import_closure(root: str, package: str = "rcgrpo_jax") -> tuple[set[str], dict[str, set[str]]]:
-    """(the package's modules reachable from `root`, third-party top-level module -> the modules importing
+def import_closure(
+    root: str, packages: tuple[str, ...] = ("rcgrpo_jax", "benchmarks", "experiments")
+) -> tuple[set[str], dict[str, set[str]]]:
+    """(this checkout's modules (of `packages`: the library and the tools beside it) reachable from `root`, third-party top-level module -> the modules importing
     it). Follows every import statement anywhere in a module (inside functions too), relative ones,
     `from pkg import submodule`, the parent packages a submodule import runs, and importlib.import_module
     of a literal name; the standard library aside."""
@@ -68,7 +70,7 @@ def import_closure(root: str, package: str = "rcgrpo_jax") -> tuple[set[str], di
                 names = [node.args[0].value]
             for name in names:
                 top = name.split(".")[0]
-                if top == package:
+                if top in packages:
                     if _module_file(name) is not None:  # a module, not a name defined in one
                         todo.append(name)
                 elif top != "__future__" and top not in sys.stdlib_module_names:
