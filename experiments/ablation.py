@@ -196,6 +196,61 @@ def build_base(workdir: str, budget: budgets_lib.Budget, seed: int = 0) -> str:
     return path
 
 
+def pretrained_base(workdir: str, budget: budgets_lib.Budget) -> str:
+    """The world's base model (`budget.pretrain`), once for every seed and row under workdir/base: the random
+    checkpoint of `build_base` trained by the SFT stage on the corpus of `datasets.pretrain_records` over the
+    world's 'pretrain' split, without reward tokens. Keyed by its settings: a cached base made with others raises
+    cache.StaleCacheError. Returns the HF directory (workdir/base/pretrain/hf)."""
+    corpus = dict(budget.pretrain_corpus)
+    seed = int(corpus.get("seed", 0))
+    root = os.path.join(workdir, "base")
+    random_init = build_base(root, budget, seed)
+    data_dir = os.path.join(root, "corpus")
+    path = os.path.join(data_dir, "pretrain.jsonl")
+    request = {"world": dict(budget.world), "corpus": corpus}
+    if os.path.exists(path):
+        cache.check(cache.read_request(data_dir), request, f"the pretraining corpus {path}")
+    else:
+        tasks = sources.tasks(stage_config("sft", budget, {}).data, "pretrain")
+        experts = datasets.expert_records(tasks)
+        failures = datasets.failure_records(
+            tasks, seed=seed, site=corpus.get("failure_site", "any"), kinds=corpus.get("failure_kinds", "all")
+        )
+        records = datasets.pretrain_records(
+            experts, failures, failure_share=float(corpus.get("failure_share", 0.0)), seed=seed
+        )
+        trajectories.write_jsonl(path, records)
+        cache.write_request(data_dir, request)
+    config = stage_config(
+        "sft",
+        budget,
+        budget.pretrain,
+        **{"model.path": random_init, "seed": seed, "data.path": path, "add_reward_tokens": False},
+    )
+    train_stage(sft.run, config, os.path.join(root, "pretrain"))
+    return os.path.join(root, "pretrain", "hf")
+
+
+def base_probe(base: str, budget: budgets_lib.Budget, workdir: str) -> dict[str, dict]:
+    """What the base model can do before stage 1: greedy and pass@k at `budget.passk`'s temperature on 'dev' (all
+    of it) and on the first `budget.passk["per_type"]` tasks of each type of the i.i.d. test, by type, and the share
+    of its dev calls with a made-up argument (`episodes.episode_profile`). Cached in workdir/base/eval."""
+    from experiments import episodes
+
+    ev = os.path.join(workdir, "base", "eval")
+    n = int(budget.passk["per_type"])
+    dev_path = os.path.join(ev, "dev.json")
+    out = {
+        "dev_greedy": evaluate_row(base, dev_path, budget, "dev"),
+        "dev_passk": pass_at_k(base, os.path.join(ev, "dev_passk.json"), budget, "dev", per_type=None),
+        "iid_greedy": evaluate_row(base, os.path.join(ev, "iid.json"), budget, "iid", per_type=n),
+        "iid_passk": pass_at_k(base, os.path.join(ev, "iid_passk.json"), budget, "iid", per_type=n),
+    }
+    profile = episodes.episode_profile([dev_path])
+    out["dev_profile"] = dataclasses.asdict(profile) if profile is not None else {}
+    return out
+
+
 def build_datasets(
     workdir: str, budget: budgets_lib.Budget, explored: list[dict] | None = None, *, seed: int = 0
 ) -> dict[str, str]:
@@ -237,15 +292,17 @@ def build_datasets(
 
 
 def explore(workdir: str, budget: budgets_lib.Budget, model_path: str, seed: int = 0) -> list[dict]:
-    """The exploration stage: `budget.explore` rollouts of the policy at `model_path` (cached in
-    workdir/explore.jsonl), conditioned on the high reward goal when the policy knows the tokens."""
+    """The exploration stage: `budget.explore` rollouts of the policy at `model_path` (`budget.explore_with`'s;
+    cached in workdir/explore.jsonl), conditioned on the high reward goal when the policy is SFT's and its examples
+    carried the reward-goal slot (a base model knows no reward token)."""
 
     path = os.path.join(workdir, "explore.jsonl")
     if os.path.exists(path):
         return trajectories.read_jsonl(path)
     e = dict(budget.explore)
     tasks = sources.tasks(stage_config("sft", budget, {}).data, "train")[: int(e.pop("tasks"))]
-    token = datasets.HIGH_REWARD_TOKEN if budget.sft_reward_slot != "none" else None
+    slot = budget.explore_with == "sft" and budget.sft_reward_slot != "none"
+    token = datasets.HIGH_REWARD_TOKEN if slot else None
     records = exploration.collect(
         model_path, tasks, keep="failures", source="world", mesh=stage_mesh(budget), seed=seed, reward_token=token, **e
     )
@@ -436,10 +493,38 @@ class Rows:
             self.ood.setdefault(row, []).append(ood)
 
 
+def base_probe_table(probe: Mapping[str, Mapping[str, Any]]) -> str:
+    """`base_probe`'s figures as a markdown table: one row per measure, overall and by task type (%)."""
+    rows = {
+        "dev greedy": probe["dev_greedy"]["overall"],
+        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["pass_at_k"],
+        "i.i.d. greedy": probe["iid_greedy"]["overall"],
+        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["pass_at_k"],
+    }
+    greedy = {
+        split: {c: v["accuracy"] for c, v in probe[f"{split}_greedy"]["categories"].items()} for split in ("dev", "iid")
+    }
+    by_type = {
+        "dev greedy": greedy["dev"],
+        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["per_category"],
+        "i.i.d. greedy": greedy["iid"],
+        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["per_category"],
+    }
+    types = sorted(greedy["dev"])
+    lines = ["| base model | overall | " + " | ".join(types) + " |", "|---|---:|" + "---:|" * len(types)]
+    for name, overall in rows.items():
+        cells = " | ".join(f"{100 * by_type[name].get(t, float('nan')):.1f}" for t in types)
+        lines.append(f"| {name} | {100 * overall:.1f} | {cells} |")
+    made_up = probe.get("dev_profile", {}).get("made_up_argument")
+    if made_up is not None:
+        lines.append(f"\nmade-up arguments on dev: {100 * made_up:.1f}% of calls")
+    return "\n".join(lines)
+
+
 def plan_of(budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None) -> list[tuple[str, float]]:
     """The console's stages with the budget's planned seconds."""
     p = budget.plan_s
-    plan: list[tuple[str, float]] = []
+    plan: list[tuple[str, float]] = [("base model (pretraining)", p.get("pretrain", 60))] if budget.pretrain else []
     for s in range(seeds) if only_seed is None else (only_seed,):
         plan += [
             (f"seed {s}: world + tiny checkpoint", p["setup"]),
@@ -484,8 +569,7 @@ def run(
         stage_config(rl_file, budget, {**budget.rl, **extra})
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    compile_cache(workdir)
     if only_seed is not None and not 0 <= only_seed < seeds:
         raise ValueError(f"only_seed must be in [0, {seeds}), got {only_seed}")
     console = Console(plan_of(budget, seeds, only_seed), enabled=not quiet)
@@ -493,10 +577,18 @@ def run(
     rows = Rows()
     control_evals: dict[str, list[dict]] = {}
     control_paths: dict[str, list[str]] = {}
+    base = None
+    if budget.pretrain:
+        t = console.start("base model (pretraining)")
+        base = pretrained_base(workdir, budget)
+        probe = base_probe(base, budget, workdir) if budget.passk else {}
+        timings.update(stage_seconds(workdir, {"pretrain": console.end("base model (pretraining)", t, base)}))
+        if probe and not quiet:
+            print(base_probe_table(probe), flush=True)
     for seed in range(seeds) if only_seed is None else (only_seed,):
         sdir = os.path.join(workdir, f"s{seed}")
         seed_timings: dict[str, float] = {}
-        run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows)
+        run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows, base)
         if seed == 0:
             for c in budget.controls:
                 name, init, rl_file, extra = CONTROL_ROWS[c]
@@ -545,9 +637,11 @@ def run_seed(
     console: Console,
     timings: dict[str, float],
     rows: Rows,
+    base: str | None = None,
 ) -> None:
-    """One seed of the whole pipeline under `sdir`: base checkpoint, SFT, exploration, RCTP-FT, their
-    evaluations and pass@k, then every RL row; adds to `rows` and `timings`."""
+    """One seed of the whole pipeline under `sdir`: base checkpoint (the world's pretrained `base` when given, else
+    this seed's random one), SFT, exploration, RCTP-FT, their evaluations and pass@k, then every RL row; adds to
+    `rows` and `timings`."""
     ev_dir = os.path.join(sdir, "eval")
     ood_split = "test" if eval_split == "iid" else None  # names no stage sees: the out-of-distribution column
 
@@ -559,7 +653,7 @@ def run_seed(
 
     label = f"seed {seed}: world + tiny checkpoint"
     t = console.start(label)
-    base = build_base(sdir, budget, seed)
+    base = base or build_base(sdir, budget, seed)
     data_files = build_datasets(sdir, budget, seed=seed)
     timings[f"setup_s{seed}"] = console.end(label, t, base)
 
@@ -575,7 +669,7 @@ def run_seed(
         label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
         if name == "rctp_ft" and budget.explore:
             t = console.start(f"seed {seed}: exploration")
-            explored = explore(sdir, budget, stage1["sft"], seed)
+            explored = explore(sdir, budget, base if budget.explore_with == "base" else stage1["sft"], seed)
             data_files = build_datasets(sdir, budget, explored, seed=seed)
             timings[f"explore_s{seed}"] = console.end(
                 f"seed {seed}: exploration", t, f"{len(explored)} failed rollouts"
@@ -683,13 +777,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--only_seed", type=int, default=None, help="run this seed's stages alone, no report (seeds side by side)"
     )
+    ap.add_argument(
+        "--base_only", action="store_true", help="build (or read) the world's pretrained base and its probe, then stop"
+    )
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     if args.only_seed is not None and not 0 <= args.only_seed < args.seeds:
         ap.error(f"--only_seed must be in [0, {args.seeds})")
     host_devices(budgets_lib.get(args.budget).devices)
+    if args.base_only:
+        base_only(args.workdir, args.budget)
+        return
     run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split, only_seed=args.only_seed)
+
+
+def base_only(workdir: str, budget_name: str) -> dict:
+    """The world's pretrained base and its probe (`base_probe`), printed as a table; the budget must pretrain."""
+    budget = budgets_lib.get(budget_name)
+    if not budget.pretrain:
+        raise ValueError(f"budget {budget.name} has no pretraining stage (budget.pretrain is empty)")
+    workdir = os.path.abspath(workdir)
+    compile_cache(workdir)
+    base = pretrained_base(workdir, budget)
+    probe = base_probe(base, budget, workdir) if budget.passk else {}
+    if probe:
+        print(base_probe_table(probe), flush=True)
+    return probe
+
+
+def compile_cache(workdir: str) -> None:
+    """The persistent XLA compilation cache under workdir/.xla_cache (a rerun compiles little)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, ".xla_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def host_devices(n: int) -> None:

@@ -51,6 +51,17 @@ class Budget:
     # The SFT examples' reward-goal slot (data.datasets.sft_records): "none" or "random" (a token drawn at
     # random on every expert: the slot is there, its token means nothing).
     sft_reward_slot: str = "none"
+    # The base model of the world (experiments.ablation.pretrained_base), built once and shared by every seed and
+    # row: the random checkpoint trained on the world's 'pretrain' split (world.pretrain_per_type tasks per type), one
+    # conversation a task, its expert or one of its generated failures, no reward goal. `pretrain_corpus`:
+    # failure_share, failure_kinds, failure_site, seed (of the random init and the draw); `pretrain`: dotted overrides
+    # of the SFT stage config that trains it. Empty `pretrain` = no pretraining: each seed's base is its random
+    # checkpoint.
+    pretrain_corpus: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    pretrain: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Whose rollouts the exploration stage collects: "sft" (the SFT policy's) or "base" (the base model's, the
+    # paper's order: its own failures join RCTP-FT's data; needs a pretrained base).
+    explore_with: str = "sft"
 
     def __post_init__(self):
         if self.rctp_init not in ("base", "sft"):
@@ -58,6 +69,13 @@ class Budget:
         unknown = [c for c in self.controls if c not in ("shuffled", "lr0")]
         if unknown:
             raise ValueError(f"budget {self.name}: unknown controls {unknown}; known: shuffled, lr0")
+        if self.explore_with not in ("sft", "base"):
+            raise ValueError(f"budget {self.name}: explore_with must be 'sft' or 'base', got {self.explore_with!r}")
+        if self.explore_with == "base" and not self.pretrain:
+            raise ValueError(f"budget {self.name}: explore_with='base' needs a pretrained base (budget.pretrain)")
+        unknown = set(self.pretrain_corpus) - {"failure_share", "failure_kinds", "failure_site", "seed"}
+        if unknown:
+            raise ValueError(f"budget {self.name}: unknown pretrain_corpus keys {sorted(unknown)}")
         if self.devices < 1:
             raise ValueError(f"budget {self.name}: devices must be >= 1, got {self.devices}")
 
@@ -168,6 +186,8 @@ SMOKE = Budget(
         "rl_per_type": 2,
         "iid_test_per_type": 2,
         "dev_per_type": 1,
+        "pretrain_per_type": 2,
+        "train_vocab": "coded",
     },
     model={
         "hidden_size": 32,
@@ -178,6 +198,9 @@ SMOKE = Budget(
         "tokenizer_vocab_size": 512,
     },
     sft={**COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "add_reward_tokens": True},
+    pretrain_corpus={"failure_share": 0.5},
+    pretrain={**COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3},
+    explore_with="base",
     rctp={**COMMON_TRAIN, "train.batch_size": 4, "train.max_steps": 2, "optim.lr": 3e-3, "data.failure_site": "first"},
     rl={
         "train.max_steps": 1,

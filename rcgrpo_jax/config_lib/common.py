@@ -91,10 +91,13 @@ def data() -> ml_collections.ConfigDict:
     # rl_types: the trained types of the pool, comma-separated ("fs_move,math_chain"); "" = every one.
     # train_vocab: the train side's names and operands, "narrow" (12 syllables: 1068 stems, 114 folders, operands
     # 2-39) | "wide" (24 syllables: ~12k stems, 534 folders, operands 64-99 too; too many names to memorise, so
-    # the model copies them; vocab.WIDE). The test side is the same under both.
+    # the model copies them; vocab.WIDE) | "coded" (a letter and digits: "f123" stems, "d45" folders, wide operands;
+    # vocab.CODED). The test side is the syllable TEST under the first two, the coded test side under "coded".
     # iid_test_per_type / dev_per_type > 0: the 'iid' and 'dev' splits, fresh instances of the trained types drawn
     # as the train split's (same vocabulary, new compositions and arguments; worlds.generate_iid): the i.i.d. test
     # (the paper's held-out questions) and a small held-out set for RL curves. 'test' keeps names no stage sees.
+    # pretrain_per_type > 0: the 'pretrain' split, drawn as they are, none of them a train, iid or dev task: the
+    # corpus of a base model (experiments.pretrain).
     c.world = ml_collections.ConfigDict(
         {
             "seed": 0,
@@ -106,6 +109,7 @@ def data() -> ml_collections.ConfigDict:
             "train_vocab": "narrow",
             "iid_test_per_type": 0,
             "dev_per_type": 0,
+            "pretrain_per_type": 0,
         }
     )
     # 'steps' (AWPO's step-level data, SWiRL style): each step of an expert trajectory a task of its own.

@@ -104,6 +104,28 @@ def rctp_records(experts: Sequence[dict], failures: Sequence[dict], *, seed: int
     return out
 
 
+def pretrain_records(
+    experts: Sequence[dict], failures: Sequence[dict], *, failure_share: float, seed: int = 0
+) -> list[dict]:
+    """A base model's corpus: one conversation per task, its expert or (with probability `failure_share`, where
+    the task has one) one of its failures drawn at random, with no reward goal (the records as they are), in a
+    seeded shuffle. A model trained on it calls the tools in their form and copies names, and has seen the
+    deviations the failures make beside the expert's choices."""
+    if not 0.0 <= failure_share <= 1.0:
+        raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
+    by_task: dict[str, list[dict]] = {}
+    for r in failures:
+        by_task.setdefault(r["id"], []).append(r)
+    out = []
+    for expert in experts:  # each task's own draw: what one task gets does not depend on the others
+        draw = random.Random(f"pretrain:{seed}:{expert['id']}")
+        options = by_task.get(expert["id"], [])
+        pick = draw.choice(options) if draw.random() < failure_share and options else expert
+        out.append(copy.deepcopy(pick))
+    random.Random(f"pretrain:{seed}").shuffle(out)
+    return out
+
+
 def rl_records(ids: Iterable[str | bfcl.Task]) -> list[dict]:
     return [{"id": t.id} for t in _tasks(ids)]
 

@@ -40,7 +40,9 @@ from rcgrpo_jax.worlds.vocab import TRAIN_VOCABS, sides
 
 # rl: the tasks RL trains on (train, unless the source has an RL pool). iid / dev: held-out tasks drawn like the
 # train split (the world's data.world.iid_test_per_type / dev_per_type; a source without them refuses).
-SPLITS = ("train", "test", "all", "rl", "iid", "dev")
+# pretrain: the world's corpus for a base model (data.world.pretrain_per_type), none of them a train, iid or dev task.
+SPLITS = ("train", "test", "all", "rl", "iid", "dev", "pretrain")
+_IID_FIELDS = {"iid": "iid_test_per_type", "dev": "dev_per_type", "pretrain": "pretrain_per_type"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +152,7 @@ def _bfcl_rl_env_config(rl_config) -> bfcl.EnvConfig:
 
 
 def _bfcl_tasks(data_config, split: str) -> list[bfcl.Task]:
-    if split in ("iid", "dev"):  # BFCL's test split already holds out whole questions of the train distribution
+    if split in _IID_FIELDS:  # BFCL's test split already holds out whole questions of the train distribution
         raise ConfigError("eval.split", f"data.source='bfcl' has no {split!r} split: its 'test' split is i.i.d.")
     ids = splits.split("train") + splits.split("test") if split == "all" else splits.split(split)
     return [bfcl.get_task(i) for i in ids]
@@ -180,20 +182,33 @@ def _world(
 
 def _world_tasks(data_config, split: str) -> list[bfcl.Task]:
     w = data_config.world
-    if split in ("iid", "dev"):
-        n = int(w.get(f"{'iid_test' if split == 'iid' else 'dev'}_per_type", 0) or 0)
+    if split in _IID_FIELDS:
+        n = int(w.get(_IID_FIELDS[split], 0) or 0)
         if n <= 0:
-            field = "iid_test_per_type" if split == "iid" else "dev_per_type"
-            raise ConfigError(f"data.world.{field}", f"must be positive to evaluate the {split!r} split, got {n}")
-        return list(_world_iid(int(w.seed), int(w.train_per_type), int(w.test_per_type), _train_vocab(w), split, n))
+            raise ConfigError(
+                f"data.world.{_IID_FIELDS[split]}", f"must be positive to use the {split!r} split, got {n}"
+            )
+        # the pretraining tasks skip the held-out ones too: no task of the base model's corpus is tested
+        held_out = () if split != "pretrain" else tuple((s, int(w.get(_IID_FIELDS[s], 0) or 0)) for s in ("iid", "dev"))
+        return list(_world_iid(*_world_key(w), split, n, held_out))
     train, test = _world(int(w.seed), int(w.train_per_type), int(w.test_per_type), _rl_vocab(w), _train_vocab(w))
     return list({"train": train, "test": test, "all": train + test}[split])
 
 
+def _world_key(w) -> tuple[int, int, int, str]:
+    return int(w.seed), int(w.train_per_type), int(w.test_per_type), _train_vocab(w)
+
+
 @functools.lru_cache(maxsize=8)
-def _world_iid(seed: int, train_per_type: int, test_per_type: int, train_vocab: str, split: str, n: int) -> tuple:
+def _world_iid(
+    seed: int, train_per_type: int, test_per_type: int, train_vocab: str, split: str, n: int, skip: tuple = ()
+) -> tuple:
+    """`n` tasks per type of an i.i.d. split, none equal to a train task or to a task of the (split, n) pairs
+    in `skip`."""
+    key = (seed, train_per_type, test_per_type, train_vocab)
     train, _ = _world(seed, train_per_type, test_per_type, "train", train_vocab)
-    entries = generate_iid(seed, split, n, [t.entry for t in train], train_vocab)
+    seen = train + tuple(t for s, k in skip if k > 0 for t in _world_iid(*key, s, k))
+    entries = generate_iid(seed, split, n, [t.entry for t in seen], train_vocab)
     return tuple(bfcl.Task.from_entry(e) for e in entries)
 
 
@@ -228,7 +243,7 @@ def _world_check(data_config) -> None:
     for f in ("train_per_type", "test_per_type"):
         if int(w[f]) <= 0:
             raise ConfigError(f"data.world.{f}", f"must be positive, got {w[f]}")
-    for f in ("iid_test_per_type", "dev_per_type"):
+    for f in _IID_FIELDS.values():
         if int(w.get(f, 0) or 0) < 0:
             raise ConfigError(f"data.world.{f}", f"must be 0 (no such split) or positive, got {w.get(f)}")
     if int(w.get("rl_per_type", 0) or 0) < 0:

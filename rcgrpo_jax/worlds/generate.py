@@ -19,7 +19,7 @@ from rcgrpo_jax.worlds import arithmetic as ar
 from rcgrpo_jax.worlds import filesystem as fs
 from rcgrpo_jax.worlds.compose import HELDOUT_TYPES, TRAIN_TYPES, Builder
 from rcgrpo_jax.worlds.replay import Session, parse_call, replay
-from rcgrpo_jax.worlds.vocab import TEST, Vocab, sides
+from rcgrpo_jax.worlds.vocab import Vocab, sides, test_side
 
 CLASS_TOOLS: dict[str, tuple[str, ...]] = {fs.CLASS: fs.TOOLS, ar.CLASS: ar.TOOLS}
 
@@ -50,17 +50,18 @@ def generate_world(
     seed: int, n_train_per_type: int, n_test_per_type: int, rl_vocab: str = "train", train_vocab: str = "narrow"
 ) -> tuple[list[dict], list[dict]]:
     """(train_tasks, test_tasks). Train: the trained types with train names (without the RL side's when
-    rl_vocab="own"), from the narrow or the wide train side (train_vocab). Test: the trained types with test
-    names (fresh instances), plus the held-out compositions (category compose_heldout); it does not depend on
-    either vocabulary argument."""
+    rl_vocab="own"), from the narrow, wide or coded train side (train_vocab). Test: the trained types with test
+    names (fresh instances), plus the held-out compositions (category compose_heldout); its names are the
+    test side of the train side's naming (`vocab.test_side`: syllables, or codes for "coded")."""
     stage1, _ = sides(train_vocab, rl_vocab)
     train = [_build(seed, cat, b, stage1, i) for cat, b in TRAIN_TYPES.items() for i in range(n_train_per_type)]
+    test_vocab = test_side(train_vocab)
     test = [
-        _build(seed, cat, b, TEST, n_train_per_type + i)
+        _build(seed, cat, b, test_vocab, n_train_per_type + i)
         for cat, b in TRAIN_TYPES.items()
         for i in range(n_test_per_type)
     ]
-    test += [_build(seed, cat, b, TEST, i) for cat, b in HELDOUT_TYPES.items() for i in range(n_test_per_type)]
+    test += [_build(seed, cat, b, test_vocab, i) for cat, b in HELDOUT_TYPES.items() for i in range(n_test_per_type)]
     return train, test
 
 
@@ -82,8 +83,8 @@ def generate_rl_pool(
 
 
 # Index bases of the i.i.d. splits: far above any train, test or pool index, so their rng streams and ids are
-# their own (`_build` seeds on the index).
-IID_INDEX_BASE = {"iid": 1_000_000, "dev": 2_000_000}
+# their own (`_build` seeds on the index). "pretrain": the base model's corpus (experiments.pretrain).
+IID_INDEX_BASE = {"iid": 1_000_000, "dev": 2_000_000, "pretrain": 3_000_000}
 
 
 def generate_iid(
@@ -91,8 +92,9 @@ def generate_iid(
 ) -> list[dict]:
     """Fresh instances of the trained types drawn exactly as stage 1's are (the stage-1 vocabulary, new
     compositions and arguments): the world's i.i.d. test ("iid", the paper's held-out questions of the same
-    classes) or its small held-out set for RL curves ("dev"). A draw whose user turns equal a training task's is
-    skipped, so no stage has seen one."""
+    classes), its small held-out set for RL curves ("dev"), or the base model's pretraining tasks ("pretrain").
+    A draw whose user turns equal one of `train_tasks`' is skipped: pass every task the split must not repeat
+    (the pretraining split is given the train, iid and dev tasks)."""
     if split not in IID_INDEX_BASE:
         raise ValueError(f"i.i.d. split must be one of {sorted(IID_INDEX_BASE)}, got {split!r}")
     stage1, _ = sides(train_vocab, "train")

@@ -23,6 +23,11 @@ The WIDE train side (`data.world.train_vocab="wide"`) names stage 1's scenarios 
 test's twelve and twelve more, every word of distinct syllables that is not a test name, about 12k stems and
 534 folders against the narrow side's 1068 and 114, and operands 64-99 beside 2-39's train ones. With ten times the
 names, most occur once, and the model has to copy (docs/experiments.md, "Train vocabulary"). Test and FRESH names and operands stay outside it.
+
+The CODED sides (`data.world.train_vocab="coded"`) name files and folders by a letter and digits (stems "f123",
+folders "d45"): a tokenizer that splits digits one by one (Qwen's) writes every name as a letter and three or
+two digit tokens, so copying a name is copying a few single-token pieces. Train and test split the codes by
+their digits; roots and operands are the wide train side's and the test's.
 """
 
 from __future__ import annotations
@@ -143,8 +148,45 @@ WIDE = Vocab(
     factors=TRAIN.factors,
 )
 
+# The coded sides: stems a letter and three digits, folders a letter and two digits, split by digits (class 0 of
+# (sum(digits) * 7 + first digit) % 5 is test-only, as the syllable names split by syllable indices).
+_STEM_LETTERS = "fghkmnprst"
+_FOLDER_LETTERS = "dew"
+
+
+def _coded_names(letters: str, n_digits: int, split: str) -> tuple[str, ...]:
+    """Every code of a letter and `n_digits` digits on its side of the split (train or test)."""
+    import itertools
+
+    out = []
+    for letter in letters:
+        for digits in itertools.product(range(10), repeat=n_digits):
+            test = (sum(digits) * 7 + digits[0]) % 5 == 0
+            if test == (split == "test"):
+                out.append(letter + "".join(map(str, digits)))
+    return tuple(out)
+
+
+CODED = Vocab(
+    split="train",
+    stems=_coded_names(_STEM_LETTERS, 3, "train"),
+    folders=_coded_names(_FOLDER_LETTERS, 2, "train"),
+    roots=WIDE.roots,
+    numbers=WIDE.numbers,
+    factors=WIDE.factors,
+)
+
+CODED_TEST = Vocab(
+    split="test",
+    stems=_coded_names(_STEM_LETTERS, 3, "test"),
+    folders=_coded_names(_FOLDER_LETTERS, 2, "test"),
+    roots=TEST.roots,
+    numbers=TEST.numbers,
+    factors=TEST.factors,
+)
+
 # data.world.train_vocab -> the train side of stage 1 (and of an RL pool with rl_vocab="train").
-TRAIN_VOCABS: dict[str, Vocab] = {"narrow": TRAIN, "wide": WIDE}
+TRAIN_VOCABS: dict[str, Vocab] = {"narrow": TRAIN, "wide": WIDE, "coded": CODED}
 
 # data.world.rl_vocab: "train": the RL pool is fresh instances with train names; "own": the pool has names,
 # roots and operands of its own that no stage-1 task uses (carved from the narrow train side); "fresh": so does
@@ -160,5 +202,14 @@ def sides(train_vocab: str = "narrow", rl_vocab: str = "train") -> tuple[Vocab, 
         raise ValueError(f"unknown RL vocabulary {rl_vocab!r}; known: {', '.join(RL_VOCABS)}")
     if rl_vocab == "own" and train_vocab != "narrow":
         raise ValueError(f"rl_vocab 'own' is carved from the narrow train side, not from {train_vocab!r}; use 'fresh'")
+    if rl_vocab == "fresh" and train_vocab == "coded":
+        raise ValueError("rl_vocab 'fresh' has syllable names; the coded train side has no fresh side: use 'train'")
     train = TRAIN_VOCABS[train_vocab]
     return {"train": (train, train), "own": (TRAIN_WITHOUT_RL, RL), "fresh": (train, FRESH)}[rl_vocab]
+
+
+def test_side(train_vocab: str = "narrow") -> Vocab:
+    """The test vocabulary that goes with a train side: the coded test side for "coded", else TEST."""
+    if train_vocab not in TRAIN_VOCABS:
+        raise ValueError(f"unknown train vocabulary {train_vocab!r}; known: {', '.join(TRAIN_VOCABS)}")
+    return CODED_TEST if train_vocab == "coded" else TEST

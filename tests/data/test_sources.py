@@ -27,6 +27,20 @@ def test_world_iid_and_dev_splits_are_sized_disjoint_and_of_the_trained_types():
     assert "compose_heldout" in {t.category for t in split["test"]}  # the fresh-name test keeps it
 
 
+def test_the_pretrain_split_repeats_no_train_iid_or_dev_task():
+    d = _world(iid_test_per_type=3, dev_per_type=2, pretrain_per_type=5, train_vocab="coded")
+    split = {name: sources.tasks(d, name) for name in ("train", "iid", "dev", "pretrain")}
+    assert len(split["pretrain"]) == 4 * 5
+    questions = {name: {str(t.entry["question"]) for t in tasks} for name, tasks in split.items()}
+    for other in ("train", "iid", "dev"):
+        assert not questions["pretrain"] & questions[other], other
+    ids = [t.id for tasks in split.values() for t in tasks]
+    assert len(ids) == len(set(ids))
+    assert sources.tasks(d, "pretrain") == split["pretrain"]  # the same draw on every call
+    with pytest.raises(ConfigError, match=r"data\.world\.pretrain_per_type: must be positive"):
+        sources.tasks(_world(), "pretrain")
+
+
 def test_a_split_the_source_lacks_is_a_config_error():
     with pytest.raises(ConfigError, match=r"data\.world\.iid_test_per_type: must be positive"):
         sources.tasks(_world(), "iid")

@@ -296,3 +296,31 @@ def test_sft_records_reward_slot_random_carries_an_uninformative_token():
     assert datasets.sft_records(experts, reward_slot="random", seed=3) == slotted  # seeded
     with pytest.raises(ValueError, match="reward_slot must be one of"):
         datasets.sft_records(experts, reward_slot="high")
+
+
+def _fake(task_id: str, kind: str, n: int = 0) -> dict:
+    return {"id": task_id, "kind": kind, "failure": None if kind == "expert" else f"k{n}", "messages": []}
+
+
+def test_pretrain_records_one_conversation_a_task_with_the_failure_share():
+    experts = [_fake(f"t{i}", "expert") for i in range(400)]
+    failures = [_fake(f"t{i}", "failure", n) for i in range(0, 400, 2) for n in range(2)]  # even tasks have two
+    assert datasets.pretrain_records(experts, failures, failure_share=0.0) == datasets.pretrain_records(
+        experts, [], failure_share=0.0
+    )
+    none = datasets.pretrain_records(experts, failures, failure_share=0.0)
+    assert sorted(r["id"] for r in none) == sorted(r["id"] for r in experts) and {r["kind"] for r in none} == {"expert"}
+    every = datasets.pretrain_records(experts, failures, failure_share=1.0)
+    by_id = {r["id"]: r for r in every}
+    assert len(every) == 400 and len(by_id) == 400  # one conversation per task
+    assert all(
+        by_id[f"t{i}"]["kind"] == ("failure" if i % 2 == 0 else "expert") for i in range(400)
+    )  # where one exists
+    assert {by_id[f"t{i}"]["failure"] for i in range(0, 400, 2)} == {"k0", "k1"}  # either failure of a task
+    half = datasets.pretrain_records(experts, failures, failure_share=0.5, seed=3)
+    n_failed = sum(r["kind"] == "failure" for r in half)
+    assert 100 - 35 < n_failed < 100 + 35  # Binomial(200, 0.5): mean 100, sd ~7
+    assert half == datasets.pretrain_records(experts, failures, failure_share=0.5, seed=3)  # seeded
+    assert all("reward_goal" not in r for r in half)  # no reward goal: the base knows no reward token
+    with pytest.raises(ValueError, match=r"failure_share must be in \[0, 1\]"):
+        datasets.pretrain_records(experts, failures, failure_share=1.5)

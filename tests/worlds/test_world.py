@@ -100,7 +100,7 @@ def test_rl_pool_is_fresh_train_name_instances(world):
     assert generate_rl_pool(0, N_TRAIN, N_TEST, 3) == pool
 
 
-@pytest.mark.parametrize("train_vocab", ["narrow", "wide"])
+@pytest.mark.parametrize("train_vocab", ["narrow", "wide", "coded"])
 def test_iid_and_dev_splits_are_fresh_draws_of_the_train_distribution(train_vocab):
     """The i.i.d. test and the dev set: the trained types with the stage-1 vocabulary (as the train split),
     none of whose user turns any training task has, disjoint from each other, and the same on every call."""
@@ -116,7 +116,8 @@ def test_iid_and_dev_splits_are_fresh_draws_of_the_train_distribution(train_voca
     stage1, _ = vocab_lib.sides(train_vocab, "train")
     roots = [t["initial_config"].get("GorillaFileSystem", {}).get("root", {}) for t in iid]
     names = {n.split(".")[0] for root in roots for n in fs_names(root)}
-    assert names and names <= stage1.names() and not names & TEST.names()  # drawn like training, not like test
+    test_names = vocab_lib.test_side(train_vocab).names()
+    assert names and names <= stage1.names() and not names & test_names  # drawn like training, not like test
     assert generate_iid(0, "iid", 3, train, train_vocab) == iid
     with pytest.raises(ValueError, match="must be one of"):
         generate_iid(0, "test", 1, train, train_vocab)
@@ -130,7 +131,7 @@ def test_an_iid_draw_equal_to_a_training_task_is_skipped():
     assert not {json.dumps(t["question"]) for t in again} & {json.dumps(t["question"]) for t in first}
 
 
-@pytest.mark.parametrize("train_vocab", ["narrow", "wide"])
+@pytest.mark.parametrize("train_vocab", ["narrow", "wide", "coded"])
 def test_no_test_task_shares_user_text_or_ground_truth_with_training(train_vocab):
     # The BFCL split's question check (tests/data/test_splits.py) on the CPU world: no test task repeats a
     # user turn or the ground truth of a task that stage 1 or RL trains on (case and whitespace folded).
@@ -214,6 +215,25 @@ def test_wide_train_vocabulary_keeps_the_test_and_fresh_sides_unseen():
         generate_world(0, 1, 1, "own", "wide")
     with pytest.raises(ValueError, match="unknown train vocabulary"):
         generate_world(0, 1, 1, "train", "huge")
+
+
+def test_coded_names_are_a_letter_and_digits_split_by_their_digits():
+    coded, test_side = vocab_lib.CODED, vocab_lib.test_side("coded")
+    for v in (coded, test_side):
+        assert all(re.fullmatch(r"[a-z]\d{3}", s) for s in v.stems) and all(
+            re.fullmatch(r"[a-z]\d{2}", f) for f in v.folders
+        )
+    assert not coded.names() & test_side.names()  # disjoint sides
+    assert not set(coded.numbers) & set(test_side.numbers) and not set(coded.factors) & set(test_side.factors)
+    # every code is on one side: 10 letters x 1000 stems and 3 letters x 100 folders in all
+    assert len(coded.stems) + len(test_side.stems) == 10_000 and len(coded.folders) + len(test_side.folders) == 300
+    # "f123": digits (1, 2, 3), (6 * 7 + 1) % 5 == 3, a train code; "f005": (5 * 7 + 0) % 5 == 0, a test code
+    assert "f123" in coded.stems and "f005" in test_side.stems
+    train, test = generate_world(0, 24, N_TEST, "train", "coded")
+    assert _scenario_names(train) <= coded.names() and _scenario_names(test) <= test_side.names()
+    assert vocab_lib.test_side("wide") is TEST and generate_world(0, 24, N_TEST, "train", "wide")[1] != test
+    with pytest.raises(ValueError, match="no fresh side"):
+        generate_rl_pool(0, 24, N_TEST, 1, "fresh", "coded")
 
 
 def test_rl_split_of_the_world_source():
