@@ -20,6 +20,8 @@
 #   Both end with `launch/gpu_env.py check --gpu`: every module the package needs imports, and
 #   jax.default_backend() == "gpu" (a CPU host prints "skipped: CPU host" and passes on the imports alone).
 # A stamp of the install inputs lets a warm venv skip pip entirely (CPU: setup.py + this file).
+# Sourced, it leaves $VENV/bin first on PATH and exports RCGRPO_PYTHON=$VENV/bin/python: the interpreter of
+# the environment it set up, which launchers run (its own variables, PY among them, are not for callers).
 set -euo pipefail
 _rcgrpo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -31,7 +33,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       --gpu) RCGRPO_GPU=1 ;;
       --cpu) RCGRPO_GPU=0 ;;
       --print-plan) _rcgrpo_print_plan=1 ;;
-      -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) echo "setup_env.sh: unknown option $_a (--gpu, --cpu, --print-plan)" >&2; exit 2 ;;
     esac
   done
@@ -182,4 +184,5 @@ fi
 if [ "$MODE" != cpu ]; then
   "$VENV/bin/python" "$_rcgrpo_root/launch/gpu_env.py" check --gpu
 fi
+export RCGRPO_PYTHON="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"

@@ -221,10 +221,11 @@ def test_sourcing_ignores_the_callers_arguments(tmp_path):
     venv, log = _fake_venv(tmp_path, system_site=False)
     with open(os.path.join(venv, ".rcgrpo_install_stamp"), "w") as f:
         f.write(_cpu_stamp() + "\n")
-    code = f'set -- --gpu -k "not slow"; source {SCRIPT}; echo "mode=$MODE"; command -v python'
+    code = f'set -- --gpu -k "not slow"; source {SCRIPT}; echo "mode=$MODE"; command -v python; echo "$RCGRPO_PYTHON"'
     out = subprocess.run(["bash", "-c", code], env=_env(VENV=venv), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["mode=cpu", os.path.join(venv, "bin", "python")]  # venv on PATH
+    # the venv on PATH, and its interpreter exported for launchers (pipeline.sh: tests/launch/test_pipeline.py)
+    assert out.stdout.splitlines() == ["mode=cpu"] + [os.path.join(venv, "bin", "python")] * 2
     assert _calls(log) == []
 
 
