@@ -1,7 +1,12 @@
 """The GPU environment's helper (standard library only, it runs before anything is installed; `wheels` also
 reads markers with pip's packaging).
 
-    python launch/gpu_env.py missing LIST            the lines of LIST (name==version) not installed here
+    python launch/gpu_env.py missing LIST            the lines of LIST (name==version) not installed here, and
+                                                     LIST's pin of each VERSION_CHECKED library older here than
+                                                     setup.py requires
+    python launch/gpu_env.py versions LIST           each VERSION_CHECKED library: the version here, setup.py's
+                                                     requirement, and keep / install LIST's pin / REFUSED
+                                                     (exit 1 when any is refused)
     python launch/gpu_env.py overlay VENV ROOT       make VENV (a venv of this Python's base) see this
                                                      Python's site-packages and the checkout ROOT (.pth files)
     python launch/gpu_env.py check [--gpu]           import every module the package needs; with --gpu, also
@@ -18,11 +23,14 @@ record of the image) and launch/gpu_wheels.txt (what the box lacks: the wheel fo
 from __future__ import annotations
 
 import ast
+import fnmatch
+import functools
 import json
 import os
 import re
 import sys
 import sysconfig
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_LIST = os.path.join(ROOT, "launch", "gpu_image_packages.txt")
@@ -37,6 +45,9 @@ NEVER_INSTALL += ("torch", "nvidia-*")
 # is pure Python): pydantic's core, which tokamax needs and the image lacks.
 COMPILED = ("pydantic-core",)
 COMPILED_TAG = re.compile(r"-cp312-cp312-manylinux[\w.]*x86_64\.whl$")
+# The image's libraries whose versions setup_env.sh --gpu reads in reuse mode and compares with setup.py's
+# requirements: the JAX libraries and transformers, whose APIs the code follows release by release.
+VERSION_CHECKED = ("jax", "flax", "optax", "orbax-checkpoint", "chex", "transformers")
 
 # Distribution -> the top-level modules it provides, for every distribution the lists and setup.py name
 # (tests/launch/test_gpu_env.py fails on one without an entry). The first module is the one `check` imports.
@@ -138,13 +149,114 @@ def read_list(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def install_requires(setup_py: str = os.path.join(ROOT, "setup.py")) -> list[str]:
-    """The normalized distribution names of setup.py's install_requires (read with ast, not run)."""
+def requirement_specifier(req: str) -> str:
+    """'jax[cuda13]>=0.10,<0.13 ; python_version>="3.11"' -> '>=0.10,<0.13' ('' when any version will do)."""
+    req = req.split(";", 1)[0]
+    m = re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[[^\]]*\])?\s*(.*)$", req)
+    if not m:
+        raise ValueError(f"not a requirement: {req!r}")
+    return re.sub(r"\s+", "", m.group(2))
+
+
+def requirements(setup_py: str = os.path.join(ROOT, "setup.py")) -> dict[str, str]:
+    """setup.py's install_requires (read with ast, not run): normalized name -> its version specifier."""
     tree = ast.parse(open(setup_py).read())
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "install_requires":
-            return [requirement_name(v) for v in ast.literal_eval(node.value)]
+            return {requirement_name(v): requirement_specifier(v) for v in ast.literal_eval(node.value)}
     raise ValueError(f"{setup_py}: no install_requires")
+
+
+def install_requires(setup_py: str = os.path.join(ROOT, "setup.py")) -> list[str]:
+    """The normalized distribution names of setup.py's install_requires."""
+    return list(requirements(setup_py))
+
+
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(\.?(?:a|b|c|rc|alpha|beta|pre|preview|dev)\d*)?", re.IGNORECASE)
+
+
+def version_key(version: str) -> tuple[tuple[int, ...], int]:
+    """A sortable key for a release version: its release numbers (trailing zeros dropped: 0.12 == 0.12.0),
+    then 0 for a pre- or dev release (0.13.0rc1 < 0.13.0), 1 otherwise. Post and local parts are ignored."""
+    m = _VERSION.match(version.strip())
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    release = [int(x) for x in m.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return tuple(release), 0 if m.group(2) else 1
+
+
+_COMPARE = {
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def satisfies(version: str, specifier: str) -> bool:
+    """Whether `version` meets every clause of `specifier` (comma-separated; >=, >, <=, <, ==, != and no
+    wildcards: what setup.py uses); '' is met by any version. Raises ValueError on anything else."""
+    for clause in filter(None, (c.strip() for c in specifier.split(","))):
+        m = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*([^\s*]+)", clause)
+        if not m:
+            raise ValueError(f"launch/gpu_env.py: specifier clause {clause!r} is not supported")
+        if not _COMPARE[m.group(1)](version_key(version), version_key(m.group(2))):
+            return False
+    return True
+
+
+class VersionCheck(NamedTuple):
+    """One library's reuse-mode check: its version here (None: not installed), setup.py's specifier ('' any),
+    and the action: "keep", "install" (`pin`, the wheel list's name==version) or "refuse" (`why`). A NamedTuple,
+    not a dataclass: this file is also loaded by path without a sys.modules entry (wheels.sh, the tests)."""
+
+    name: str
+    installed: str | None
+    required: str
+    action: str
+    pin: str = ""
+    why: str = ""
+
+    def line(self) -> str:
+        found = f"installed {self.installed}" if self.installed else "not installed"
+        act = {"keep": "keep", "install": f"install {self.pin}", "refuse": f"REFUSED: {self.why}"}[self.action]
+        return f"{self.name}: {found}; setup.py needs {self.required or 'any version'}; {act}"
+
+
+def decide(name: str, installed: str | None, required: str, pin: str | None) -> VersionCheck:
+    """Keep what meets `required`; else install the wheel list's `pin` (a version) when it does; never
+    replace a CUDA-coupled build (NEVER_INSTALL); else refuse."""
+    check = functools.partial(VersionCheck, name, installed, required)
+    if installed is not None and satisfies(installed, required):
+        return check("keep")
+    if any(fnmatch.fnmatch(name, pattern) for pattern in NEVER_INSTALL):
+        return check("refuse", why="the image's own CUDA-coupled build, never replaced by setup_env.sh")
+    if pin is None:
+        return check("refuse", why=f"launch/gpu_wheels.txt pins no {name} to install instead")
+    if not satisfies(pin, required):
+        return check("refuse", why=f"launch/gpu_wheels.txt's {name}=={pin} does not meet it either")
+    return check("install", pin=f"{name}=={pin}")
+
+
+def installed_version(dist: str) -> str | None:
+    """The version of `dist` installed here, from its metadata (as pip sees it); None when it has none."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(wheel_list: str, names: tuple[str, ...] = VERSION_CHECKED) -> list[VersionCheck]:
+    """decide() for each of `names`, installed here, against setup.py and `wheel_list`'s pins."""
+    required = requirements()
+    pins = dict(read_list(wheel_list))
+    return [decide(n, installed_version(n), required[n], pins.get(n)) for n in names]
 
 
 def package_needs() -> list[str]:
@@ -176,17 +288,29 @@ def installed(dist: str) -> bool:
 
 
 def cmd_missing(path: str) -> int:
-    """Print the lines of `path` not installed here; refuse a line naming a CUDA-coupled build."""
-    import fnmatch
-
+    """Print the lines of `path` not installed here, or pinning a VERSION_CHECKED library whose version here
+    falls short of setup.py (check_versions); refuse a line naming a CUDA-coupled build."""
     lines = read_list(path)
     for name, _ in lines:
         if any(fnmatch.fnmatch(name, pattern) for pattern in NEVER_INSTALL):
             print(f"{path}: {name} is never installed by setup_env.sh (the image's own build)", file=sys.stderr)
             return 1
+    upgrade = {c.name for c in check_versions(path) if c.action == "install"}
     for name, version in lines:
-        if not installed(name):
+        if name in upgrade or not installed(name):
             print(f"{name}=={version}")
+    return 0
+
+
+def cmd_versions(path: str) -> int:
+    """One line per VERSION_CHECKED library (VersionCheck.line); exit 1 when any is refused."""
+    checks = check_versions(path)
+    for c in checks:
+        print(c.line())
+    refused = [c.name for c in checks if c.action == "refuse"]
+    if refused:
+        print(f"setup_env.sh: {', '.join(refused)}: not what setup.py requires (see the lines above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -368,13 +492,17 @@ def cmd_installed() -> int:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: gpu_env.py missing LIST | overlay VENV ROOT | check [--gpu] | wheels DIR | installed"
+    usage = (
+        "usage: gpu_env.py missing LIST | versions LIST | overlay VENV ROOT | check [--gpu] | wheels DIR | installed"
+    )
     if not argv:
         print(usage, file=sys.stderr)
         return 2
     cmd, args = argv[0], argv[1:]
     if cmd == "missing" and len(args) == 1:
         return cmd_missing(args[0])
+    if cmd == "versions" and len(args) == 1:
+        return cmd_versions(args[0])
     if cmd == "overlay" and len(args) == 2:
         return cmd_overlay(*args)
     if cmd == "check" and args in ([], ["--gpu"]):

@@ -15,15 +15,16 @@
 # stops with exit 75 and never starts the next stage; rerun it (or let a supervisor requeue it) to resume.
 # Any other failure stops it with that stage's exit code.
 # Extra overrides for every stage can be passed in EXTRA (e.g. EXTRA="--config.train.max_steps=10").
-# PYTHON (default python) runs the stages; RCGRPO_SETUP=0 uses the current environment as it is instead of
-# sourcing launch/setup_env.sh.
+# The stages run with the interpreter of the environment launch/setup_env.sh sets up (its RCGRPO_PYTHON,
+# .venv-gpu/bin/python; PYTHON there is only the Python it reuses or builds from). RCGRPO_SETUP=0 uses the
+# current environment as it is instead, and runs the stages (as --dry-run prints them) with PYTHON (default python).
 # For several hosts, launch/slurm.sbatch runs one stage per job with jax.distributed.
 set -euo pipefail
-if [ $# -lt 3 ]; then sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2; fi
 PRESET="$1"; MODEL="$2"; OUT="$3"; DRY="${4:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA="${EXTRA:-}"
-PY="${PYTHON:-python}"
+STAGE_PY="${PYTHON:-python}"  # not PY: setup_env.sh sets that one for itself
 PREEMPTED=75  # rcgrpo_jax.main.PREEMPTED_EXIT
 stage() {  # stage NAME CMD...: runs CMD; a preempted or failed stage ends the script with its exit code
   local name="$1" rc=0; shift
@@ -38,7 +39,7 @@ stage() {  # stage NAME CMD...: runs CMD; a preempted or failed stage ends the s
 }
 run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
   local name="$1" cfg="$2"; shift 2
-  local cmd=("$PY" -m rcgrpo_jax.main "--config=$ROOT/configs/$cfg.py:$PRESET" "--workdir=$OUT/$name" "$@")
+  local cmd=("$STAGE_PY" -m rcgrpo_jax.main "--config=$ROOT/configs/$cfg.py:$PRESET" "--workdir=$OUT/$name" "$@")
   # shellcheck disable=SC2206
   [ -n "$EXTRA" ] && cmd+=($EXTRA)
   echo "+ ${cmd[*]}"
@@ -50,12 +51,15 @@ run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
 if [ "$DRY" != "--dry-run" ]; then
   # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
-  if [ "${RCGRPO_SETUP:-1}" != 0 ]; then RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"; fi
+  if [ "${RCGRPO_SETUP:-1}" != 0 ]; then
+    RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"
+    STAGE_PY="$RCGRPO_PYTHON"
+  fi
   cd "$ROOT"
 fi
 run sft sft "--config.model.path=$MODEL"
 EXPLORED="$OUT/explore/rollouts.jsonl"
-explore=("$PY" -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
+explore=("$STAGE_PY" -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
 echo "+ ${explore[*]}"
 if [ "$DRY" != "--dry-run" ] && [ ! -s "$EXPLORED" ]; then mkdir -p "$OUT/explore"; stage explore "${explore[@]}"; fi
 run rctp_ft rctp_ft "--config.model.path=$MODEL" "--config.data.exploration_path=$EXPLORED"

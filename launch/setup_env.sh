@@ -11,15 +11,20 @@
 #   - reuse: when PYTHON (default python3) already imports a CUDA jax (a jax_plugins.xla_cuda12/13 plugin
 #     and jax 0.10-0.11; the project's GPU box: python3 is itself a venv holding one), .venv-gpu is an
 #     overlay of that environment (launch/gpu_env.py overlay): .pth files add the checkout and PYTHON's
-#     site directories. Then only the lines of launch/gpu_wheels.txt the environment lacks are installed,
-#     --no-deps, wheels only, and offline from RCGRPO_WHEELS=DIR when set (made by launch/wheels.sh DIR on
-#     a networked machine). Nothing is built: no editable install. RCGRPO_GPU_REUSE=0 forces a fresh
-#     install, =1 forces reuse.
+#     site directories. Every run prints the versions of jax, flax, optax, orbax-checkpoint, chex and
+#     transformers there against setup.py's requirements (launch/gpu_env.py versions: keep, install the
+#     wheel list's pin, or REFUSED, which fails the setup). Then only the lines of launch/gpu_wheels.txt the
+#     environment lacks, or pinning one of those found too old, are installed, --no-deps, wheels only, and
+#     offline from RCGRPO_WHEELS=DIR when set (made by launch/wheels.sh DIR on a networked machine).
+#     Nothing is built: no editable install. RCGRPO_GPU_REUSE=0 forces a fresh install, =1 forces reuse.
 #   - install: otherwise, a plain venv with the `gpu` extra (CUDA 13 jax wheels; RCGRPO_GPU_EXTRA=gpu-cuda12
 #     for hosts whose driver predates CUDA 13).
 #   Both end with `launch/gpu_env.py check --gpu`: every module the package needs imports, and
 #   jax.default_backend() == "gpu" (a CPU host prints "skipped: CPU host" and passes on the imports alone).
-# A stamp of the install inputs lets a warm venv skip pip entirely (CPU: setup.py + this file).
+# A stamp of the install inputs lets a warm venv skip pip entirely (CPU: setup.py + this file; reuse mode
+# asks gpu_env.py every run instead, the image being able to change under it).
+# Sourced, it leaves $VENV/bin first on PATH and exports RCGRPO_PYTHON=$VENV/bin/python: the interpreter of
+# the environment it set up, which launchers run (its own variables, PY among them, are not for callers).
 set -euo pipefail
 _rcgrpo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -31,7 +36,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       --gpu) RCGRPO_GPU=1 ;;
       --cpu) RCGRPO_GPU=0 ;;
       --print-plan) _rcgrpo_print_plan=1 ;;
-      -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) echo "setup_env.sh: unknown option $_a (--gpu, --cpu, --print-plan)" >&2; exit 2 ;;
     esac
   done
@@ -114,7 +119,8 @@ _rcgrpo_plan() {
 }
 
 # gpu-reuse: the one pip call, its arguments one a line (none when nothing is missing): the lines of
-# gpu_wheels.txt that PY_OR_VENV (the overlay once made, PY before) lacks, --no-deps, wheels only.
+# gpu_wheels.txt that PY_OR_VENV (the overlay once made, PY before) lacks or holds too old (gpu_env.py
+# missing), --no-deps, wheels only.
 _rcgrpo_reuse_pip() {
   local missing
   missing="$("$1" "$_rcgrpo_root/launch/gpu_env.py" missing "$_rcgrpo_root/launch/gpu_wheels.txt")" || return 1
@@ -136,6 +142,9 @@ if [ "$_rcgrpo_print_plan" = "1" ]; then
     echo "parent=$PARENT"
     echo "wheels=${WHEELS:-none (the pip configuration)}"
     _py="$PY"; [ -x "$VENV/bin/python" ] && _py="$VENV/bin/python"
+    # one line per checked library (a REFUSED one would fail the run, not the plan)
+    _versions="$("$_py" "$_rcgrpo_root/launch/gpu_env.py" versions "$_rcgrpo_root/launch/gpu_wheels.txt")" || true
+    while IFS= read -r _v; do [ -n "$_v" ] && echo "version=$_v"; done <<< "$_versions"
     _pip="$(_rcgrpo_reuse_pip "$_py")"
     if [ -n "$_pip" ]; then STEPS=("$_pip"); fi
   fi
@@ -155,17 +164,19 @@ if [ "$MODE" = gpu-reuse ]; then
     "$PY" -m venv $VENV_ARGS "$VENV"
   fi
   "$PY" "$_rcgrpo_root/launch/gpu_env.py" overlay "$VENV" "$_rcgrpo_root"  # cheap: refreshed every time
-  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-    _pip="$(_rcgrpo_reuse_pip "$VENV/bin/python")"
-    if [ -n "$_pip" ]; then
-      mapfile -t _args <<< "$_pip"
-      # PY's pip, run by the overlay's interpreter, installs into the overlay; a PY without pip gets the
-      # bundled one (ensurepip: no network).
-      "$VENV/bin/python" -m pip --version > /dev/null 2>&1 || "$VENV/bin/python" -m ensurepip -q
-      PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip "${_args[@]}"
-    fi
-    echo "$WANT" > "$STAMP"
+  # Every time (metadata reads, no imports): what the image holds against setup.py, then what is missing.
+  if ! "$VENV/bin/python" "$_rcgrpo_root/launch/gpu_env.py" versions "$_rcgrpo_root/launch/gpu_wheels.txt"; then
+    return 1 2>/dev/null || exit 1
   fi
+  _pip="$(_rcgrpo_reuse_pip "$VENV/bin/python")"
+  if [ -n "$_pip" ]; then
+    mapfile -t _args <<< "$_pip"
+    # PY's pip, run by the overlay's interpreter, installs into the overlay; a PY without pip gets the
+    # bundled one (ensurepip: no network).
+    "$VENV/bin/python" -m pip --version > /dev/null 2>&1 || "$VENV/bin/python" -m ensurepip -q
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip "${_args[@]}"
+  fi
+  echo "$WANT" > "$STAMP"
 else
   if [ ! -x "$VENV/bin/python" ]; then
     # shellcheck disable=SC2086
@@ -182,4 +193,5 @@ fi
 if [ "$MODE" != cpu ]; then
   "$VENV/bin/python" "$_rcgrpo_root/launch/gpu_env.py" check --gpu
 fi
+export RCGRPO_PYTHON="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"

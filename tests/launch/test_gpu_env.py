@@ -258,3 +258,78 @@ def test_wheels_sh_downloads_the_list_for_python_3_12_then_checks_the_folder(tmp
     _wheel(served, "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl", [])  # a compiled build came too
     out = run(tmp_path / "more")
     assert out.returncode == 1 and "kiwisolver-1.5.1-cp312-cp312-manylinux_2_17_x86_64.whl: not a pure" in out.stderr
+
+
+# Reuse mode's version check (setup_env.sh --gpu; the shell's side: tests/launch/test_setup_env.py)
+
+
+def test_setup_py_states_what_the_checked_libraries_need():
+    required = gpu_env.requirements()
+    assert set(gpu_env.VERSION_CHECKED) <= set(required)
+    assert required["jax"] == ">=0.10,<0.13" and required["flax"] == ">=0.12"
+    assert required["transformers"] == ">=4.50" and required["optax"] == ""
+    assert gpu_env.install_requires() == list(required)
+    assert gpu_env.requirement_specifier('jax[cuda13] >= 0.10, <0.13 ; python_version>="3.11"') == ">=0.10,<0.13"
+    assert gpu_env.requirement_specifier("chex") == ""
+
+
+@pytest.mark.parametrize(
+    "version, specifier, ok",
+    [
+        ("0.12.0", ">=0.12", True),
+        ("0.12", ">=0.12.0", True),  # trailing zeros do not count
+        ("0.11.9", ">=0.12", False),
+        ("0.12.12", ">=0.12", True),  # numbers, not strings: 12 > 9
+        ("0.9.2", ">=0.10,<0.13", False),
+        ("0.13.0", ">=0.10,<0.13", False),
+        ("0.12.1", ">=0.10,<0.13", True),
+        ("0.12.0rc1", ">=0.12", False),  # a release candidate precedes its release
+        ("4.57.0.dev0", ">=4.50", True),
+        ("0.11.2+cuda13", "==0.11.2", True),  # a local part is ignored
+        ("2.0", "!=2.0.0", False),
+        ("1.0", "", True),  # no specifier: any version
+    ],
+)
+def test_versions_compare_by_release_numbers(version, specifier, ok):
+    assert gpu_env.satisfies(version, specifier) is ok
+
+
+def test_unsupported_specifiers_are_refused_not_guessed():
+    for spec in ("~=0.12", "==0.12.*", ">=0.12 junk"):
+        with pytest.raises(ValueError, match="not supported"):
+            gpu_env.satisfies("0.12.0", spec)
+    with pytest.raises(ValueError, match="not a version"):
+        gpu_env.version_key("unknown")
+
+
+@pytest.mark.parametrize(
+    "name, installed, required, pin, action, detail",
+    [
+        ("flax", "0.12.12", ">=0.12", None, "keep", ""),
+        ("optax", "0.0.1", "", None, "keep", ""),  # setup.py asks for any version
+        ("flax", "0.11.3", ">=0.12", "0.12.12", "install", "flax==0.12.12"),  # too old: the pin
+        ("chex", None, "", "0.1.92", "install", "chex==0.1.92"),  # missing: the pin
+        ("transformers", "4.49.0", ">=4.50", None, "refuse", "pins no transformers"),
+        ("flax", "0.11.3", ">=0.12", "0.11.4", "refuse", "flax==0.11.4 does not meet it either"),
+        ("jax", "0.9.2", ">=0.10,<0.13", "0.11.2", "refuse", "never replaced"),  # the image's CUDA build
+    ],
+)
+def test_each_library_is_kept_upgraded_to_its_pin_or_refused(name, installed, required, pin, action, detail):
+    check = gpu_env.decide(name, installed, required, pin)
+    assert check.action == action
+    assert detail in (check.pin if action == "install" else check.why)
+    line = check.line()
+    assert line.startswith(f"{name}: " + (f"installed {installed}; " if installed else "not installed; "))
+    assert f"setup.py needs {required or 'any version'}; " in line
+    assert line.endswith({"keep": "; keep", "install": f"; install {check.pin}"}.get(action, check.why))
+
+
+def test_the_recorded_image_and_the_wheel_pins_meet_setup_py():
+    """On the box as recorded (launch/gpu_image_packages.txt) every checked library is kept; every pin of the
+    wheel list that setup.py names meets its requirement."""
+    required = gpu_env.requirements()
+    image = dict(gpu_env.read_list(gpu_env.IMAGE_LIST))
+    for name in gpu_env.VERSION_CHECKED:
+        assert gpu_env.decide(name, image[name], required[name], None).action == "keep", name
+    for name, version in gpu_env.read_list(gpu_env.WHEEL_LIST):
+        assert gpu_env.satisfies(version, required.get(name, "")), f"{name}=={version}"

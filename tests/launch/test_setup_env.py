@@ -29,16 +29,16 @@ def _env(**extra) -> dict:
     return env
 
 
-def _plan(*args, **env) -> dict:
+def _plan(*args, _script: str = SCRIPT, **env) -> dict:
     out = subprocess.run(
-        ["bash", SCRIPT, *args, "--print-plan"], env=_env(**env), capture_output=True, text=True, timeout=60
+        ["bash", _script, *args, "--print-plan"], env=_env(**env), capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    plan: dict = {"pip": []}
+    plan: dict = {"pip": [], "version": []}
     for line in out.stdout.splitlines():
         key, _, value = line.partition("=")
-        if key == "pip":
-            plan["pip"].append(value)
+        if key in ("pip", "version"):
+            plan[key].append(value)
         else:
             plan[key] = value
     return plan
@@ -88,12 +88,19 @@ def test_gpu_without_a_cuda_jax_installs_the_gpu_extra_and_no_torch(tmp_path):
     assert f"install -q -e {REPO}[gpu-cuda12,test]" in cuda12["pip"]
 
 
-def _fake_cuda_python(tmp_path, jax_version: str = "0.11.2", plugin: str | None = "xla_cuda13") -> tuple[str, dict]:
+def _fake_cuda_python(
+    tmp_path, jax_version: str = "0.11.2", plugin: str | None = "xla_cuda13", dists: dict[str, str] | None = None
+) -> tuple[str, dict]:
     """A real Python (-S: none of this machine's site-packages) that sees only fake `jax`, `jaxlib` and
-    `jax_plugins.<plugin>` packages: (its path, the environment that shows them)."""
+    `jax_plugins.<plugin>` packages, and the installed metadata (a dist-info) of each of `dists` (name ->
+    version): (its path, the environment that shows them)."""
     import sys
 
     site = tmp_path / "site"
+    for name, version in (dists or {}).items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     for pkg, body in (("jax", f"__version__ = {jax_version!r}\n"), ("jaxlib", f"__version__ = {jax_version!r}\n")):
         (site / pkg).mkdir(parents=True)
         (site / pkg / "__init__.py").write_text(body)
@@ -171,6 +178,87 @@ def test_the_probe_reads_jax_and_its_cuda_plugin(tmp_path, jax_version, plugin, 
         assert plan["constraints"] == f"jax=={jax_version} jaxlib=={jax_version}"
 
 
+def _copied_root(tmp_path, pins: list[str]) -> str:
+    """This checkout's setup script, gpu_env.py, setup.py and the two lists under tmp_path/root, `pins`
+    appended to the wheel list (setup_env.sh reads the files beside itself): a wheel list that pins some of
+    the checked libraries, which today's does not."""
+    import shutil
+
+    root = tmp_path / "root"
+    (root / "launch").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "setup.py"), root / "setup.py")
+    for name in ("setup_env.sh", "gpu_env.py", "gpu_image_packages.txt", "gpu_wheels.txt"):
+        shutil.copy(os.path.join(REPO, "launch", name), root / "launch" / name)
+    with open(root / "launch" / "gpu_wheels.txt", "a") as f:
+        f.write("".join(p + "\n" for p in pins))
+    return str(root)
+
+
+# The image's metadata: flax too old for setup.py, orbax-checkpoint absent; the wheel list pins both
+IMAGE = {"jax": "0.11.2", "jaxlib": "0.11.2", "flax": "0.11.3", "optax": "0.2.8", "chex": "0.1.92"}
+PINS = ["flax==0.12.12", "orbax-checkpoint==0.12.8"]
+
+
+@pytest.mark.parametrize("transformers", ["5.17.0", "4.49.0"])
+def test_gpu_reuse_checks_the_images_versions_against_setup_py(tmp_path, transformers):
+    """The plan's version lines, then a real run over an overlay whose python runs gpu_env.py as the fake
+    image's Python (its metadata) and only records pip: the too old and the missing library get the wheel
+    list's pin, and a too old one with no pin (transformers 4.49 < setup.py's 4.50) fails the setup."""
+    import sysconfig
+
+    root = _copied_root(tmp_path, PINS)
+    script = os.path.join(root, "launch", "setup_env.sh")
+    python, env = _fake_cuda_python(tmp_path, dists={**IMAGE, "transformers": transformers})
+    venv = tmp_path / "venv"
+    plan = _plan("--gpu", _script=script, VENV=str(venv), **env)
+    assert plan["mode"] == "gpu-reuse"
+    refused = transformers == "4.49.0"
+    versions = [
+        "jax: installed 0.11.2; setup.py needs >=0.10,<0.13; keep",
+        "flax: installed 0.11.3; setup.py needs >=0.12; install flax==0.12.12",
+        "optax: installed 0.2.8; setup.py needs any version; keep",
+        "orbax-checkpoint: not installed; setup.py needs any version; install orbax-checkpoint==0.12.8",
+        "chex: installed 0.1.92; setup.py needs any version; keep",
+        f"transformers: installed {transformers}; setup.py needs >=4.50; "
+        + ("REFUSED: launch/gpu_wheels.txt pins no transformers to install instead" if refused else "keep"),
+    ]
+    assert plan["version"] == versions
+    pip = "install -q --no-deps --only-binary=:all: " + " ".join(WHEEL_LINES + PINS)
+    assert plan["pip"] == [pip]
+
+    # the real run: an overlay of the fake image (its parent recorded, its purelib made)
+    log = tmp_path / "calls.log"
+    _executable(
+        venv / "bin" / "python",
+        f"""\
+        echo "$*" >> {log}
+        case "$1" in
+          -m) exit 0 ;;  # pip: recorded, not run
+          *) [ "${{2:-}}" = check ] && exit 0; exec {python} "$@" ;;
+        esac
+        """,
+    )
+    (venv / "rcgrpo-parent.txt").write_text(plan["parent"] + "\n")
+    os.makedirs(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    run = lambda: subprocess.run(
+        ["bash", script, "--gpu"], env=_env(VENV=str(venv), **env), capture_output=True, text=True, timeout=60
+    )
+    out = run()
+    assert out.stdout.splitlines()[: len(versions)] == versions
+    gpu_env = f"{root}/launch/gpu_env.py"
+    wheels = f"{root}/launch/gpu_wheels.txt"
+    if refused:
+        assert out.returncode == 1 and "setup_env.sh: transformers: not what setup.py requires" in out.stderr
+        assert _calls(str(log)) == [f"{gpu_env} versions {wheels}"]  # nothing installed, nothing checked
+        return
+    assert out.returncode == 0, out.stderr
+    calls = [f"{gpu_env} versions {wheels}", f"{gpu_env} missing {wheels}", "-m pip --version", f"-m pip {pip}"]
+    calls.append(f"{gpu_env} check --gpu")
+    assert _calls(str(log)) == calls
+    os.remove(log)
+    assert run().returncode == 0 and _calls(str(log)) == calls  # stamped, and still read every run
+
+
 def _fake_venv(tmp_path, system_site: bool) -> tuple[str, str]:
     """A venv whose python records each call's arguments in calls.log (one call per line)."""
     venv = tmp_path / "venv"
@@ -221,10 +309,11 @@ def test_sourcing_ignores_the_callers_arguments(tmp_path):
     venv, log = _fake_venv(tmp_path, system_site=False)
     with open(os.path.join(venv, ".rcgrpo_install_stamp"), "w") as f:
         f.write(_cpu_stamp() + "\n")
-    code = f'set -- --gpu -k "not slow"; source {SCRIPT}; echo "mode=$MODE"; command -v python'
+    code = f'set -- --gpu -k "not slow"; source {SCRIPT}; echo "mode=$MODE"; command -v python; echo "$RCGRPO_PYTHON"'
     out = subprocess.run(["bash", "-c", code], env=_env(VENV=venv), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["mode=cpu", os.path.join(venv, "bin", "python")]  # venv on PATH
+    # the venv on PATH, and its interpreter exported for launchers (pipeline.sh: tests/launch/test_pipeline.py)
+    assert out.stdout.splitlines() == ["mode=cpu"] + [os.path.join(venv, "bin", "python")] * 2
     assert _calls(log) == []
 
 
