@@ -493,34 +493,6 @@ class Rows:
             self.ood.setdefault(row, []).append(ood)
 
 
-def base_probe_table(probe: Mapping[str, Mapping[str, Any]]) -> str:
-    """`base_probe`'s figures as a markdown table: one row per measure, overall and by task type (%)."""
-    rows = {
-        "dev greedy": probe["dev_greedy"]["overall"],
-        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["pass_at_k"],
-        "i.i.d. greedy": probe["iid_greedy"]["overall"],
-        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["pass_at_k"],
-    }
-    greedy = {
-        split: {c: v["accuracy"] for c, v in probe[f"{split}_greedy"]["categories"].items()} for split in ("dev", "iid")
-    }
-    by_type = {
-        "dev greedy": greedy["dev"],
-        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["per_category"],
-        "i.i.d. greedy": greedy["iid"],
-        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["per_category"],
-    }
-    types = sorted(greedy["dev"])
-    lines = ["| base model | overall | " + " | ".join(types) + " |", "|---|---:|" + "---:|" * len(types)]
-    for name, overall in rows.items():
-        cells = " | ".join(f"{100 * by_type[name].get(t, float('nan')):.1f}" for t in types)
-        lines.append(f"| {name} | {100 * overall:.1f} | {cells} |")
-    made_up = probe.get("dev_profile", {}).get("made_up_argument")
-    if made_up is not None:
-        lines.append(f"\nmade-up arguments on dev: {100 * made_up:.1f}% of calls")
-    return "\n".join(lines)
-
-
 def plan_of(budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None) -> list[tuple[str, float]]:
     """The console's stages with the budget's planned seconds."""
     p = budget.plan_s
@@ -577,14 +549,14 @@ def run(
     rows = Rows()
     control_evals: dict[str, list[dict]] = {}
     control_paths: dict[str, list[str]] = {}
-    base = None
+    base, base_figures = None, {}
     if budget.pretrain:
         t = console.start("base model (pretraining)")
         base = pretrained_base(workdir, budget)
-        probe = base_probe(base, budget, workdir) if budget.passk else {}
+        base_figures = probe = base_probe(base, budget, workdir) if budget.passk else {}
         timings.update(stage_seconds(workdir, {"pretrain": console.end("base model (pretraining)", t, base)}))
         if probe and not quiet:
-            print(base_probe_table(probe), flush=True)
+            print(summary_lib.base_probe_table(probe), flush=True)
     for seed in range(seeds) if only_seed is None else (only_seed,):
         sdir = os.path.join(workdir, f"s{seed}")
         seed_timings: dict[str, float] = {}
@@ -621,6 +593,7 @@ def run(
         control_paths=control_paths,
         ood_evals=rows.ood,
         passk=rows.passk,
+        base_probe=base_figures,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:
@@ -802,7 +775,7 @@ def base_only(workdir: str, budget_name: str) -> dict:
     base = pretrained_base(workdir, budget)
     probe = base_probe(base, budget, workdir) if budget.passk else {}
     if probe:
-        print(base_probe_table(probe), flush=True)
+        print(summary_lib.base_probe_table(probe), flush=True)
     return probe
 
 

@@ -536,6 +536,34 @@ def _resumed(total_s: float, process_s: float | None) -> bool:
     return process_s is not None and process_s < total_s - 1.0
 
 
+def base_probe_table(probe: Mapping[str, Mapping[str, Any]]) -> str:
+    """`base_probe`'s figures as a markdown table: one row per measure, overall and by task type (%)."""
+    rows = {
+        "dev greedy": probe["dev_greedy"]["overall"],
+        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["pass_at_k"],
+        "i.i.d. greedy": probe["iid_greedy"]["overall"],
+        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["pass_at_k"],
+    }
+    greedy = {
+        split: {c: v["accuracy"] for c, v in probe[f"{split}_greedy"]["categories"].items()} for split in ("dev", "iid")
+    }
+    by_type = {
+        "dev greedy": greedy["dev"],
+        f"dev pass@{probe['dev_passk']['k']}": probe["dev_passk"]["per_category"],
+        "i.i.d. greedy": greedy["iid"],
+        f"i.i.d. pass@{probe['iid_passk']['k']}": probe["iid_passk"]["per_category"],
+    }
+    types = sorted(greedy["dev"])
+    lines = ["| base model | overall | " + " | ".join(types) + " |", "|---|---:|" + "---:|" * len(types)]
+    for name, overall in rows.items():
+        cells = " | ".join(f"{100 * by_type[name].get(t, float('nan')):.1f}" for t in types)
+        lines.append(f"| {name} | {100 * overall:.1f} | {cells} |")
+    made_up = probe.get("dev_profile", {}).get("made_up_argument")
+    if made_up is not None:
+        lines.append(f"\nmade-up arguments on dev: {100 * made_up:.1f}% of calls")
+    return "\n".join(lines)
+
+
 def write(
     workdir: str,
     evals: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -555,6 +583,7 @@ def write(
     control_paths: Mapping[str, Sequence[str]] | None = None,
     ood_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     passk: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    base_probe: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
@@ -563,7 +592,7 @@ def write(
     preset (`ablation.rl_settings_report`); control_evals: the control pair's rows (`ablation.CONTROL_ROWS`),
     whose metrics are in rl_metrics under "<row> s0", and control_paths their eval files; ood_evals: row -> its
     out-of-distribution summaries (the world's fresh-name 'test'), one per seed; passk: stage-1 row -> its pass@k
-    probes (`ablation.pass_at_k`), one per seed. total_s: the run's wall time over every process that worked on it
+    probes (`ablation.pass_at_k`), one per seed; base_probe: the pretrained base's (`ablation.base_probe`). total_s: the run's wall time over every process that worked on it
     (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run)."""
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
@@ -612,6 +641,13 @@ def write(
         text_verdict,
         "",
     ]
+    if base_probe:
+        md += [
+            "## The base model (pretrained once for the world, before stage 1)",
+            "",
+            base_probe_table(base_probe),
+            "",
+        ]
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
     md += _ood_md(results["ood"]) + _passk_md(results["passk"])
@@ -649,6 +685,11 @@ def write(
         + "; stages: "
         + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()),
         f"- Budget: world {dict(budget.world)}, model {dict(budget.model)}",
+        *(
+            [f"- Base model: corpus {dict(budget.pretrain_corpus)}, training {dict(budget.pretrain)}"]
+            if budget.pretrain
+            else []
+        ),
         f"- SFT {dict(budget.sft)}",
         f"- RCTP-FT {dict(budget.rctp)}",
         f"- RL (every row) {dict(budget.rl)}",
@@ -668,6 +709,7 @@ def write(
         "runs": {**paper_rows, **stage1_rows},
         "verdict": text_verdict,
         "table": table,
+        "base_probe": dict(base_probe or {}),
         "plots": written,
         "timings": dict(timings),
         "total_s": total_s,

@@ -34,6 +34,16 @@ def test_end_to_end_smoke(smoke_run):
             "fs_count_math",
         }
         assert s["heldout"] is None and 0.0 <= s["overall"] <= 1.0  # no held-out composition in the i.i.d. split
+    # The world's base: pretrained once under workdir/base (no seed builds a random one of its own), and its probe
+    # (greedy and pass@k on dev and the i.i.d. test) is cached beside it.
+    assert os.path.exists(os.path.join(workdir, "base", "pretrain", "hf", "config.json"))
+    assert not os.path.exists(os.path.join(workdir, "s0", "base_model"))
+    assert set(payload["base_probe"]) == {"dev_greedy", "dev_passk", "iid_greedy", "iid_passk", "dev_profile"}
+    assert "## The base model (pretrained once" in open(os.path.join(workdir, "report.md")).read()
+    for name in ("dev", "dev_passk", "iid", "iid_passk"):
+        assert os.path.exists(os.path.join(workdir, "base", "eval", f"{name}.json")), name
+    explored = [json.loads(line) for line in open(os.path.join(workdir, "s0", "explore.jsonl"))]
+    assert all("Reward Goal" not in str(r["messages"][0:2]) for r in explored)  # the base explores, knowing no token
     s0 = os.path.join(workdir, "s0")
     runs = ("sft", "rctp_ft") + tuple(f"rl/{i}_{a}_main" for i in ("sft", "rctp_ft") for a in ("grpo", "rc_grpo"))
     for d in runs + ("rl/rctp_ft_rc_grpo_shuffled", "rl/rctp_ft_rc_grpo_lr0"):
@@ -141,14 +151,20 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     """Cached outputs are reused only for the settings that made them; another budget in the same workdir stops
     with the fields that differ and rewrites nothing."""
     workdir, _ = smoke_run
-    dirs = ("s0/base_model", "s0/data_explored", "s0/sft", "s0/rctp_ft", "s0/rl/sft_grpo_main")
+    dirs = ("base/base_model", "base/corpus", "base/pretrain", "s0/data_explored", "s0/sft", "s0/rctp_ft")
+    dirs += ("s0/rl/sft_grpo_main",)
     files = [os.path.join(workdir, d, n) for d in dirs for n in (ablation.DONE, cache.REQUEST_FILE, "config.json")]
     stamps = {f: os.path.getmtime(f) for f in files if os.path.exists(f)}
-    assert len(stamps) >= 6
+    assert len(stamps) >= 8
     smoke = budgets.SMOKE
     other_world = dataclasses.replace(smoke, world={**smoke.world, "train_vocab": "wide"})
     monkeypatch.setitem(budgets.BUDGETS, "smoke", other_world)
-    with pytest.raises(cache.StaleCacheError, match=r"base checkpoint .*world\.train_vocab: '<unset>' -> 'wide'"):
+    with pytest.raises(cache.StaleCacheError, match=r"base checkpoint .*world\.train_vocab: 'coded' -> 'wide'"):
+        ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
+    # The same world, another pretraining corpus: the world's base stops before anything trains.
+    other_corpus = dataclasses.replace(smoke, pretrain_corpus={"failure_share": 0.25})
+    monkeypatch.setitem(budgets.BUDGETS, "smoke", other_corpus)
+    with pytest.raises(cache.StaleCacheError, match=r"pretraining corpus .*corpus\.failure_share: 0\.5 -> 0\.25"):
         ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True)
     # The same stage 1, another RL learning rate: everything up to the first RL row is reused, that row stops.
     other_rl = dataclasses.replace(smoke, rl={**smoke.rl, "optim.lr": 0.123})
@@ -275,6 +291,19 @@ def test_budget_devices_reach_every_stage_and_the_command(monkeypatch, tmp_path)
     assert not os.path.exists(tmp_path / "w")  # nothing written
     with pytest.raises(ValueError, match="devices must be >= 1"):
         dataclasses.replace(budgets.SMOKE, devices=0)
+
+
+def test_a_budget_that_explores_with_the_base_needs_one_pretrained(monkeypatch):
+    with pytest.raises(ValueError, match="explore_with='base' needs a pretrained base"):
+        dataclasses.replace(budgets.SMOKE, pretrain={})
+    with pytest.raises(ValueError, match="explore_with must be 'sft' or 'base'"):
+        dataclasses.replace(budgets.SMOKE, explore_with="rctp_ft")
+    with pytest.raises(ValueError, match=r"unknown pretrain_corpus keys \['share'\]"):
+        dataclasses.replace(budgets.SMOKE, pretrain_corpus={"share": 0.5})
+    without = dataclasses.replace(budgets.SMOKE, pretrain={}, explore_with="sft")
+    monkeypatch.setitem(budgets.BUDGETS, "smoke", without)
+    with pytest.raises(ValueError, match="has no pretraining stage"):
+        ablation.base_only("unused", "smoke")
 
 
 def test_set_dotted_names_missing_fields():
