@@ -146,3 +146,19 @@ def test_dry_run_plans_exploration(tiny_ckpt):
     weights = plan["resident_gb"]["decode_weights"] * 1e9
     assert whole / 2 <= weights < whole  # tensor-parallel: split where the dims allow
     assert gb["cast"] == pytest.approx(weights / 1e9, rel=1e-9)  # as loaded (bf16, the same shards) beside the copy
+
+
+def test_an_rl_dry_run_refuses_an_exploration_that_does_not_fit(monkeypatch):
+    """`stages.TRAINERS['rl']`'s dry run is the RL step's plan with exploration's beside it; an exploration over
+    the budget stops it naming the stage (the plans themselves are stubbed: their sizes are tested above)."""
+    from rcgrpo_jax import stages
+    from rcgrpo_jax.config_fields import MemoryFitError
+
+    assert stages.resolve(stages.TRAINERS["rl"].dry_run) is dry_run.rl_with_exploration
+    plan = {"peak_gb": 50.0, "budget_gb": 100.0, "fits": True}
+    monkeypatch.setattr(dry_run, "rl", lambda config: {"peak_gb": 10.0, "budget_gb": 100.0})
+    monkeypatch.setattr(dry_run, "exploration", lambda config: plan)
+    assert dry_run.rl_with_exploration(None) == {"peak_gb": 10.0, "budget_gb": 100.0, "exploration": plan}
+    plan.update(peak_gb=150.0, fits=False)
+    with pytest.raises(MemoryFitError, match="exploration"):
+        dry_run.rl_with_exploration(None)
