@@ -59,7 +59,7 @@ if [ "$DRY" != "--dry-run" ]; then
 fi
 run sft sft "--config.model.path=$MODEL"
 EXPLORED="$OUT/explore/rollouts.jsonl"
-explore=("$STAGE_PY" -m rcgrpo_jax.train.exploration --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
+explore=("$STAGE_PY" -m rcgrpo_jax.train.exploration --preset "$PRESET" --model "$MODEL" --out "$EXPLORED" --source bfcl --group 4)
 echo "+ ${explore[*]}"
 if [ "$DRY" != "--dry-run" ] && [ ! -s "$EXPLORED" ]; then mkdir -p "$OUT/explore"; stage explore "${explore[@]}"; fi
 run rctp_ft rctp_ft "--config.model.path=$MODEL" "--config.data.exploration_path=$EXPLORED"

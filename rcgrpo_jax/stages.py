@@ -32,7 +32,7 @@ TRAINERS: dict[str, TrainerKind] = {
     "rl": TrainerKind(
         run="rcgrpo_jax.train.rl_trainer:run",
         check="rcgrpo_jax.train.rl_config:check",
-        dry_run="rcgrpo_jax.train.dry_run:rl",
+        dry_run="rcgrpo_jax.train.dry_run:rl_with_exploration",
     ),
     "eval": TrainerKind(run="rcgrpo_jax.eval.run:run", check="rcgrpo_jax.config_checks:check"),
 }

@@ -5,15 +5,14 @@ memory plan (`model_prep.memory_plan`):
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
 
-The plan sizes the GPU's programs, not the CPU's, through the owning modules' seams (docs/sampling.md): the
-no-cache forwards use `planned_model`'s attention (`models.attention.FOOTPRINT`, a fused kernel's memory)
-and the rollout's programs a `Sampler(kv_write="footprint")` (every KV write an in-place write's memory).
+The plan sizes the GPU's programs, not the CPU's, through the owning modules' seams (docs/sampling.md): the no-cache
+forwards use `planned_model`'s attention (`models.attention.FOOTPRINT`, a fused kernel's memory) and the rollout's
+programs a `Sampler(kv_write="footprint")` (every KV write an in-place write's memory).
 
 Phases (each what its program needs beyond the resident buffers it reads) [resident during it]:
   update     the micro-batch gradient step or the optimizer apply, largest bucket   [train state, reference]
   reference  the reference (and recompute) log-prob pass, largest bucket            [train state, reference]
-  cast       the decode weights' cast on the training shards (`decode_step.decode_weights`)
-                                                                       [train state, reference, decode weights]
+  cast       `decode_step.decode_weights`' cast on the training shards     [train state, reference, decode weights]
   prefill    the largest of the session's appends: `append_all`, `append_rows` (largest sub-batch),
              `prefill_packed` (one fresh row of a whole context), `append_packed`             [all four]
   session    the larger of its row copies: `copy_rows` (one layer's K or V) and `take_rows`   [all four]
@@ -21,8 +20,9 @@ Phases (each what its program needs beyond the resident buffers it reads) [resid
 Resident: train state (params + AdamW moments), the frozen reference, the decode weights
 (`model.decode_dtype`, decode shardings) and the KV cache (rows x capacity).
 
-limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's default
-0.75 when unset) x `memory.device_bytes` (141 GB, an H200). SFT: the update only. Each program compiles once.
+limit_gb is the allocator's limit: what the device reports, else XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's default 0.75
+when unset) x `memory.device_bytes` (141 GB, an H200). SFT: the update only. Each program compiles once. An RL config's
+dry run adds the exploration stage's plan (`exploration`: its decode weights and KV cache; cast = the load's copy).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from rcgrpo_jax import config_checks
 from rcgrpo_jax import sharding as sharding_lib
+from rcgrpo_jax.config_fields import MemoryFitError
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
@@ -51,6 +52,7 @@ from rcgrpo_jax.sampling import (
     session,
 )
 from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
+from rcgrpo_jax.train import exploration as exploration_lib
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
@@ -393,3 +395,58 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
         }
     )
     return {**report, **plan}
+
+
+def exploration(config, settings: exploration_lib.Settings = exploration_lib.DEFAULT) -> dict[str, Any]:
+    """Per-device memory plan of the exploration stage played by the RL config `config` at `settings` (the
+    command's defaults unless given; `train.exploration.stage_config`), without weights: resident the decode
+    weights (model.decode_dtype, decode shardings) and one batch's KV cache; phases the load's cast (the weights
+    as `load_policy_model` places them, model.dtype on the decode shardings, beside their per-layer copy) and the
+    rollout programs at exploration's shapes (`rollout_programs`). The policy is the base model (no reward tokens)."""
+
+    rc = exploration_lib.stage_config(config, settings)
+    mesh = sharding_lib.make_mesh(config_checks.mesh_shape(rc.mesh, jax.device_count()))
+    dtype = str(rc.model.dtype)  # the loaded weights' dtype (`eval.run.load_policy_model`)
+    model_cfg = dataclasses.replace(model_prep.abstract_model_config(rc), dtype=dtype, param_dtype=dtype)
+    loaded = abstract_params_of(model_cfg)
+    rollout = rollout_programs(rc, model_cfg, loaded, mesh)
+    loaded_gb = model_prep.shard_bytes(loaded, model_prep.param_shardings(loaded, mesh, rc.sharding.decode_rules))
+    resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
+    decoding = list(resident)
+    plan = model_prep.memory_plan(
+        phases={
+            "cast": loaded_gb / 1e9,
+            "prefill": rollout["prefill_gb"],
+            "session": rollout["session_gb"],
+            "decode": rollout["programs_gb"]["decode_gb"],
+        },
+        resident=resident,
+        resident_during={"cast": ["decode_weights"], "prefill": decoding, "session": decoding, "decode": decoding},
+        limit_gb=allocator_limit_bytes(rc) / 1e9,
+    )
+    programs = {k: v for k, v in rollout["programs_gb"].items() if k != "cast_gb"}  # RL's cast, from train shards
+    return {
+        "devices": jax.device_count(),
+        "mesh": dict(mesh.shape),
+        "settings": dataclasses.asdict(settings),
+        "rollout": {k: v for k, v in rollout.items() if not k.endswith("_gb")},
+        "programs_gb": programs,
+        "budget_gb": plan["limit_gb"],
+        "peak_gb": plan["per_device_gb"]["peak"],
+        **plan,
+    }
+
+
+def rl_with_exploration(config) -> dict[str, Any]:
+    """An RL config's `--dry_run` (`stages.TRAINERS`): the RL step's plan (`rl`) with the exploration stage's
+    (`exploration`, at the command's defaults) under "exploration"; a MemoryFitError names the stage that does
+    not fit. Exploration plays by the RL stages' config (`train.exploration`, launch/pipeline.sh)."""
+    report = rl(config)
+    explore = exploration(config)
+    if not explore["fits"]:
+        raise MemoryFitError(
+            "memory.device_bytes",
+            f"exploration (train.exploration at its defaults) needs {explore['peak_gb']:.2f} GB per device, over "
+            f"the {explore['budget_gb']:.2f} GB budget (fewer tasks per batch or a shorter --max-context)",
+        )
+    return {**report, "exploration": explore}

@@ -3,6 +3,7 @@ resident buffers and the peak, checked against hand-computed sizes on a tiny RL 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from rcgrpo_jax import main, models
-from rcgrpo_jax.train import dry_run, model_prep
+from rcgrpo_jax.train import dry_run, exploration, model_prep
 from tests.helpers import train as train_helpers
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -107,6 +108,16 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     # The cast's transient is the decode-dtype copy on the training shards: here float32, one device, so the
     # parameters' size again.
     assert programs["cast_gb"] == pytest.approx(n_params * 4 / 1e9, rel=0.05)
+
+    # The exploration stage's plan beside it (`dry_run.exploration`), at the command's default shapes: one row
+    # per rollout of a batch, the RL config's prefill chunk, the base model (no reward tokens).
+    explore, d = report["exploration"], exploration.DEFAULT
+    assert explore["settings"] == dataclasses.asdict(d)
+    new = explore["rollout"]["max_new_tokens"]
+    assert (explore["rollout"]["rows"], explore["rollout"]["capacity"]) == (32, d.max_context + max(64, new))
+    n_base = sum(x.size for x in jax.tree.leaves(models.abstract_params(config)))  # float32, on one device
+    assert explore["resident_gb"]["decode_weights"] == pytest.approx(n_base * 4 / 1e9, rel=1e-9)
+    assert explore["fits"] and explore["peak_gb"] >= explore["resident_gb"]["kv_cache"] > resident["kv_cache"]
 
 
 def test_allocator_limit_reads_the_memory_fraction(tiny_ckpt, data_path):
