@@ -31,6 +31,13 @@ HIGH = 1  # a rollout's code for HIGH_REWARD_TOKEN
 LOW = 0  # ... and for LOW_REWARD_TOKEN
 
 
+def token_of(code: int) -> str:
+    """The reward token of a rollout's code (`sample`'s values): HIGH -> HIGH_REWARD_TOKEN, LOW -> LOW_REWARD_TOKEN."""
+    if int(code) not in (HIGH, LOW):
+        raise ValueError(f"a reward-token code is {HIGH} (high) or {LOW} (low), got {code!r}")
+    return HIGH_REWARD_TOKEN if int(code) == HIGH else LOW_REWARD_TOKEN
+
+
 def _add_special(tokenizer: Any, tokens: list[str]) -> None:
     if hasattr(tokenizer, "extra_special_tokens"):  # transformers v5
         tokenizer.add_special_tokens({"extra_special_tokens": tokens}, replace_extra_special_tokens=False)

@@ -40,6 +40,7 @@ from rcgrpo_jax.config_fields import MemoryFitError
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
+from rcgrpo_jax.rollout import policies
 from rcgrpo_jax.sampling import (
     SamplingParams,
     block_attention,
@@ -108,7 +109,7 @@ def rollout_shapes(config, mesh) -> dict[str, int]:
     sub = m  # the largest row_bucket below the whole batch: m x 2^k < rows
     while 2 * sub < rows:
         sub *= 2
-    capacity = int(rl.max_context) + max(int(rl.prefill_chunk), new_tokens)
+    capacity = policies.capacity(int(rl.max_context), int(rl.max_step_tokens), int(rl.prefill_chunk))
     fresh = packed.PackedForward((0,), (int(rl.max_context),))  # one fresh row of a whole context
     blocks = buckets.row_bucket(-(-int(rl.max_context) // packed_append.BLOCK), 1 << 30, 1)
     return {

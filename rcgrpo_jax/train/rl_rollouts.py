@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.data import datasets, sources
+from rcgrpo_jax.data import sources
+from rcgrpo_jax.models import reward_tokens
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
 from rcgrpo_jax.rollout.distributed import run_across_processes
 from rcgrpo_jax.sampling import SamplingParams, decode_weights
@@ -58,7 +59,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
         k, j = rows[row]
         token = None
         if tokens is not None:
-            token = datasets.HIGH_REWARD_TOKEN if tokens[k, j] else datasets.LOW_REWARD_TOKEN
+            token = reward_tokens.token_of(tokens[k, j])
         env = sources.make_env(config.data, tasks[k], env_cfg)
         return EpisodeSpec(env, tasks[k].id, group=k, rollout_index=j, reward_token=token)
 

@@ -196,3 +196,12 @@ def test_proposition_4_3_group_variance_bound(group_size, p, mu_h, mu_l):
     assert mc >= bound - 4 * se, (mc, bound)
     assert abs(mc - exact) < 4 * se, (mc, exact)
     assert exact >= bound - 1e-12
+
+
+def test_token_of_maps_the_sampled_codes_to_their_tokens():
+    assert reward_tokens.token_of(reward_tokens.HIGH) == reward_tokens.HIGH_REWARD_TOKEN == "<|high_reward|>"
+    assert reward_tokens.token_of(reward_tokens.LOW) == reward_tokens.LOW_REWARD_TOKEN == "<|low_reward|>"
+    codes = reward_tokens.sample(jax.random.key(0), 4, 5)
+    assert {reward_tokens.token_of(c) for c in np.asarray(codes).ravel()} == set(reward_tokens.REWARD_TOKENS)
+    with pytest.raises(ValueError, match="is 1 \\(high\\) or 0 \\(low\\)"):
+        reward_tokens.token_of(2)
