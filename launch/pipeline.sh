@@ -15,11 +15,13 @@
 # stops with exit 75 and never starts the next stage; rerun it (or let a supervisor requeue it) to resume.
 # Any other failure stops it with that stage's exit code.
 # Extra overrides for every stage can be passed in EXTRA (e.g. EXTRA="--config.train.max_steps=10").
+# First the multi-GPU check (benchmarks/mesh_check.py: the preset's mesh over every local GPU, a psum, one SFT
+# and one RL step of a tiny model on it); a failed check stops the script. RCGRPO_SKIP_MESH_CHECK=1 skips it.
 # PYTHON (default python) runs the stages; RCGRPO_SETUP=0 uses the current environment as it is instead of
 # sourcing launch/setup_env.sh.
 # For several hosts, launch/slurm.sbatch runs one stage per job with jax.distributed.
 set -euo pipefail
-if [ $# -lt 3 ]; then sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 2; fi
 PRESET="$1"; MODEL="$2"; OUT="$3"; DRY="${4:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA="${EXTRA:-}"
@@ -52,6 +54,11 @@ if [ "$DRY" != "--dry-run" ]; then
   # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
   if [ "${RCGRPO_SETUP:-1}" != 0 ]; then RCGRPO_GPU="${RCGRPO_GPU:-1}" source "$ROOT/launch/setup_env.sh"; fi
   cd "$ROOT"
+fi
+if [ "${RCGRPO_SKIP_MESH_CHECK:-0}" != 1 ]; then  # the multi-GPU check (see the header)
+  mesh_check=("$PY" -m benchmarks.mesh_check --preset "$PRESET" --workdir "$OUT/mesh_check")
+  echo "+ ${mesh_check[*]}"
+  if [ "$DRY" != "--dry-run" ]; then stage mesh_check "${mesh_check[@]}"; fi
 fi
 run sft sft "--config.model.path=$MODEL"
 EXPLORED="$OUT/explore/rollouts.jsonl"
