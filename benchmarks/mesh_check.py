@@ -111,7 +111,7 @@ def small_config(stage_module, preset: str, mesh_shape: dict[str, int], model_pa
     c.train.grad_accum = -1  # one row per batch shard per micro-batch
     c.log.progress = c.log.tensorboard = False
     c.checkpoint.export_hf = False
-    c.memory.check_fit = False  # a tiny model: the fit check would only compile the step once more
+    c.memory.check_fit = False  # a tiny model fits: the check would only compile more programs
     if "rl" in c:
         c.train.batch_size = shards * int(c.rl.group_size)  # one task per batch shard
         c.rl.num_minibatches = 1
@@ -125,8 +125,8 @@ def small_config(stage_module, preset: str, mesh_shape: dict[str, int], model_pa
 
 
 def step_row(trainer_cls, config, workdir: str) -> dict[str, Any]:
-    """Builds `trainer_cls(config, workdir)` (a real trainer; both build the tiny model in `workdir` once) and
-    runs its first step on its mesh."""
+    """Builds `trainer_cls(config, workdir)` (a real trainer; SFT builds its data in `workdir`) and runs its
+    first step on its mesh."""
     import jax
 
     t0 = time.perf_counter()
