@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# One-shot accelerator check on a single H200, offline. In order, most wanted first (benchmarks/gpu.py):
+# One-shot accelerator check on a single H200 (or a host of several GPUs), offline. First the multi-GPU stage
+# (benchmarks/mesh_check.py, ~2 min estimated, killed at 240 s; RCGRPO_SKIP_MESH_CHECK=1 skips it): qwen2_5_7b's
+# mesh over every local GPU (--fit: fsdp over them when they cannot hold it, as one GPU cannot), a psum across
+# them, one SFT and one RL step of a tiny model on it, and the XLA/NCCL settings the presets run with. Then, in
+# order, most wanted first (benchmarks/gpu.py):
 #   attention      every training attention that can run (XLA, cuDNN, tokamax's Mosaic GPU kernel, the Pallas
 #                  Triton kernel where JAX ships it) at 4k and 16k tokens (Qwen2.5-7B heads: max difference from
 #                  XLA, forward and backward times; `fastest_fwd_bwd` names the default to take; --skip attention
@@ -17,8 +21,9 @@
 # RCGRPO_WHEELS=DIR (made by launch/wheels.sh on a networked machine; carry it with the tree). A setup that
 # fails prints its row and the check still runs with what there is (each row reports its own error).
 # Every line is JSON; all of them, after a dated header row, also go to GPU_CHECK_OUT (default
-# runs/gpu_check/<UTC date>.jsonl). Within 8 minutes: the setup (~30 s; its import check included), then
-# the measurements (started until 330 s, killed at 420 s; rows not started are reported as skipped).
+# runs/gpu_check/<UTC date>.jsonl). Within 12 minutes: the setup (~30 s; its import check included), the
+# multi-GPU stage, then the measurements (started until 330 s, killed at 420 s; rows not started are reported as
+# skipped). The exit code is the first failure's: the multi-GPU stage's, else the measurements'.
 #   RCGRPO_WHEELS=DIR bash launch/gpu_check.sh     # from the repository root of the copied working tree
 #   bash launch/gpu_check.sh --tiny                # the same script on tiny shapes (CPU smoke check)
 set -uo pipefail
@@ -55,6 +60,14 @@ fi
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false
+mesh_rc=0
+if [ "${RCGRPO_SKIP_MESH_CHECK:-0}" = 1 ]; then
+  emit '{"bench": "mesh_check", "skipped": "RCGRPO_SKIP_MESH_CHECK=1"}'
+else
+  timeout -k 10 240 "$RUN_PY" -m benchmarks.mesh_check --preset qwen2_5_7b --fit | tee -a "$OUTFILE"
+  mesh_rc=${PIPESTATUS[0]}
+  [ "$mesh_rc" -eq 124 ] && emit '{"bench": "mesh_check", "error": "killed at 240 s"}'
+fi
 # The RL step holds fp32 weights + AdamW moments (~25 GB) and 4k-token activations: let JAX take most
 # of the 139 GiB rather than the default 75%.
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
@@ -62,4 +75,5 @@ timeout -k 10 420 "$RUN_PY" -m benchmarks.gpu --deadline-s 330 --attention "$@" 
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 124 ] && emit '{"bench": "gpu_check", "error": "killed at 420 s"}'
 echo "gpu_check: wrote $OUTFILE" >&2
+[ "$mesh_rc" -ne 0 ] && rc=$mesh_rc
 exit "$rc"

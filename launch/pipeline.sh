@@ -15,12 +15,15 @@
 # stops with exit 75 and never starts the next stage; rerun it (or let a supervisor requeue it) to resume.
 # Any other failure stops it with that stage's exit code.
 # Extra overrides for every stage can be passed in EXTRA (e.g. EXTRA="--config.train.max_steps=10").
+# First the multi-GPU check (benchmarks/mesh_check.py: the preset's mesh over every local GPU, a psum, one SFT
+# and one RL step of a tiny model on it); a failed check stops the script. RCGRPO_SKIP_MESH_CHECK=1 skips it.
 # The stages run with the interpreter of the environment launch/setup_env.sh sets up (its RCGRPO_PYTHON,
 # .venv-gpu/bin/python; PYTHON there is only the Python it reuses or builds from). RCGRPO_SETUP=0 uses the
 # current environment as it is instead, and runs the stages (as --dry-run prints them) with PYTHON (default python).
+# The XLA and NCCL settings the presets need live in rcgrpo_jax/runtime.py (GPU_ENV, XLA_GPU_FLAGS).
 # For several hosts, launch/slurm.sbatch runs one stage per job with jax.distributed.
 set -euo pipefail
-if [ $# -lt 3 ]; then sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 2; fi
 PRESET="$1"; MODEL="$2"; OUT="$3"; DRY="${4:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRA="${EXTRA:-}"
@@ -45,10 +48,6 @@ run() {  # run STAGE_NAME CONFIG_FILE [overrides...]
   echo "+ ${cmd[*]}"
   if [ "$DRY" != "--dry-run" ]; then stage "$name" "${cmd[@]}"; fi
 }
-# JAX's allocator takes XLA_PYTHON_CLIENT_MEM_FRACTION of each GPU's HBM (0.75 when unset: 105.75 of an
-# H200's 141 GB). 0.9 (126.9 GB) is what `--dry_run`'s memory plan is checked against (limit_gb) and leaves
-# ~14 GB for the CUDA context, cuDNN/Triton workspaces and NCCL buffers outside the allocator.
-export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
 if [ "$DRY" != "--dry-run" ]; then
   # GPU mode (.venv-gpu; reuses a preinstalled CUDA jax): RCGRPO_GPU=0 for the CPU environment
   if [ "${RCGRPO_SETUP:-1}" != 0 ]; then
@@ -56,6 +55,11 @@ if [ "$DRY" != "--dry-run" ]; then
     STAGE_PY="$RCGRPO_PYTHON"
   fi
   cd "$ROOT"
+fi
+if [ "${RCGRPO_SKIP_MESH_CHECK:-0}" != 1 ]; then  # the multi-GPU check (see the header)
+  mesh_check=("$STAGE_PY" -m benchmarks.mesh_check --preset "$PRESET" --workdir "$OUT/mesh_check")
+  echo "+ ${mesh_check[*]}"
+  if [ "$DRY" != "--dry-run" ]; then stage mesh_check "${mesh_check[@]}"; fi
 fi
 run sft sft "--config.model.path=$MODEL"
 EXPLORED="$OUT/explore/rollouts.jsonl"

@@ -52,6 +52,7 @@ GPU_IMAGE_TESTS=(
   tests/rl/test_rl_shaping.py
   tests/rl/test_rl_filters.py
   tests/rl/test_rl_swap.py
+  tests/test_runtime.py::test_xla_knows_every_flag_and_the_entry_points_set_them_in_time
 )
 gpu_image_py=""
 if [[ "$FAST" == 1 ]]; then

@@ -264,6 +264,7 @@ class _UsageError(Exception):
 
 
 def main() -> None:
+    runtime.apply_backend_env()  # the presets' XLA, NCCL and allocator settings, before JAX starts a backend
     sys.exit(cli(sys.argv, fv=flags.FLAGS))
 
 

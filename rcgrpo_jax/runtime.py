@@ -1,11 +1,13 @@
-"""Start-up facts about the machine a run lands on: is the backend one the preset was sized for, and where
-compiled programs are kept between runs.
+"""Start-up facts about the machine a run lands on: is the backend one the preset was sized for, the process
+environment a GPU run needs, and where compiled programs are kept between runs.
 
+  apply_backend_env()                                     # an entry point's first act, before JAX starts a backend
   check_workdir(path, flag="--workdir")                   # first: a directory the run can write
   check_backend(config, jax.default_backend(), dry_run)   # before any model is loaded
   enable_compilation_cache(path)                          # before the first compilation
 
-All are called by `rcgrpo_jax.main`; none allocates device memory.
+All are called by `rcgrpo_jax.main`; none allocates device memory. `GPU_ENV` and `XLA_GPU_FLAGS` are the one
+place the presets' XLA, NCCL and allocator settings are written (`backend_env` says what a process gets).
 
   compile_totals()   # (XLA compilations, their seconds) in this process so far: a step's delta is its recompiles
 """
@@ -13,7 +15,7 @@ All are called by `rcgrpo_jax.main`; none allocates device memory.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping, MutableMapping
 
 from rcgrpo_jax.config_fields import ConfigError, InputError, get
 
@@ -22,6 +24,61 @@ from rcgrpo_jax.config_fields import ConfigError, InputError, get
 # unknown plugins) is refused unless overridden.
 ACCELERATOR_BACKENDS = frozenset({"gpu", "cuda", "rocm", "tpu"})
 CPU_PRESETS = frozenset({"tiny"})  # presets sized for a CPU run
+
+# The environment a GPU run of the presets needs, read when JAX starts its backend (XLA, the allocator) or NCCL
+# its communicators; a variable the user set keeps the user's value.
+GPU_ENV: dict[str, str] = {
+    # JAX's allocator takes this fraction of each GPU's HBM (0.75 when unset: 105.75 of an H200's 141 GB). 0.9
+    # (126.9 GB) is what `--dry_run`'s memory plan is checked against (limit_gb) and leaves ~14 GB for the CUDA
+    # context, cuDNN/Triton workspaces and NCCL buffers outside the allocator.
+    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9",
+    # NCCL's own reason for a failed init or a broken link on stderr, not only XLA's status code.
+    "NCCL_DEBUG": "WARN",
+}
+# Added to XLA_FLAGS (a flag the user's XLA_FLAGS names keeps the user's value). XLA aborts on a flag it does not
+# know, so each one is checked against the jaxlib installed (tests/test_runtime.py).
+XLA_GPU_FLAGS: tuple[str, ...] = (
+    # Overlap FSDP's per-layer all-gathers and reduce-scatters with the layers' compute (off by default in XLA).
+    "--xla_gpu_enable_latency_hiding_scheduler=true",
+)
+
+
+def backend_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The value of each variable `GPU_ENV` names, and of XLA_FLAGS, that a process with `environ` (default
+    os.environ) gets from `apply_backend_env(environ, force=True)`: the user's value where `environ` sets one, else
+    ours; XLA_FLAGS is `environ`'s flags followed by each of `XLA_GPU_FLAGS` whose name they do not set."""
+    environ = os.environ if environ is None else environ
+    out = {k: environ.get(k) or v for k, v in GPU_ENV.items()}
+    flags = environ.get("XLA_FLAGS", "").split()
+    named = {f.split("=", 1)[0] for f in flags}
+    out["XLA_FLAGS"] = " ".join(flags + [f for f in XLA_GPU_FLAGS if f.split("=", 1)[0] not in named])
+    return out
+
+
+def cuda_jax(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether JAX will start a CUDA backend in a process with `environ`: a jax CUDA plugin is installed and
+    JAX_PLATFORMS, when set, names cuda or gpu. Reads package metadata only; starts nothing."""
+    from importlib import metadata
+
+    environ = os.environ if environ is None else environ
+    platforms = environ.get("JAX_PLATFORMS", "")
+    if platforms and not {"cuda", "gpu"} & set(platforms.lower().split(",")):
+        return False
+    names = (d.metadata["Name"] or "" for d in metadata.distributions())
+    return any(n.lower().replace("_", "-").startswith(("jax-cuda12-plugin", "jax-cuda13-plugin")) for n in names)
+
+
+def apply_backend_env(environ: MutableMapping[str, str] | None = None, *, force: bool = False) -> dict[str, Any]:
+    """Sets `backend_env(environ)` in `environ` (default os.environ) on a CUDA jax (`cuda_jax`), or always with
+    `force`; returns {"applied": bool, "env": the settings}. Call it first in a command's entry point, before JAX
+    starts a backend (later it changes nothing), and never inside a caller's process (tests, notebooks): later
+    subprocesses inherit os.environ, and XLA_FLAGS is part of JAX's compilation-cache key."""
+    environ = os.environ if environ is None else environ
+    settings = backend_env(environ)
+    applied = force or cuda_jax(environ)
+    if applied:
+        environ.update(settings)
+    return {"applied": applied, "env": settings}
 
 
 def check_workdir(path: str, *, flag: str = "--workdir") -> str:

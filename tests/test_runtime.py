@@ -173,3 +173,48 @@ def test_a_usable_workdir_is_left_as_it_was(tmp_path):
     fresh = tmp_path / "new" / "run"
     assert runtime.check_workdir(str(fresh)) == str(fresh) and not (tmp_path / "new").exists()
     assert runtime.check_workdir(str(tmp_path)) == str(tmp_path) and os.listdir(tmp_path) == []
+
+
+# -- the presets' GPU environment (runtime.GPU_ENV, XLA_GPU_FLAGS) -------------------------------------------
+
+
+def test_backend_env_keeps_what_the_user_set():
+    fresh = runtime.backend_env({})
+    assert fresh == {**runtime.GPU_ENV, "XLA_FLAGS": " ".join(runtime.XLA_GPU_FLAGS)}
+    assert fresh["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9" and fresh["NCCL_DEBUG"] == "WARN"
+    flag = runtime.XLA_GPU_FLAGS[0].split("=")[0]
+    user = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.8", "XLA_FLAGS": f"--xla_dump_to=/tmp/d {flag}=false"}
+    got = runtime.backend_env(user)
+    assert got["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.8" and got["NCCL_DEBUG"] == "WARN"
+    assert got["XLA_FLAGS"].split() == ["--xla_dump_to=/tmp/d", f"{flag}=false", *runtime.XLA_GPU_FLAGS[1:]]
+
+
+def test_apply_backend_env_sets_them_only_on_a_cuda_jax():
+    environ = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    assert not runtime.cuda_jax(environ)  # CPU forced (and this venv has no CUDA plugin)
+    before = dict(environ)
+    out = runtime.apply_backend_env(environ)
+    assert out == {"applied": False, "env": runtime.backend_env(before)} and environ == before
+    out = runtime.apply_backend_env(environ, force=True)
+    assert out["applied"] and environ == {**before, **runtime.backend_env(before)}
+    assert environ["XLA_FLAGS"].startswith("--xla_force_host_platform_device_count=8 --xla_gpu_")
+
+
+def _backend_start(xla_flags: str, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO, "XLA_FLAGS": xla_flags}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_xla_knows_every_flag_and_the_entry_points_set_them_in_time():
+    """XLA aborts on a flag it does not know (the GPU flags are parsed on a CPU backend too), so this jaxlib
+    takes XLA_GPU_FLAGS; and importing an entry point starts no backend, so the settings its command sets
+    before JAX starts are read."""
+    start = "import jax, jax.numpy as jnp; print(int(jax.jit(lambda x: x + 1)(jnp.int32(1))))"
+    ok = _backend_start(runtime.backend_env({})["XLA_FLAGS"], start)
+    assert ok.returncode == 0 and ok.stdout.split() == ["2"], ok.stderr[-2000:]
+    imports = (
+        "import rcgrpo_jax.main, rcgrpo_jax.train.exploration, benchmarks.mesh_check; print('imported', flush=True); "
+    )
+    bad = _backend_start("--xla_gpu_no_such_flag_anywhere=true", imports + start)
+    assert bad.stdout.split() == ["imported"] and bad.returncode != 0
+    assert "Unknown flag" in bad.stderr and "xla_gpu_no_such_flag_anywhere" in bad.stderr

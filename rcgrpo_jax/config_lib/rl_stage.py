@@ -31,7 +31,7 @@ from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.registry import selection
 from rcgrpo_jax.rl import advantages, filters, losses, shaping
 
-KV_BUDGET_GB = 32.0  # per device, of the 0.9 x 141 GB allocator limit (launch/pipeline.sh): the rest holds the
+KV_BUDGET_GB = 32.0  # per device, of the 0.9 x 141 GB allocator limit (runtime.GPU_ENV): the rest holds the
 # train state, the reference, the decode weights and the rollout programs' temporaries (--dry_run)
 MAX_ROLLOUT_ROWS = 160
 

@@ -263,4 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from rcgrpo_jax import runtime
+
+    runtime.apply_backend_env()  # the presets' XLA, NCCL and allocator settings, before JAX starts a backend
     main()

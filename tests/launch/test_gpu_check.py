@@ -27,6 +27,7 @@ def _json_lines(text: str) -> list[dict]:
 def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "VENV") and not k.startswith("RCGRPO_")}
     env.update(PYTHON=sys.executable, GPU_CHECK_OUT=str(tmp_path / "check.jsonl"), VENV=str(tmp_path / "venv"))
+    env.update(RCGRPO_SKIP_MESH_CHECK="1")  # the multi-GPU stage: tests/benchmarks/test_mesh_check.py
     out = subprocess.run(
         ["bash", os.path.join(REPO, "launch", "gpu_check.sh"), "--tiny", "--skip", "decode,rl_step"],
         capture_output=True,
@@ -44,7 +45,8 @@ def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
     # a CPU jax: no setup at all (never a networked install), and nothing made
     assert setup == {"bench": "setup_env", "skipped": f"{sys.executable} holds no CUDA jax: running with it as it is"}
     assert not os.path.exists(tmp_path / "venv")
-    benches = [r["bench"] for r in rows[3:]]
+    assert rows[3] == {"bench": "mesh_check", "skipped": "RCGRPO_SKIP_MESH_CHECK=1"}
+    benches = [r["bench"] for r in rows[4:]]
     assert benches == ["machine"] + ["attention"] * len(gpu.TINY.attn_seqs) + [
         "ragged_decode",
         "packed_attention",

@@ -44,6 +44,7 @@ def test_pipeline_stops_after_a_preempted_stage(tmp_path, compile_cache):
     env = dict(
         os.environ,
         RCGRPO_SETUP="0",
+        RCGRPO_SKIP_MESH_CHECK="1",  # the SFT stage is the first child (the multi-GPU check: test_pipeline_mesh_check)
         PYTHON=sys.executable,
         PYTHONPATH=REPO,
         JAX_PLATFORMS="cpu",
