@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PIPELINE = os.path.join(REPO, "launch", "pipeline.sh")
 SETUP_ENV = os.path.join(REPO, "launch", "setup_env.sh")
 # The stages of one run: SFT, exploration, RCTP-FT, 2 inits x 2 algorithms, the base model's and 4 evaluations
-N_MAIN, N_EXPLORE = 1 + 1 + 4 + 1 + 4, 1
+N_MAIN, N_EXPLORE, N_MESH = 1 + 1 + 4 + 1 + 4, 1, 1  # the stages, exploration and the multi-GPU check
 
 
 def _executable(path, body: str) -> str:
@@ -65,14 +65,19 @@ def _pipeline(tmp_path, env: dict, *extra: str) -> subprocess.CompletedProcess:
 
 
 def _stage_calls(calls: list[str]) -> list[str]:
-    return [c for c in calls if c.startswith(("-m rcgrpo_jax.main ", "-m rcgrpo_jax.train.exploration "))]
+    return [
+        c
+        for c in calls
+        if c.startswith(("-m rcgrpo_jax.main ", "-m rcgrpo_jax.train.exploration ", "-m benchmarks.mesh_check "))
+    ]
 
 
 def _assert_every_stage(calls: list[str]) -> None:
     stages = _stage_calls(calls)
     assert sum(c.startswith("-m rcgrpo_jax.main ") for c in stages) == N_MAIN
     assert sum(c.startswith("-m rcgrpo_jax.train.exploration ") for c in stages) == N_EXPLORE
-    assert len(stages) == N_MAIN + N_EXPLORE
+    assert sum(c.startswith("-m benchmarks.mesh_check ") for c in stages) == N_MESH
+    assert len(stages) == N_MAIN + N_EXPLORE + N_MESH
 
 
 def test_every_stage_runs_with_the_environment_setup_env_made_not_python(tmp_path):
@@ -84,7 +89,7 @@ def test_every_stage_runs_with_the_environment_setup_env_made_not_python(tmp_pat
     _assert_every_stage(calls)
     assert _stage_calls(_lines(py_log)) == []  # PYTHON ran no stage
     printed = [line[2:] for line in out.stdout.splitlines() if line.startswith("+ ")]
-    assert len(printed) == N_MAIN + N_EXPLORE and all(p.startswith(venv_python + " -m ") for p in printed)
+    assert len(printed) == N_MAIN + N_EXPLORE + N_MESH and all(p.startswith(venv_python + " -m ") for p in printed)
 
 
 def test_without_setup_the_stages_run_with_python(tmp_path):
@@ -94,5 +99,7 @@ def test_without_setup_the_stages_run_with_python(tmp_path):
     assert _lines(venv_log) == []  # setup_env.sh not sourced: the venv never ran
     dry = _pipeline(tmp_path, env, "--dry-run")
     printed = [line[2:] for line in dry.stdout.splitlines() if line.startswith("+ ")]
-    assert len(printed) == N_MAIN + N_EXPLORE and all(p.startswith(env["PYTHON"] + " -m ") for p in printed)
-    assert _lines(venv_log) == [] and len(_stage_calls(_lines(py_log))) == N_MAIN + N_EXPLORE  # printed, not run
+    assert len(printed) == N_MAIN + N_EXPLORE + N_MESH and all(p.startswith(env["PYTHON"] + " -m ") for p in printed)
+    assert (
+        _lines(venv_log) == [] and len(_stage_calls(_lines(py_log))) == N_MAIN + N_EXPLORE + N_MESH
+    )  # printed, not run
