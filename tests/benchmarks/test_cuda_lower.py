@@ -117,6 +117,26 @@ def test_kernels_name_what_the_h200_runs_and_what_was_lowered(impl, auto, lowere
     assert f32.auto["training"] == f32.lowered["training"] == "xla"
 
 
+@pytest.mark.parametrize("stage", ["sft", "rctp_ft", "rc_grpo", "grpo", "dapo", "dr_grpo", "awpo"])
+def test_every_gpu_preset_is_lowered_with_what_auto_picks(stage):
+    """Every stage at every GPU preset (bf16, head_dim 128): `auto` picks the Pallas kernels on an H200 where
+    this JAX ships them, and those are what the proof lowers (`auto_lowered`); on jax 0.12 it is cuDNN, which
+    the proof names as not lowered."""
+    import importlib
+
+    from rcgrpo_jax.config_lib import common
+    from rcgrpo_jax.train import model_prep
+
+    has_flash = not attention.pallas_mha_unavailable()
+    for preset in common.PRESETS:
+        if preset == "tiny":
+            continue
+        config = importlib.import_module(f"configs.{stage}").get_config(preset)
+        k = cuda_lower.kernels(config, model_prep.abstract_model_config(config))
+        assert k.auto["training"] == ("pallas" if has_flash else "cudnn"), (stage, preset)
+        assert k.fields()["auto_lowered"] is has_flash, (stage, preset)
+
+
 def test_a_failed_export_is_a_row_and_fails_the_summary(capsys):
     def broken():
         raise ValueError("head_dim 96 is not a power of two\nmore detail")
