@@ -524,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_flags.DEFINE_config_file("config", None, "a stage config file:preset (RL or SFT)", flag_values=fl)
     flags.DEFINE_bool("tiny", False, "a 2-layer stand-in model at small shapes (CI)", flag_values=fl)
     flags.DEFINE_integer("devices", 8, "fake CPU devices (set before JAX starts)", flag_values=fl)
+    if any(a in ("-h", "--help", "-help") for a in argv[1:]):  # its own FlagValues have no help flag
+        print(f"{__doc__}\nflags:\n{fl.get_help()}")
+        return 0
     fl(argv)
     if fl.config is None:
         raise ValueError("--config=configs/<stage>.py:<preset> is required")

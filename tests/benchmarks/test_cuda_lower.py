@@ -148,6 +148,13 @@ def test_a_failed_export_is_a_row_and_fails_the_summary(capsys):
     assert json.loads(capsys.readouterr().out.strip()) == row
 
 
+def test_help_prints_the_usage_and_the_flags(capsys):
+    assert cuda_lower.main(["cuda_lower", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "python -m benchmarks.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b" in out
+    assert all(f"--{name}" in out for name in ("config", "tiny", "devices")), out
+
+
 def test_custom_calls_are_read_from_module_text():
     text = (
         'stablehlo.custom_call @"__gpu$xla.gpu.triton"(%0)\n'
