@@ -13,16 +13,16 @@ H200 (compute capability 9.0) wherever JAX has abstract devices (`abstract_targe
              (`row_shards.copy_rows`), decode (`decode_loop.decode_impl`, decode_attention=ragged), ref_logprobs
              (`rl_step.make_logprob_fn`), rl_update (`rl_step.make_micro_grads`), rl_apply (`rl_step.make_apply`)
   SFT stage: sft_update (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
-Training programs use `model.attention_impl=pallas`; every Pallas kernel is traced as compiled Triton
-(`models.attention.lowering_for("cuda")`), and the Triton custom call is allowed explicitly. Export lowers
-(StableHLO, Triton IR); it does not run XLA's GPU compiler. What each program is and what this proves:
-docs/gpu.md (the lowering proof).
+The programs use the kernels the preset's settings pick on an H200 (`kernels`; `auto`: Pallas on jax 0.10 and
+0.11), XLA attention standing in for one a CPU host cannot lower (cuDNN, tokamax); Pallas kernels are traced as
+compiled Triton (`models.attention.lowering_for("cuda")`), the Triton call allowed explicitly. Export lowers
+(StableHLO, Triton IR), without XLA's GPU compiler; what each program is and proves: docs/gpu.md.
 
-Output: one JSON line per program (`program`, `ok`, `custom_calls`: the sorted custom-call targets of the
-exported module, `error`; also `devices`, the shapes `at`, `seconds`, the `jax` version and the abstract
-`target` GPU), then `{"ok": ..., "programs": N, "failed": [...], "jax": ..., "target": ...}`; the exit status
-is 1 when a program failed. `--tiny` keeps the preset's mesh, architecture family and GQA ratio but shrinks
-the model (2 layers, head_dim 16) and the shapes, so CI runs it in seconds (tests/benchmarks/test_cuda_lower.py).
+Output: one JSON line per program (`program`, `ok`, `custom_calls`: the custom-call targets of the exported
+module, `error`, `kernel`: its attention as lowered, `devices`, the shapes `at`, `seconds`), then `{"ok": ...,
+"programs": N, "failed": [...]}`, each naming the `jax` version, the abstract `target` GPU and `Kernels.fields`
+(`kernels_auto`: what an H200 runs; `auto_lowered`: that it is what was lowered); exit status 1 when a program
+failed. `--tiny` shrinks the model (2 layers, head_dim 16; the preset's mesh, family and GQA ratio) and shapes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
-from rcgrpo_jax.models.attention import lowering_for, pallas_mha_unavailable
+from rcgrpo_jax.models.attention import lowering_for, select_implementation
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, packed, packed_append, row_shards, session
@@ -62,7 +62,24 @@ RL_PROGRAMS = (
     "rl_apply",
 )
 SFT_PROGRAMS = ("sft_update",)
-TRITON_PROGRAMS = ("decode", "ref_logprobs", "rl_update", "sft_update")  # where a Pallas kernel runs
+# Which attention each program runs (`Kernels`): "training" (`models.attention`, `model.attention_impl`),
+# "prefill" (the rollout prefill and appends: `decode_step`'s own XLA attention, no setting), "decode" (the
+# decode step's, `model.decode_attention`), None (no attention).
+PROGRAM_ATTENTION = {
+    "prefill": "prefill",
+    "prefill_packed": "prefill",
+    "append_packed": "prefill",
+    "append_rows": "prefill",
+    "copy_rows": None,
+    "decode": "decode",
+    "ref_logprobs": "training",
+    "rl_update": "training",
+    "rl_apply": None,
+    "sft_update": "training",
+}
+TARGET_BACKEND = "gpu"  # `jax.default_backend()` on the target: what "auto" is resolved for
+PREFILL_ATTENTION = "xla"  # `decode_step`'s attention for blocks of queries (prefill, appends) on every backend
+LOWERS_WITHOUT_GPU = ("xla", "pallas")  # training kernels a CPU host lowers for CUDA (not cuDNN, not tokamax)
 _CALL_RE = re.compile(r'custom_call\s*@"?([^"(\s]+)"?|call_target_name\s*=\s*"([^"]+)"')
 
 
@@ -160,39 +177,64 @@ def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
     return {"custom_calls": custom_calls(exp.mlir_module()), "devices": exp.nr_devices}
 
 
-def kernels() -> dict[str, str]:
-    """The attention the programs are lowered with on this JAX: training `pallas` (the Triton flash kernel)
-    and decode `ragged` (the Pallas decode kernel) where JAX ships them (0.10, 0.11), else `xla` for each
-    (jax 0.12 removed both; tokamax's Mosaic GPU attention cannot be lowered without a GPU: docs/gpu.md)."""
-    return {
-        "attention": "xla" if pallas_mha_unavailable() else "pallas",
-        "decode_attention": "xla" if decode_step.ragged_kernel_unavailable() else "ragged",
-    }
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The attention kernels of a preset's programs, per `PROGRAM_ATTENTION` kind ("training", "prefill",
+    "decode"): `auto`, what the preset's settings pick on the target GPU (an H200, `TARGET_BACKEND`), and
+    `lowered`, what the programs are lowered with: the same, except a training kernel a CPU host cannot lower
+    (cuDNN, tokamax: docs/gpu.md), which XLA attention stands in for (then `auto_lowered` is false)."""
+
+    auto: dict[str, str]
+    lowered: dict[str, str]
+
+    def fields(self) -> dict[str, Any]:
+        """What every JSON line names: the lowered training (`attention`) and decode (`decode_attention`)
+        kernels, `kernels_auto` and `auto_lowered`."""
+        return {
+            "attention": self.lowered["training"],
+            "decode_attention": self.lowered["decode"],
+            "kernels_auto": dict(self.auto),
+            "auto_lowered": self.auto == self.lowered,
+        }
+
+
+def kernels(config, model_cfg) -> Kernels:
+    """`Kernels` of a stage config and the ModelConfig its programs are lowered at (its dtype and head_dim
+    decide): `model.attention_impl` through `models.attention.select_implementation` and
+    `model.decode_attention` through `decode_step.select_decode_attention`, both for `TARGET_BACKEND`."""
+    dims = {"dtype": model_cfg.dtype, "head_dim": model_cfg.head_dim}
+    training = select_implementation(TARGET_BACKEND, model_cfg.attention_impl, **dims)
+    decode_value = str(config.model.get("decode_attention", "auto"))
+    decode = decode_step.select_decode_attention(TARGET_BACKEND, decode_value, head_dim=model_cfg.head_dim)
+    auto = {"training": training, "prefill": PREFILL_ATTENTION, "decode": decode}
+    return Kernels(auto, {**auto, "training": training if training in LOWERS_WITHOUT_GPU else "xla"})
 
 
 def versions() -> dict[str, Any]:
-    """What every JSON line names: the jax version, the abstract GPU the kernels were lowered for (None:
-    this JAX's own fallback, compute capability 9.0 on jax 0.10) and the attention used (`kernels`)."""
+    """What every JSON line names besides the kernels: the jax version and the abstract GPU the kernels were
+    lowered for (None: this JAX's own fallback, compute capability 9.0 on jax 0.10)."""
     import jax
 
     target = abstract_target()
-    return {"jax": jax.__version__, "target": None if target is None else target.device_kind, **kernels()}
+    return {"jax": jax.__version__, "target": None if target is None else target.device_kind}
 
 
-def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int]) -> dict[str, Any]:
+def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int], k: Kernels) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         got, error = build(), None
     except Exception as e:  # a failed lowering is the result being reported, with its message
         got, error = {}, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:2000]
     row = {"program": name, "ok": error is None, "custom_calls": got.get("custom_calls", []), "error": error}
+    row["kernel"] = k.lowered.get(PROGRAM_ATTENTION.get(name))
     row.update(devices=got.get("devices"), at=at, seconds=round(time.perf_counter() - t0, 2), **versions())
+    row.update(k.fields())
     print(json.dumps(row), flush=True)
     return row
 
 
-def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
-    """Exports the RL stage's programs (module docstring)."""
+def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
+    """Exports the RL stage's programs (module docstring); returns their rows and kernels."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -205,9 +247,10 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
     model_cfg = model_prep.abstract_model_config(
         config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
     )
-    impl = kernels()["attention"]
-    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl=impl)
-    layout = kernels()["decode_attention"]
+    model_cfg = tiny_model(model_cfg) if tiny else model_cfg
+    k = kernels(config, model_cfg)
+    model_cfg = dataclasses.replace(model_cfg, attention_impl=k.lowered["training"])
+    layout = k.lowered["decode"]
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
         rows = 2 * decode_loop.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
@@ -378,12 +421,12 @@ def rl_programs(config, tiny: bool) -> list[dict[str, Any]]:
         {},
     )
     for name, build, at in zip(RL_PROGRAMS, builds, ats):
-        rows_out.append(_run(name, build, at))
-    return rows_out
+        rows_out.append(_run(name, build, at, k))
+    return rows_out, k
 
 
-def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
-    """Exports the SFT step (module docstring)."""
+def sft_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
+    """Exports the SFT step (module docstring); returns its row and kernels."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -393,8 +436,9 @@ def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
     config = config_checks.resolved(config, n_dev)
     mesh = sharding_lib.make_mesh(sft.check(model_prep.dry_run_config(config), n_dev))
     model_cfg = model_prep.abstract_model_config(config, extra_tokens=2 if config.get("add_reward_tokens") else 0)
-    impl = kernels()["attention"]
-    model_cfg = dataclasses.replace(tiny_model(model_cfg) if tiny else model_cfg, attention_impl=impl)
+    model_cfg = tiny_model(model_cfg) if tiny else model_cfg
+    k = kernels(config, model_cfg)
+    model_cfg = dataclasses.replace(model_cfg, attention_impl=k.lowered["training"])
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if tiny:
         shapes = Shapes(micro=shards, length=128, grad_accum=2)
@@ -420,7 +464,7 @@ def sft_programs(config, tiny: bool) -> list[dict[str, Any]]:
             return _export(step_fn, (state_sh, b_sh), out_sh, (state, batch), donate=(0,))
 
     at = {"grad_accum": shapes.grad_accum, "micro": shapes.micro, "length": shapes.length}
-    return [_run("sft_update", sft_update, at)]
+    return [_run("sft_update", sft_update, at, k)], k
 
 
 def without_trajectory_file(config):
@@ -447,13 +491,13 @@ def lower_all(config, tiny: bool = False) -> dict[str, Any]:
     config = without_trajectory_file(config)
     with lowering_for(PLATFORM):
         if kind is stages.TRAINERS["rl"]:
-            rows = rl_programs(config, tiny)
+            rows, k = rl_programs(config, tiny)
         elif kind is stages.TRAINERS["supervised"]:
-            rows = sft_programs(config, tiny)
+            rows, k = sft_programs(config, tiny)
         else:
             raise ValueError(f"trainer: {config.trainer!r} has no training programs to lower (rl or supervised)")
     failed = [r["program"] for r in rows if not r["ok"]]
-    summary = {"ok": not failed, "programs": len(rows), "failed": failed, **versions()}
+    summary = {"ok": not failed, "programs": len(rows), "failed": failed, **versions(), **k.fields()}
     print(json.dumps(summary), flush=True)
     return summary
 
@@ -480,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_flags.DEFINE_config_file("config", None, "a stage config file:preset (RL or SFT)", flag_values=fl)
     flags.DEFINE_bool("tiny", False, "a 2-layer stand-in model at small shapes (CI)", flag_values=fl)
     flags.DEFINE_integer("devices", 8, "fake CPU devices (set before JAX starts)", flag_values=fl)
+    if any(a in ("-h", "--help", "-help") for a in argv[1:]):  # its own FlagValues have no help flag
+        print(f"{__doc__}\nflags:\n{fl.get_help()}")
+        return 0
     fl(argv)
     if fl.config is None:
         raise ValueError("--config=configs/<stage>.py:<preset> is required")

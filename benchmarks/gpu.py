@@ -621,7 +621,9 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
              interpret mode would only time the interpreter)
 
     `fastest_fwd_bwd` names the implementation whose forward + backward was fastest among those that ran
-    and agreed with xla (differences under 2e-2): what `attention_impl=auto` should pick on that GPU.
+    and agreed with xla (differences under 2e-2). `auto_impl` is what `attention_impl=auto` picks there (the
+    Pallas kernel on jax 0.10/0.11: the one the lowering proof lowers); on a GPU where another is fastest,
+    `override` is the flag that takes it (`--config.model.attention_impl=cudnn`), else None.
 
     Times are medians over `plan.repeats` after a warm-up call (its time, with compilation, reported
     apart); differences are max |fused - xla| over real queries divided by max |xla| (output and dq).
@@ -638,7 +640,8 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
     valid = jnp.arange(seq)[None] < real  # [1, T]
     scale = 1.0 / float(np.sqrt(dh))
     backend = jax.default_backend()
-    on_gpu = attention.select_implementation(backend, "auto", dtype="bfloat16", head_dim=dh) == "cudnn"
+    auto = attention.select_implementation(backend, "auto", dtype="bfloat16", head_dim=dh)
+    on_gpu = str(backend).lower() in attention.GPU_BACKENDS and not attention.fused_unsupported("bfloat16", dh)
 
     def make(path: str):
         def attend(q, k, v):
@@ -703,6 +706,9 @@ def bench_attention(seq: int, plan: Plan, row: dict[str, Any] | None = None) -> 
     row["fwd_bwd_speedup"] = row["xla_fwd_bwd_ms"] / row["fused_fwd_bwd_ms"]
     fastest = min(agree, key=lambda p: row[f"{p}_fwd_bwd_ms"])
     row["fastest_fwd_bwd"] = row["fused_impl"] if fastest == "fused" else fastest
+    row["auto_impl"] = auto
+    best = row["fastest_fwd_bwd"]
+    row["override"] = f"--config.model.attention_impl={best}" if on_gpu and best != auto else None
     row["peak_memory_gb"] = peak_memory_gb()
     failed = [p for p in paths if p not in results]
     if failed:  # after the figures of the paths that ran

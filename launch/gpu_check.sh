@@ -6,7 +6,8 @@
 # order, most wanted first (benchmarks/gpu.py):
 #   attention      every training attention that can run (XLA, cuDNN, tokamax's Mosaic GPU kernel, the Pallas
 #                  Triton kernel where JAX ships it) at 4k and 16k tokens (Qwen2.5-7B heads: max difference from
-#                  XLA, forward and backward times; `fastest_fwd_bwd` names the default to take; --skip attention
+#                  XLA, forward and backward times; `fastest_fwd_bwd` names the fastest, `override` the flag that
+#                  takes it where it is not what `auto` picks, e.g. --config.model.attention_impl=cudnn; --skip attention
 #                  leaves it out)
 #   ragged_decode  the ragged (Pallas) against the dense XLA decode at the production decode shapes (tok/s,
 #                  KV slots read, max log-prob difference, cache-sized copies in the program)

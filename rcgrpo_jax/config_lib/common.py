@@ -54,9 +54,10 @@ def model() -> ml_collections.ConfigDict:
     # Layers the layer loop unrolls (-1: all). Unrolled is faster for the CPU-sized tiny models (`benchmarks.train
     # --unroll`); the rolled loop keeps 28-32-layer compiles short.
     c.scan_unroll = 1
-    # Training and prefill attention (rcgrpo_jax.models.attention): auto (cuDNN's fused kernel on a GPU in
-    # bf16/fp16, else XLA) | xla | cudnn (fails where it cannot run) | pallas (JAX's Triton flash kernel, jax
-    # 0.10/0.11 only) | tokamax (tokamax's Mosaic GPU flash attention on Hopper/Blackwell).
+    # Training attention (rcgrpo_jax.models.attention): auto (on a GPU in bf16/fp16 JAX's Pallas Triton flash
+    # kernel, the one the lowering proof lowers, where JAX ships it (0.10/0.11), else cuDNN's; XLA elsewhere) |
+    # xla | cudnn (fails where it cannot run; gpu_check prints it as the override where it is fastest) | pallas
+    # (jax 0.10/0.11 only) | tokamax (tokamax's Mosaic GPU flash attention on Hopper/Blackwell).
     c.attention_impl = "auto"
     # RL rollouts' one-token decode attention (rcgrpo_jax.sampling.decode_step): auto (JAX's Pallas GPU decode
     # kernel, each row over its own length, on a GPU; the dense XLA dots elsewhere) | xla | ragged.

@@ -1,7 +1,7 @@
 """Which attention kernel a model call uses, and the call itself.
 
 `attention` computes `xla_attention.grouped_attention`'s softmax(q k^T * scale) v over grouped KV heads through
-one of four implementations (kernels, platforms and what was measured: docs/gpu.md, "Attention kernels"):
+one of four implementations (kernels, platforms, the default's reasons: docs/gpu.md, "Attention kernels"):
 
   "xla"     `xla_attention.grouped_attention`: dense float32 scores [B, G, T, R, S] with its own backward, laid
             out for XLA's CPU dots; every backend runs it; memory grows as T * S per layer.
@@ -15,12 +15,13 @@ one of four implementations (kernels, platforms and what was measured: docs/gpu.
             (an error on other GPUs, never a silent fallback), tokamax's XLA reference off a GPU; the mask as
             cuDNN takes it, GQA natively; it cannot be lowered for CUDA without a GPU.
 
-`ModelConfig.attention_impl` picks: "auto" (cudnn where it can run: a GPU backend and a supported dtype
-and head_dim; else xla), "xla", "cudnn" (an error where it cannot run), "pallas" or "tokamax" (neither
-picked by "auto": gpu_check times every implementation on the GPU, and that decides the default). The masks
-are `cache.attention_mask(valid, slots)`; how each fused call expresses them and which it takes:
-`cudnn_arguments`, `pallas_attention`. Under a mesh the fused kernels run per shard (`shard_map`). Decoding
-and the sampler's prefill do not go through here (`sampling.decode_step` has its own attention over its cache).
+`ModelConfig.attention_impl` picks (`select_implementation`): "auto" = on a GPU, for a dtype and head_dim the
+fused kernels take, "pallas" for the no-cache causal calls (training) where JAX ships it (0.10, 0.11: the
+kernel the lowering proof lowers) and "cudnn" otherwise; xla elsewhere. "xla", "cudnn", "pallas", "tokamax"
+force one (an error where it cannot run); gpu_check times them all and prints the override to take. The masks
+are `cache.attention_mask(valid, slots)`; how each fused call expresses them: `cudnn_arguments`,
+`pallas_attention`. Under a mesh every fused kernel runs per shard (`shard_map`, `_per_shard`). Decoding and
+the sampler's prefill do not go through here (`sampling.decode_step` has its own attention over its cache).
 """
 
 from __future__ import annotations
@@ -104,17 +105,26 @@ def fused_unsupported(dtype: Any = None, head_dim: int | None = None) -> str | N
 
 
 def select_implementation(
-    backend: str, config_value: str = "auto", *, dtype: Any = None, head_dim: int | None = None
+    backend: str,
+    config_value: str = "auto",
+    *,
+    dtype: Any = None,
+    head_dim: int | None = None,
+    causal: bool = True,
 ) -> str:
     """ "xla", "cudnn", "pallas" or "tokamax" for `ModelConfig.attention_impl` = `config_value` on `backend`
-    (`jax.default_backend()`), given the compute `dtype` and `head_dim` when known.
+    (`jax.default_backend()`), given the compute `dtype` and `head_dim` when known, for a no-cache causal call
+    (`causal`: training, full forwards) or a call over a cache.
 
-    "auto": cudnn on a GPU backend when the dtype and head_dim are supported, else xla. "xla": xla
-    everywhere. "cudnn": cudnn, or a ValueError naming what stands in the way (a non-GPU backend, an
-    unsupported dtype or head_dim), so a requested kernel is never silently replaced. "pallas": pallas on
-    any backend (interpret mode off a GPU; the kernel pads head_dim to a power of two itself, so every
-    head_dim lowers: 8, 64, 96, 128 and 200 were exported for CUDA). "tokamax": tokamax on any backend
-    (its XLA reference off a GPU), or a ValueError where tokamax is not installed.
+    "auto": on a GPU backend where the dtype and head_dim suit the fused kernels (`fused_unsupported`), pallas
+    for a causal call where this JAX ships the kernel (jax 0.10, 0.11), else cudnn; xla elsewhere. So on
+    jax 0.10 and 0.11 every training program a GPU runs is the one `benchmarks.cuda_lower` lowers; on jax 0.12
+    (no Pallas kernel) and for a call over a cache, cudnn. "xla": xla everywhere. "cudnn": cudnn, or a
+    ValueError naming what stands in the way (a non-GPU backend, an unsupported dtype or head_dim), so a
+    requested kernel is never silently replaced. "pallas": pallas on any backend (interpret mode off a GPU;
+    the kernel pads head_dim to a power of two itself, so every head_dim lowers: 8, 64, 96, 128 and 200 were
+    exported for CUDA). "tokamax": tokamax on any backend (its XLA reference off a GPU), or a ValueError where
+    tokamax is not installed.
     """
     if config_value == FOOTPRINT:  # set by the dry run on the model it plans, never by a config
         return FOOTPRINT
@@ -134,17 +144,20 @@ def select_implementation(
     why_not = None if on_gpu else f"backend {backend!r} (cuDNN attention needs a CUDA GPU)"
     why_not = why_not or fused_unsupported(dtype, head_dim)
     if why_not is None:
-        return "cudnn"
+        return "pallas" if config_value == "auto" and causal and pallas_mha_unavailable() is None else "cudnn"
     if config_value == "cudnn":
         raise ValueError(f"attention_impl: 'cudnn' cannot run here: {why_not}; use 'auto' or 'xla'")
     return "xla"
 
 
-def implementation_for(config, backend: str | None = None) -> str:
-    """`select_implementation` for a `ModelConfig` on `backend` (default: JAX's default backend). Called
-    at trace time, so a program exported for CUDA from a CPU host (jax.export) keeps the xla path."""
+def implementation_for(config, backend: str | None = None, *, causal: bool = True) -> str:
+    """`select_implementation` for a `ModelConfig` on `backend` (default: JAX's default backend), for a
+    no-cache causal call or (`causal=False`) one over a cache. Called at trace time, so a program exported
+    for CUDA from a CPU host (jax.export) keeps the xla path unless the config names a kernel."""
     backend = jax.default_backend() if backend is None else backend
-    return select_implementation(backend, config.attention_impl, dtype=config.dtype, head_dim=config.head_dim)
+    return select_implementation(
+        backend, config.attention_impl, dtype=config.dtype, head_dim=config.head_dim, causal=causal
+    )
 
 
 def row_lengths(mask: jax.Array) -> jax.Array:
@@ -171,15 +184,43 @@ def cudnn_arguments(q, k, v, mask, scale: float, *, causal: bool) -> dict[str, A
         calls (HF-style `models.apply` with left padding) must use "xla".
       - with a cache (prefill; `causal=False`): queries sit at slots index.. of a longer cache and rows
         may hold holes, so the mask is passed as it is (cuDNN adds it as a bias); exact for any mask."""
+    return _cudnn_keywords(q, k, v, fused_mask(q, k, mask, causal=causal), scale, causal=causal)
+
+
+def fused_mask(q: jax.Array, k: jax.Array, mask: jax.Array, *, causal: bool) -> jax.Array:
+    """What cuDNN's and tokamax's calls take for `mask` (`cudnn_arguments`): the per-row lengths [B] int32 of
+    a no-cache causal call (`row_lengths`; a ValueError unless T == S), else the mask [B, 1, T, S] itself."""
+    if not causal:
+        return mask
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"causal attention needs as many queries as keys, got {q.shape[1]} and {k.shape[1]}")
+    return row_lengths(mask)
+
+
+def _cudnn_keywords(q, k, v, extra, scale: float, *, causal: bool) -> dict[str, Any]:
+    """`jax.nn.dot_product_attention`'s keywords from `fused_mask`'s `extra` (lengths or mask)."""
     args: dict[str, Any] = {"query": q, "key": k, "value": v, "scale": float(scale)}
     if causal:
-        if q.shape[1] != k.shape[1]:
-            raise ValueError(f"causal attention needs as many queries as keys, got {q.shape[1]} and {k.shape[1]}")
-        lengths = row_lengths(mask)
-        args.update(is_causal=True, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+        args.update(is_causal=True, query_seq_lengths=extra, key_value_seq_lengths=extra)
     else:
-        args.update(mask=mask)
+        args.update(mask=extra)
     return args
+
+
+def cudnn_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, *, causal: bool
+) -> jax.Array:
+    """cuDNN's fused kernel on `cudnn_arguments`: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S] ->
+    [B, T, N, Dh], per shard under a mesh (`_per_shard`). So q, k and v reach the kernel with one spec (rows
+    over the batch axes, heads over 'tensor' or whole; sequence and head_dim whole, as JAX's cuDNN
+    partitioner demands), and inside a shard_map over every mesh axis the fused call lowers per device
+    without that partitioner (jax's custom_partitioning inlines it there)."""
+
+    def fn(q, k, v, extra):
+        args = _cudnn_keywords(q, k, v, extra, scale, causal=causal)
+        return jax.nn.dot_product_attention(**args, implementation="cudnn")
+
+    return _per_shard(fn, q, k, v, fused_mask(q, k, mask, causal=causal))
 
 
 def segment_ids(mask: jax.Array) -> jax.Array:
@@ -287,9 +328,8 @@ def tokamax_attention(
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
     impl = tokamax_implementation()
+    extra = fused_mask(q, k, mask, causal=causal)
     if causal:
-        if q.shape[1] != k.shape[1]:
-            raise ValueError(f"causal attention needs as many queries as keys, got {q.shape[1]} and {k.shape[1]}")
 
         def fn(q, k, v, n):
             return tokamax.dot_product_attention(
@@ -303,13 +343,11 @@ def tokamax_attention(
                 implementation=impl,
             )
 
-        extra = row_lengths(mask)
     else:
 
         def fn(q, k, v, m):
             return tokamax.dot_product_attention(q, k, v, mask=m, scale=float(scale), implementation=impl)
 
-        extra = mask
     if impl == TOKAMAX_REFERENCE:
         return fn(q, k, v, extra)
     with tokamax.config.cross_compile(True):  # lowered for a GPU that may not be this host's
@@ -342,7 +380,7 @@ def attention(
 ) -> jax.Array:
     """`xla_attention.grouped_attention`'s contract: q [B, T, N, Dh], k/v [B, S, G, Dh], mask [B, 1, T, S]
     -> [B, T, N, Dh]. implementation "xla" is `grouped_attention` itself (values unchanged); "cudnn"
-    the fused kernel with `cudnn_arguments` (`causal`: the no-cache mask of right-padded rows); "pallas"
+    `cudnn_attention` (`causal`: the no-cache mask of right-padded rows); "pallas"
     `pallas_attention` (`causal` only: a cache call is refused); "tokamax" `tokamax_attention`. A single-query call (T == 1) stays on
     xla: nothing to fuse. "footprint" (the dry run's plan): `footprint_attention`, every call."""
     if implementation == FOOTPRINT:
@@ -358,9 +396,7 @@ def attention(
     if implementation == "tokamax" and q.shape[1] > 1:
         return tokamax_attention(q, k, v, mask, scale, causal=causal)
     if implementation == "cudnn" and q.shape[1] > 1:
-        return jax.nn.dot_product_attention(
-            **cudnn_arguments(q, k, v, mask, scale, causal=causal), implementation="cudnn"
-        )
+        return cudnn_attention(q, k, v, mask, scale, causal=causal)
     if implementation not in IMPLEMENTATIONS[1:]:  # "auto" is resolved by `implementation_for`
         raise ValueError(f"attention implementation {implementation!r}: expected one of {IMPLEMENTATIONS[1:]}")
     return grouped_attention(q, k, v, mask, scale)

@@ -149,6 +149,7 @@ class Attention(nn.Module):
         inv_freq = rope_inv_freq(c)
         q = constrain(apply_rope(q, positions, inv_freq), ("batch", "seq", "act_heads", None))
         k = constrain(apply_rope(k, positions, inv_freq), ("batch", "seq", "act_kv_heads", None))
+        v = constrain(v, ("batch", "seq", "act_kv_heads", None))  # as k: the fused kernels take q, k, v alike
         if kv is None:
             k_all, v_all = k, v
         else:
@@ -161,7 +162,7 @@ class Attention(nn.Module):
             v_all.astype(q.dtype),
             mask,
             1.0 / math.sqrt(c.head_dim),
-            implementation=attention_lib.implementation_for(c),
+            implementation=attention_lib.implementation_for(c, causal=kv is None),
             causal=kv is None,
         )
         out = _dense(c, c.hidden_size, c.o_proj_bias, "o_proj")(out.reshape(b, t, c.num_heads * c.head_dim))

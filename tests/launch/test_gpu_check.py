@@ -68,6 +68,7 @@ def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
         assert r["tokamax_fwd_ms"] > 0 and r["tokamax_fwd_bwd_ms"] > 0
         assert 0 <= r["max_rel_diff_out_tokamax"] < 1e-2 and 0 <= r["max_rel_diff_dq_tokamax"] < 2e-2
         assert r["fastest_fwd_bwd"] in ("xla", "xla_with_cudnn_arguments", "tokamax")
+        assert r["auto_impl"] == "xla" and r["override"] is None  # a CPU: auto is XLA, no kernel to override it
     (prod,) = [r for r in rows if r["bench"] == "prod_decode"]  # the production decode row, on tiny shapes
     assert "error" not in prod and (prod["rows"], prod["span"]) == (gpu.TINY.prod_rows, gpu.TINY.prod_span)
     shape = gpu.SHAPES[gpu.TINY.prod_shape]

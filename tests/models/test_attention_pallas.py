@@ -100,7 +100,9 @@ def test_selection_and_config_check():
     assert attention.select_implementation("cpu", "pallas") == "pallas"  # interpret mode off a GPU
     assert attention.select_implementation("gpu", "pallas", dtype="bfloat16", head_dim=96) == "pallas"
     assert attention.select_implementation("cpu", "auto", dtype="bfloat16", head_dim=128) == "xla"  # CPU unchanged
-    assert attention.select_implementation("gpu", "auto", dtype="bfloat16", head_dim=128) == "cudnn"  # never auto
+    # auto's training kernel on a GPU (the one the lowering proof lowers), not for a call over a cache
+    assert attention.select_implementation("gpu", "auto", dtype="bfloat16", head_dim=128) == "pallas"
+    assert attention.select_implementation("gpu", "auto", dtype="bfloat16", head_dim=128, causal=False) == "cudnn"
     assert "pallas" in attention.IMPLEMENTATIONS
     from configs import sft
 

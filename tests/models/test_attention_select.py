@@ -1,6 +1,7 @@
 """`models.attention`: which kernel a model call uses, that the CPU path is `grouped_attention` unchanged,
-and that the arguments built for cuDNN's fused kernel mean the same attention (checked by giving them to
-the library's XLA implementation: the cuDNN one cannot be lowered without a GPU)."""
+that the arguments built for cuDNN's fused kernel mean the same attention (checked by giving them to the
+library's XLA implementation: the cuDNN one cannot be lowered without a GPU), and that under the GPU presets'
+mesh the cuDNN call gets q, k and v per shard, as the kernel's checks demand."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax import models
 from rcgrpo_jax.models import attention
@@ -21,6 +24,9 @@ pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 B, T, N, G, DH = 3, 8, 4, 2, 8
 SCALE = 1.0 / np.sqrt(DH)
 LENGTHS = np.array([8, 5, 1])  # right-padded rows: full, partial, one token
+# What "auto" picks for training on a GPU: the Pallas flash kernel where this JAX ships it (0.10, 0.11), cuDNN
+# where it does not (0.12).
+GPU_TRAINING = "cudnn" if attention.pallas_mha_unavailable() else "pallas"
 
 
 def _qkv(s=T, dtype=jnp.float32, seed=0):
@@ -43,13 +49,13 @@ def _train_mask():
     [
         ("cpu", "auto", "bfloat16", 128, "xla"),
         ("tpu", "auto", "bfloat16", 128, "xla"),
-        ("gpu", "auto", "bfloat16", 128, "cudnn"),
-        ("gpu", "auto", "float16", 64, "cudnn"),
-        ("cuda", "auto", "bfloat16", 128, "cudnn"),
-        ("gpu", "auto", "float32", 128, "xla"),  # cuDNN's kernel takes bf16/fp16 only
+        ("gpu", "auto", "bfloat16", 128, GPU_TRAINING),
+        ("gpu", "auto", "float16", 64, GPU_TRAINING),
+        ("cuda", "auto", "bfloat16", 128, GPU_TRAINING),
+        ("gpu", "auto", "float32", 128, "xla"),  # the fused kernels are picked for bf16/fp16 only
         ("gpu", "auto", "bfloat16", 256, "xla"),  # head_dim over 128
         ("gpu", "auto", "bfloat16", 100, "xla"),  # not a multiple of 8
-        ("gpu", "auto", None, None, "cudnn"),  # nothing known against it
+        ("gpu", "auto", None, None, GPU_TRAINING),  # nothing known against it
         ("gpu", "xla", "bfloat16", 128, "xla"),
         ("cpu", "xla", "float32", 16, "xla"),
         ("gpu", "cudnn", "bfloat16", 128, "cudnn"),
@@ -57,6 +63,15 @@ def _train_mask():
 )
 def test_select_implementation(backend, value, dtype, head_dim, want):
     assert attention.select_implementation(backend, value, dtype=dtype, head_dim=head_dim) == want
+
+
+@pytest.mark.parametrize(
+    "backend, dtype, want", [("gpu", "bfloat16", "cudnn"), ("gpu", "float32", "xla"), ("cpu", None, "xla")]
+)
+def test_auto_over_a_cache_never_picks_pallas(backend, dtype, want):
+    """A call over a cache (queries at an offset) is one the Pallas kernel refuses: auto takes cuDNN there."""
+    assert attention.select_implementation(backend, "auto", dtype=dtype, head_dim=128, causal=False) == want
+    assert attention.select_implementation(backend, "xla", dtype=dtype, causal=False) == "xla"
 
 
 @pytest.mark.parametrize(
@@ -78,7 +93,8 @@ def test_implementation_for_reads_the_model_config():
     base = models.ModelConfig("qwen2", 64, 32, 64, 1, 4, 2, 8, dtype="bfloat16")
     assert base.attention_impl == "auto"
     assert attention.implementation_for(base) == "xla"  # this machine's backend is the CPU
-    assert attention.implementation_for(base, "gpu") == "cudnn"
+    assert attention.implementation_for(base, "gpu") == GPU_TRAINING
+    assert attention.implementation_for(base, "gpu", causal=False) == "cudnn"
     assert attention.implementation_for(dataclasses.replace(base, dtype="float32"), "gpu") == "xla"
     assert attention.implementation_for(dataclasses.replace(base, attention_impl="xla"), "gpu") == "xla"
 
@@ -192,6 +208,96 @@ def test_cudnn_branch_calls_the_fused_kernel():
         attention.attention(q, k, v, mask, SCALE, implementation="flash")
 
 
+# ------------------------------------------------------------- cuDNN under the GPU presets' mesh, per shard
+
+
+def _cudnn_stand_in(monkeypatch) -> list[dict]:
+    """Replaces `jax.nn.dot_product_attention` (cuDNN cannot run here) by a recorder of each cuDNN call that
+    computes it with the library's XLA implementation, and returns the record. Each call is checked against
+    what JAX's cuDNN path checks (jax/_src/cudnn/fused_attention_stablehlo.py: `check_layout`,
+    `check_is_flash_attention`, and the partitioner's `_check_qkv_bias_mask_spec`, which is never reached
+    when every mesh axis is Manual: custom_partitioning lowers such a call per device)."""
+    calls: list[dict] = []
+    library = jax.nn.dot_product_attention
+
+    def record(query, key, value, *, implementation=None, **kw):
+        assert implementation == "cudnn"
+        q, k, v, n = (jax.typeof(x) for x in (query, key, value, kw["query_seq_lengths"]))
+        assert all(t == jax.sharding.AxisType.Manual for t in q.sharding.mesh.axis_types)  # inside shard_map
+        assert len(q.shape) == len(k.shape) == len(v.shape) == 4  # [B, T, N, Dh] (BTNH)
+        assert q.dtype == k.dtype == v.dtype == jnp.bfloat16
+        assert q.shape[0] == k.shape[0] == v.shape[0] and k.shape == v.shape  # batch; kv heads and length
+        assert q.shape[3] == k.shape[3] and q.shape[3] % 8 == 0 and q.shape[3] <= attention.FUSED_MAX_HEAD_DIM
+        assert n.dtype == jnp.int32 and n.shape == (q.shape[0],)  # one length per local row
+        assert kw["key_value_seq_lengths"] is kw["query_seq_lengths"] and kw["is_causal"] is True
+        calls.append({"q": q.shape, "k": k.shape, "v": v.shape})
+        return library(query, key, value, implementation="xla", **kw)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", record)
+    return calls
+
+
+def test_cudnn_runs_per_shard_at_the_models_call_under_the_presets_mesh(monkeypatch):
+    """The GPU presets' mesh (1 x 4 x 2: rows over fsdp, heads over tensor) and training rules: the attention
+    layer's cuDNN call (what `attention_impl=cudnn` runs on a GPU) gets each shard's rows and heads with the
+    whole sequence and head_dim, one layout for q, k and v, forward and backward, and the model's gradients
+    equal the xla path's."""
+    from configs import rc_grpo
+    from rcgrpo_jax import sharding
+
+    mesh = sharding.make_mesh(rc_grpo.get_config("qwen2_5_7b").mesh, jax.devices()[:8])
+    assert dict(mesh.shape) == {"data": 1, "fsdp": 4, "tensor": 2}
+    calls = _cudnn_stand_in(monkeypatch)
+    on_gpu = attention.implementation_for
+    monkeypatch.setattr(attention, "implementation_for", lambda c, causal=True: on_gpu(c, "gpu", causal=causal))
+    rows, t = 8, 16
+    config = models.ModelConfig("qwen2", 97, 64, 128, 1, 4, 2, 16, dtype="bfloat16", attention_impl="cudnn")
+    params = models.init_params(config, jax.random.key(0))
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 97, (rows, t)), jnp.int32)
+    token_mask = jnp.asarray(np.arange(t)[None] < np.arange(rows)[:, None] + 9)  # right-padded, 9..16 tokens
+
+    def grads(cfg):
+        def loss(p):
+            positions = jnp.maximum(jnp.cumsum(token_mask, axis=-1) - 1, 0).astype(jnp.int32)
+            logits, _ = models.forward(cfg, p, tokens, positions, token_mask)
+            return jnp.sum(jnp.where(token_mask[..., None], logits, 0.0) ** 2) / 1e3
+
+        with jax.set_mesh(mesh), sharding.axis_rules(sharding.TRAIN_RULES.logical):
+            placed = sharding.shard_params(params, mesh)
+            return jax.jit(jax.grad(loss))(placed)
+
+    got = grads(config)
+    assert calls, "the cuDNN branch was not taken"
+    assert set(map(tuple, (c["q"] for c in calls))) == {(rows // 4, t, 4 // 2, 16)}
+    assert set(map(tuple, (c["k"] for c in calls))) == set(map(tuple, (c["v"] for c in calls))) == {(2, t, 1, 16)}
+    want = grads(dataclasses.replace(config, attention_impl="xla"))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, atol=3e-2 * max(float(np.abs(b).max()), 1e-6))
+
+
+def test_cudnn_takes_q_k_v_of_different_shardings(monkeypatch):
+    """q, k and v arriving with three different shardings (the case JAX's cuDNN partitioner refuses) reach
+    the kernel with one layout per shard, and the values are the model's attention at every real query."""
+    from rcgrpo_jax import sharding
+
+    calls = _cudnn_stand_in(monkeypatch)
+    mesh = sharding.make_mesh({"data": 1, "fsdp": 4, "tensor": 2}, jax.devices()[:8])
+    rng = np.random.default_rng(3)
+    q, k, v = (jnp.asarray(rng.standard_normal((8, T, h, DH), np.float32), jnp.bfloat16) for h in (N, G, G))
+    valid = jnp.asarray(np.arange(T)[None] < np.array([8, 5, 1, 8, 2, 7, 3, 6])[:, None])
+    mask = attention_mask(valid, jnp.arange(T))
+    fn = jax.jit(lambda q, k, v: attention.attention(q, k, v, mask, SCALE, implementation="cudnn", causal=True))
+    with jax.set_mesh(mesh):
+        specs = (P(("data", "fsdp"), None, "tensor"), P(None, None, "tensor"), P())
+        got = fn(*(jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip((q, k, v), specs)))
+    assert [c["q"] for c in calls] == [(2, T, N // 2, DH)] and [c["v"] for c in calls] == [(2, T, G // 2, DH)]
+    want = grouped_attention(q, k, v, mask, SCALE).astype(jnp.float32)
+    real = np.asarray(valid)[:, :, None, None] & np.ones(q.shape, bool)
+    scale = float(jnp.abs(want).max())
+    np.testing.assert_allclose(np.asarray(got, np.float32)[real], np.asarray(want)[real], atol=2e-2 * scale)
+
+
 def test_xla_path_exports_for_cuda():
     """The training forward and backward (xla path, bf16, remat) lower for CUDA from this CPU host: nothing
     CPU-only leaks into the GPU program."""
@@ -212,7 +318,7 @@ def test_xla_path_exports_for_cuda():
 
 
 def test_pallas_on_a_jax_without_the_kernel_is_refused(monkeypatch):
-    """jax 0.12 removed the Pallas flash kernel: 'pallas' names why and the alternatives; 'auto' never used it."""
+    """jax 0.12 removed the Pallas flash kernel: 'pallas' names why and the alternatives; 'auto' takes cuDNN."""
     why = "jax 0.12.1 has no jax.experimental.pallas.ops.gpu.attention (removed in jax 0.12)"
     monkeypatch.setattr(attention, "pallas_mha_unavailable", lambda: why)
     with pytest.raises(ValueError, match="'pallas' cannot run here: jax 0.12.1 has no.*'auto', 'xla' or 'tokamax'"):
