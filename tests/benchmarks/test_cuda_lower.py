@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import cuda_lower
 from rcgrpo_jax.models import attention
+from rcgrpo_jax.sampling import tokamax_decode
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -50,13 +51,12 @@ def test_tiny_programs_lower_for_cuda(config, programs):
     assert [r["program"] for r in rows] == list(programs)
     # every line names the JAX that lowered it and the GPU it lowered for (an abstract H200 where JAX has them)
     target = cuda_lower.TARGET_KIND if hasattr(jax.sharding, "AbstractDevice") else None
-    # the Pallas kernels where this JAX ships them (0.10, 0.11), XLA attention where it does not (0.12)
+    # the Pallas kernels where this JAX ships them (0.10, 0.11), XLA attention where it does not (0.12); decode
+    # on 0.12 through tokamax's Triton kernel where tokamax has the pl.dot fix (>= 0.0.13), else XLA
     kernels = cuda_lower.kernels()
     has_kernels = not attention.pallas_mha_unavailable()
-    assert kernels == {
-        "attention": "pallas" if has_kernels else "xla",
-        "decode_attention": "ragged" if has_kernels else "xla",
-    }
+    fused_decode = "ragged" if has_kernels else "xla" if tokamax_decode.unavailable(gpu=True) else "tokamax"
+    assert kernels == {"attention": "pallas" if has_kernels else "xla", "decode_attention": fused_decode}
     info = {"jax": jax.__version__, "target": target, **kernels}
     for r in rows:
         assert r["ok"] and r["error"] is None, r
@@ -64,7 +64,8 @@ def test_tiny_programs_lower_for_cuda(config, programs):
         # exported over the preset's mesh: 8 devices, the tiny preset's one
         assert r["devices"] == (1 if config.endswith(":tiny") else 8), r
         has_triton = cuda_lower.TRITON_CALL in r["custom_calls"]
-        assert has_triton == (has_kernels and r["program"] in cuda_lower.TRITON_PROGRAMS), r
+        fused = fused_decode != "xla" if r["program"] == "decode" else has_kernels
+        assert has_triton == (fused and r["program"] in cuda_lower.TRITON_PROGRAMS), r
         assert "cudnn" not in " ".join(r["custom_calls"]).lower(), r
     assert summary == {"ok": True, "programs": len(programs), "failed": [], **info}
     assert rc == 0
