@@ -10,7 +10,7 @@ shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract pa
 H200 (compute capability 9.0) wherever JAX has abstract devices (`abstract_target`):
   RL stage:  prefill (`decode_loop.prefill_impl`), prefill_packed (`sampling.packed.prefill_impl`), append_packed
              (`sampling.packed_append`), append_rows (`session.append_rows_impl`), copy_rows
-             (`row_shards.copy_rows`), decode (`decode_loop.decode_impl`, decode_attention=ragged), ref_logprobs
+             (`row_shards.copy_rows`), decode (`decode_loop.decode_impl`, its kernel from `kernels`), ref_logprobs
              (`rl_step.make_logprob_fn`), rl_update (`rl_step.make_micro_grads`), rl_apply (`rl_step.make_apply`)
   SFT stage: sft_update (`sft.optimizer_and_state`'s step: every micro-batch and the apply)
 The programs use the kernels the preset's settings pick on an H200 (`kernels`; `auto`: Pallas on jax 0.10 and
@@ -163,17 +163,23 @@ def on_target() -> Iterator[None]:
         yield
 
 
-def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
-    """Exports jit(fn) for CUDA with explicit shardings, under the current mesh given the target GPU as its
-    abstract device (`on_target`); returns its custom-call targets and device count."""
-    import jax
+def export_for_cuda(jitted: Callable, args) -> Any:
+    """`jax.export` of a jitted function at `args` for CUDA, under the current mesh given the target GPU as
+    its abstract device (`on_target`), the Triton custom call allowed. Trace it `lowering_for("cuda")`."""
     from jax import export
 
-    jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate)
     with on_target():
-        exp = export.export(
+        return export.export(
             jitted, platforms=[PLATFORM], disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
         )(*args)
+
+
+def _export(fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
+    """Exports jit(fn) for CUDA with explicit shardings (`export_for_cuda`); returns its custom-call targets
+    and device count."""
+    import jax
+
+    exp = export_for_cuda(jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate), args)
     return {"custom_calls": custom_calls(exp.mlir_module()), "devices": exp.nr_devices}
 
 

@@ -46,6 +46,9 @@ GPU_IMAGE_TESTS=(
   tests/sampling/test_block_attention.py
   tests/sampling/test_row_shards.py
   tests/sampling/test_next_token.py
+  tests/sampling/test_decode_tokamax.py::test_attend_reads_each_rows_own_slots
+  tests/sampling/test_decode_tokamax.py::test_selection
+  tests/sampling/test_decode_tokamax.py::test_lowering_for_cuda_is_tokamaxs_triton_kernel
   tests/rl/test_rl_losses.py
   tests/rl/test_rl_logprobs.py
   tests/rl/test_rl_diagnostics.py

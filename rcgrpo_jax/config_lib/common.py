@@ -60,7 +60,8 @@ def model() -> ml_collections.ConfigDict:
     # (jax 0.10/0.11 only) | tokamax (tokamax's Mosaic GPU flash attention on Hopper/Blackwell).
     c.attention_impl = "auto"
     # RL rollouts' one-token decode attention (rcgrpo_jax.sampling.decode_step): auto (JAX's Pallas GPU decode
-    # kernel, each row over its own length, on a GPU; the dense XLA dots elsewhere) | xla | ragged.
+    # kernel, each row over its own length, on a GPU; on jax 0.12 tokamax's Triton attention with per-row
+    # lengths; the dense XLA dots elsewhere) | xla | ragged | tokamax.
     c.decode_attention = "auto"
     return c
 

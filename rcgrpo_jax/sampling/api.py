@@ -52,7 +52,7 @@ def generate(
     only when temperature > 0; defaults to key 0). With a mesh, the batch is split over data+fsdp,
     activations follow `rules.logical`, and params are used with the sharding they already carry
     (place them with `sharding.shard_params(params, mesh, rules)`, or `decode_weights`).
-    decode_attention: auto | xla | ragged (`decode_step.select_decode_attention`).
+    decode_attention: auto | xla | ragged | tokamax (`decode_step.select_decode_attention`).
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one prompt and no empty prompt")

@@ -7,7 +7,7 @@ step: cast to the decode dtype, placed by the decode rules; q, k, v, gate and up
 cache (`DecodeCache`) holds per-layer K and V in the order its decode attention reads, read and written in
 place (donated) by prefill and decode alike.
 
-Decode attention (`select_decode_attention`: auto | xla | ragged), fixed when the cache is made
+Decode attention (`select_decode_attention`: auto | xla | ragged | tokamax), fixed when the cache is made
 (`init_cache(layout=...)`):
   "xla"     K^T [B, Hkv, Dh, S], V [B, Hkv, S, Dh]: dense dots; every row attends over the whole span S
             (slots past its length masked), a step reads rows x S slots. The CPU's path.
@@ -15,6 +15,8 @@ Decode attention (`select_decode_attention`: auto | xla | ragged), fixed when th
             first lengths[b] + 1 slots. "auto" picks it on a GPU backend when head_dim suits the kernel; off
             a GPU it runs in Pallas interpret mode (slow; the tests). Prefill blocks (T > 1), and spans the
             kernel cannot split into blocks, take the XLA attention over this layout.
+  "tokamax" the ragged layout; one-token steps through tokamax's Triton attention with per-row key lengths
+            (`sampling.tokamax_decode`), "auto"'s pick on a GPU where JAX lacks the Pallas kernel (0.12).
 
 Per-row slots. Row b's context token i sits at slot i with RoPE position i: `lengths[b]` slots are valid, a
 block appended to row b goes to slots [lengths[b], lengths[b] + count_b), and query slot p sees the keys at
@@ -37,13 +39,14 @@ from jax.sharding import PartitionSpec as P
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.attention import pallas_interpret
 from rcgrpo_jax.models.layers import MLP, RMSNorm, apply_rope, rope_inv_freq
+from rcgrpo_jax.sampling import tokamax_decode
 from rcgrpo_jax.sharding import BATCH_AXES, constrain
 
 QUERY_BLOCK = 128  # a prefill block's queries attend in pieces of this many (scores [B, G, 128, R, S])
 
 
-LAYOUTS = ("xla", "ragged")
-DECODE_ATTENTION = ("auto", "xla", "ragged")
+LAYOUTS = ("xla", "ragged", "tokamax")  # "tokamax" keeps the ragged layout
+DECODE_ATTENTION = ("auto", "xla", "ragged", "tokamax")
 GPU_BACKENDS = ("gpu", "cuda")  # jax.default_backend() names CUDA "gpu"
 RAGGED_BLOCK_K = 128  # the kernel's key block (its default): a row reads roundup(len, block) slots
 RAGGED_MAX_SPLITS = 16  # split-k programs per (row, kv head) at most (the kernel's default k_splits)
@@ -53,10 +56,10 @@ RAGGED_MAX_SPLITS = 16  # split-k programs per (row, kv head) at most (the kerne
 class DecodeCache:
     """Per-layer KV over S slots per row, in the order its decode attention reads; row b holds lengths[b].
 
-    layout (static): "xla" = k holds K^T [B, Hkv, Dh, S]; "ragged" = k holds K [B, Hkv, S, Dh]. v is
-    [B, Hkv, S, Dh] in both."""
+    layout (static): "xla" = k holds K^T [B, Hkv, Dh, S]; "ragged" and "tokamax" = k holds K [B, Hkv, S, Dh].
+    v is [B, Hkv, S, Dh] in all."""
 
-    k: tuple[jax.Array, ...]  # L x [B, Hkv, Dh, S] ("xla") or [B, Hkv, S, Dh] ("ragged")
+    k: tuple[jax.Array, ...]  # L x [B, Hkv, Dh, S] ("xla") or [B, Hkv, S, Dh] ("ragged", "tokamax")
     v: tuple[jax.Array, ...]  # L x [B, Hkv, S, Dh]
     lengths: jax.Array  # int32 [B]: valid slots of each row (= the RoPE position of its next token)
     layout: str = flax.struct.field(pytree_node=False, default="xla")
@@ -81,8 +84,8 @@ class DecodeCache:
 
 def ragged_kernel_unavailable() -> str | None:
     """Why this JAX has no Pallas GPU decode kernel (`jax.experimental.pallas.ops.gpu.decode_attention`), None
-    when it has one: jax 0.10 and 0.11 ship it (0.11 deprecates it), jax 0.12 removed it. Neither tokamax
-    0.0.12 nor JAX's Mosaic GPU ops ship a ragged decode (docs/gpu.md), so without it decoding is dense."""
+    when it has one: jax 0.10 and 0.11 ship it (0.11 deprecates it), jax 0.12 removed it (where "auto" takes
+    "tokamax" instead when it can run: docs/gpu.md)."""
     import importlib.util
 
     if importlib.util.find_spec("jax.experimental.pallas.ops.gpu.decode_attention") is None:
@@ -102,20 +105,28 @@ def ragged_unsupported(head_dim: int) -> str | None:
 
 
 def select_decode_attention(backend: str, value: str = "auto", *, head_dim: int | None = None) -> str:
-    """ "xla" or "ragged" for a session's `decode_attention` = `value` on `backend` (`jax.default_backend()`).
+    """ "xla", "ragged" or "tokamax" for a session's `decode_attention` = `value` on `backend`
+    (`jax.default_backend()`).
 
-    "auto": ragged on a GPU backend when head_dim suits the kernel, else xla (a CPU keeps today's path).
-    "xla": xla everywhere. "ragged": ragged, also off a GPU (the kernel in Pallas interpret mode: tests),
-    or a ValueError when head_dim does not suit the kernel (a requested path is never silently replaced)."""
+    "auto": on a GPU backend ragged when head_dim suits the kernel, else tokamax when it can run
+    (`tokamax_decode.unavailable`: jax 0.12 with tokamax >= 0.0.13), else xla; off a GPU xla (the CPU's
+    path). "xla": xla everywhere. "ragged": ragged, also off a GPU (the kernel in Pallas interpret mode:
+    tests), or a ValueError when head_dim does not suit the kernel. "tokamax": tokamax, also off a GPU (its
+    XLA reference), or a ValueError naming what it lacks (a requested path is never silently replaced)."""
     if value not in DECODE_ATTENTION:
         raise ValueError(f"decode_attention: unknown value {value!r}; choose one of {DECODE_ATTENTION}")
+    on_gpu = str(backend).lower() in GPU_BACKENDS
     why_not = ragged_unsupported(head_dim) if head_dim is not None else ragged_kernel_unavailable()
     if value == "ragged" and why_not:
         raise ValueError(f"decode_attention: 'ragged' cannot run: {why_not}; use 'auto' or 'xla'")
+    why_not_tokamax = tokamax_decode.unavailable(gpu=on_gpu)
+    if value == "tokamax" and why_not_tokamax:
+        raise ValueError(f"decode_attention: 'tokamax' cannot run: {why_not_tokamax}; use 'auto' or 'xla'")
     if value != "auto":
         return value
-    on_gpu = str(backend).lower() in GPU_BACKENDS
-    return "ragged" if on_gpu and why_not is None else "xla"
+    if not on_gpu:
+        return "xla"
+    return "ragged" if why_not is None else "tokamax" if why_not_tokamax is None else "xla"
 
 
 def cache_layout(config: ModelConfig, value: str = "auto", backend: str | None = None) -> str:
@@ -283,11 +294,29 @@ def write_kv(cache_x: jax.Array, new: jax.Array, slots: jax.Array, axis: int, mo
     return jax.vmap(one)(cache_x, new, slots)
 
 
+def per_shard(attend, q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Array) -> jax.Array:
+    """attend(q, k, v, kv_len) -> q's shape, with q [B, G or H, ...] and k, v [B, G, S, Dh] (the ragged
+    layout), under the current mesh per shard (`shard_map`: rows over the batch axes, kv heads (and their
+    query heads) over 'tensor' when they divide; XLA cannot partition a custom call); as it is without one."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return attend(q, k, v, kv_len)
+    rows = tuple(a for a in BATCH_AXES if a in mesh.shape) or None
+    heads = kv_heads_axis(k.shape[1], mesh)
+    q_spec, kv_spec = P(rows, heads, *(None,) * (q.ndim - 2)), P(rows, heads, None, None)
+    return jax.shard_map(
+        attend,
+        mesh=mesh,
+        in_specs=(q_spec, kv_spec, kv_spec, P(rows)),
+        out_specs=q_spec,
+        check_vma=False,
+    )(q, k, v, kv_len)
+
+
 def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Array, blocks: tuple[int, int]):
     """The Pallas decode kernel: q [B, H, Dh] (head h = g * R + r) over k, v [B, G, S, Dh] (the ragged
-    layout), row b over its first kv_len[b] slots -> [B, H, Dh]. Under a mesh the kernel runs per shard
-    (`shard_map`: rows over the batch axes, kv heads over 'tensor' when they divide; XLA cannot partition
-    a custom call). Interpret mode off a GPU."""
+    layout), row b over its first kv_len[b] slots -> [B, H, Dh]; per shard under a mesh (`per_shard`).
+    Interpret mode off a GPU."""
     from jax.experimental.pallas.ops.gpu import decode_attention
 
     block_k, k_splits = blocks
@@ -306,19 +335,7 @@ def _ragged_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_len: jax.Arra
             interpret=interpret,
         )
 
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or mesh.size == 1:
-        return attend(q, k, v, kv_len)
-    rows = tuple(a for a in BATCH_AXES if a in mesh.shape) or None
-    heads = kv_heads_axis(k.shape[1], mesh)
-    kv_spec = P(rows, heads, None, None)
-    return jax.shard_map(
-        attend,
-        mesh=mesh,
-        in_specs=(P(rows, heads, None), kv_spec, kv_spec, P(rows)),
-        out_specs=P(rows, heads, None),
-        check_vma=False,
-    )(q, k, v, kv_len)
+    return per_shard(attend, q, k, v, kv_len)
 
 
 def project_qkv(c: ModelConfig, p, x: jax.Array, positions: jax.Array):
@@ -350,6 +367,9 @@ def layer_attention(c: ModelConfig, p, x, slots, write_slots, kv_len, k_c, v, la
     blocks = ragged_blocks(v.shape[2]) if layout == "ragged" and t == 1 else None
     if blocks is not None:  # one token per row: the Pallas kernel over each row's own slots
         out = _ragged_attention(q.reshape(b, h, dh).astype(v.dtype), k_c, v, kv_len, blocks)
+        return dense(p["o_proj"], out.reshape(b, t, h * dh), dt), k_c, v
+    if layout == "tokamax" and t == 1:  # one token per row: tokamax's kernel over each row's own slots
+        out = per_shard(tokamax_decode.attend, q[:, 0].astype(v.dtype), k_c, v, kv_len)  # [B, G, R, Dh]
         return dense(p["o_proj"], out.reshape(b, t, h * dh), dt), k_c, v
     q = jnp.transpose(q, (0, 2, 1, 3, 4))  # [B, G, T, R, Dh]
     k_read, v_read = k_c.astype(dt), v.astype(dt)
@@ -385,9 +405,9 @@ def forward(
 
     Query t of row b sits at slot lengths[b] + t and sees the slots <= it; a padding query sees stale
     (finite) slots of its row, and its output is meaningless but finite. `weights` = `layer_weights(...)`.
-    The attention follows the cache's layout (module docstring): on a "ragged" cache a one-token block
-    goes through the Pallas kernel, row b over lengths[b] + 1 slots when counts[b] > 0, none otherwise
-    (its output is then 0: meaningless, finite).
+    The attention follows the cache's layout (module docstring): on a "ragged" ("tokamax") cache a one-token
+    block goes through the Pallas (tokamax) kernel, row b over lengths[b] + 1 slots when counts[b] > 0, none
+    otherwise (its output is then meaningless, finite).
     """
     b, t = tokens.shape
     dt = c.jnp_dtype

@@ -256,7 +256,7 @@ class DecodeSession:
 
     capacity: the most slots a row may hold (its longest context plus one decode call's budget); the
     span never exceeds it. span: the initial span (default the smallest bucket). min_span: the
-    smallest span a resize goes to. decode_attention: auto | xla | ragged (`decode_step.
+    smallest span a resize goes to. decode_attention: auto | xla | ragged | tokamax (`decode_step.
     select_decode_attention`): the decode attention, hence the cache's layout, for the session's life.
     packed_prefill: appends are token-packed over the row shards, rows that hold no token yet by
     `sampling.packed`, the others by `sampling.packed_append`; None = on a mesh of more than one row shard

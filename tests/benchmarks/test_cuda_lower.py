@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import cuda_lower
 from rcgrpo_jax.models import attention
-from rcgrpo_jax.sampling import decode_step
+from rcgrpo_jax.sampling import decode_step, tokamax_decode
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
 
@@ -58,7 +58,9 @@ def test_tiny_programs_lower_for_cuda(config, programs):
     # in float32, where auto keeps XLA. Decode: the Pallas decode kernel where JAX ships it. Prefill: XLA.
     has_flash = not attention.pallas_mha_unavailable()
     training = ("pallas" if has_flash else "cudnn") if not config.endswith(":tiny") else "xla"
-    decode = "xla" if decode_step.ragged_kernel_unavailable() else "ragged"
+    # decode on 0.12: tokamax's Triton kernel where tokamax has the pl.dot fix (>= 0.0.13), else XLA
+    no_tokamax = tokamax_decode.unavailable(gpu=True)
+    decode = "ragged" if not decode_step.ragged_kernel_unavailable() else "xla" if no_tokamax else "tokamax"
     auto = {"training": training, "prefill": "xla", "decode": decode}
     lowered = {**auto, "training": "xla" if training == "cudnn" else training}
     info = {
@@ -77,7 +79,7 @@ def test_tiny_programs_lower_for_cuda(config, programs):
         assert r["devices"] == (1 if config.endswith(":tiny") else 8), r
         assert r["kernel"] == lowered.get(cuda_lower.PROGRAM_ATTENTION[r["program"]]), r
         has_triton = cuda_lower.TRITON_CALL in r["custom_calls"]
-        assert has_triton == (r["kernel"] in ("pallas", "ragged")), r
+        assert has_triton == (r["kernel"] in ("pallas", "ragged", "tokamax")), r
         assert "cudnn" not in " ".join(r["custom_calls"]).lower(), r
     assert summary == {"ok": True, "programs": len(programs), "failed": [], **info}
     assert rc == 0

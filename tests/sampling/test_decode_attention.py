@@ -59,12 +59,14 @@ def test_selection():
 
 
 def test_selection_on_a_jax_without_the_kernel(monkeypatch):
-    """jax 0.12 removed the Pallas decode kernel: auto decodes densely there, and ragged is refused with why."""
-    from rcgrpo_jax.sampling import decode_step
+    """jax 0.12 removed the Pallas decode kernel: without a tokamax that can take over (test_decode_tokamax),
+    auto decodes densely there, and ragged is refused with why."""
+    from rcgrpo_jax.sampling import decode_step, tokamax_decode
 
     assert decode_step.ragged_kernel_unavailable() is None  # this JAX (0.10, 0.11) ships it
     why = "jax 0.12.1 has no jax.experimental.pallas.ops.gpu.decode_attention (removed in jax 0.12)"
     monkeypatch.setattr(decode_step, "ragged_kernel_unavailable", lambda: why)
+    monkeypatch.setattr(tokamax_decode, "unavailable", lambda gpu=True: "tokamax is not installed")
     assert select_decode_attention("gpu") == select_decode_attention("gpu", head_dim=128) == "xla"
     with pytest.raises(ValueError, match="decode_attention: 'ragged' cannot run: jax 0.12.1 has no"):
         select_decode_attention("gpu", "ragged", head_dim=128)
