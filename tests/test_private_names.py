@@ -9,8 +9,9 @@
 - touches no private attribute of an object whose class is defined elsewhere (`obj._x`: read, written, deleted,
   or by `getattr`/`setattr`/`delattr`/`hasattr` with the name written). The approximation, from the text alone:
   `x._n` is a reach-in unless `x` is `self`, `cls` or `super()` inside a class of the same module that defines
-  `_n` (in its body, as `self._n = ...`/`cls._n = ...`, or in a base class of the same module), or `x` names an
-  imported module (the rules above; another distribution's module privates, `np._core`, are not this rule's).
+  `_n` (in its body, as `self._n = ...`/`cls._n = ...`, or in a base class of the same module), or `x` is a module
+  bound by `import m [as n]` or by `from p import m` of a package module, or a dotted path off one (the rules
+  above; another distribution's module privates, `np._core`, are not this rule's).
   Another object of the same class counts as foreign: pass what it needs through a public name. Namedtuple's
   public `_replace`, `_asdict`, `_fields`, `_field_defaults` and `_make` are not private.
 The modules of experiments/ and benchmarks/ (the tools beside the library) are held to the same rules.
@@ -228,15 +229,11 @@ def reach_ins(source: str, module: str, *, replaced_only: bool = False) -> list[
             if isinstance(child, ast.Attribute) and (not replaced_only or isinstance(child.ctx, (ast.Store, ast.Del))):
                 check(child, child.value, child.attr, cls)
             elif isinstance(child, ast.Call):
-                named = _named(
-                    child, ("setattr", "delattr") if replaced_only else ("getattr", "setattr", "delattr", "hasattr")
-                )
+                # setattr(o, "_x", v), monkeypatch.setattr(o, "_x", v), mock.patch.object(o, "_x"); getattr(o, "_x")
+                writers = ("setattr", "delattr", "object")
+                named = _named(child, writers if replaced_only else (*writers[:2], "getattr", "hasattr"))
                 if named is not None:
                     check(child, *named, cls)
-                if replaced_only and (child.func.attr if isinstance(child.func, ast.Attribute) else "") == "object":
-                    named = _named(child, ("object",))  # mock.patch.object(obj, "_x")
-                    if named is not None:
-                        check(child, *named, cls)
                 last = _dotted_string(child, ("setattr", "delattr", "patch")) if replaced_only else None
                 if last is not None and _private(last):
                     found.append(f"{child.lineno}: {child.args[0].value}")
