@@ -234,14 +234,7 @@ class OursStep:
             for layout in decode_step.LAYOUTS
             for f in session_lib.programs(self.config, self.sample_mesh, layout).values()
         ]
-        fns = (
-            *appends,
-            decode_loop.decode_jit,
-            self.ref_fn,
-            self.updater._grads,
-            self.updater._add,
-            self.updater._apply,
-        )
+        fns = (*appends, decode_loop.decode_jit, self.ref_fn, *self.updater.programs())
         return sum(f._cache_size() for f in fns)
 
 

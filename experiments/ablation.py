@@ -24,10 +24,17 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import configs.awpo
+import configs.dapo
+import configs.dr_grpo
+import configs.eval
+import configs.grpo
+import configs.rc_grpo
+import configs.rctp_ft
+import configs.sft
 from experiments import budgets as budgets_lib
 from experiments import cache
 from experiments import summary as summary_lib
@@ -57,6 +64,19 @@ CONTROL_ROWS = {
         {"optim.lr": 0.0, "train.max_steps": 2, "rl.heldout.every": 0},
     ),
 }
+STAGE_FILES = {  # configs/<name>.py by name: what stage_config and paper_config read
+    m.__name__.rpartition(".")[2]: m
+    for m in (
+        configs.awpo,
+        configs.dapo,
+        configs.dr_grpo,
+        configs.eval,
+        configs.grpo,
+        configs.rc_grpo,
+        configs.rctp_ft,
+        configs.sft,
+    )
+}
 DONE = "DONE"
 
 
@@ -80,10 +100,7 @@ def set_dotted(config, overrides: Mapping[str, Any]) -> None:
 
 def stage_config(stage_file: str, budget: budgets_lib.Budget, overrides: Mapping[str, Any], **fields):
     """configs/<stage_file>.py:tiny with the world of the budget, the overrides and the given fields."""
-    import importlib
-
-    sys.path.insert(0, _repo_root())
-    config = importlib.import_module(f"configs.{stage_file}").get_config("tiny")
+    config = STAGE_FILES[stage_file].get_config("tiny")
     config.data.source = "world"
     config.mesh.data = budget.devices
     set_dotted(config, {f"data.world.{k}": v for k, v in budget.world.items()})
@@ -94,10 +111,7 @@ def stage_config(stage_file: str, budget: budgets_lib.Budget, overrides: Mapping
 
 def paper_config(stage_file: str):
     """configs/<stage_file>.py at the paper's preset (summary.PAPER_PRESET): the settings a run is compared with."""
-    import importlib
-
-    sys.path.insert(0, _repo_root())
-    return importlib.import_module(f"configs.{stage_file}").get_config(summary_lib.PAPER_PRESET)
+    return STAGE_FILES[stage_file].get_config(summary_lib.PAPER_PRESET)
 
 
 def rl_pool_of(config) -> tuple[str, int]:
@@ -134,10 +148,6 @@ def rl_settings_report(budget: budgets_lib.Budget) -> dict[str, dict]:
             f"configs/{rl_file}.py", papers[rl_file], summary_lib.rl_settings(run_cfg, *rl_pool_of(run_cfg))
         )
     return out
-
-
-def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import os
 
-from rcgrpo_jax import stages
 from rcgrpo_jax.config_fields import ConfigError, MemoryFitError, get, require
+from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import sources, trajectories
 from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls
 from rcgrpo_jax.sampling.decode_step import DECODE_ATTENTION
@@ -98,12 +98,20 @@ def resolved(config, num_devices: int):
     return config
 
 
+def trainer_kind(config) -> str:
+    """`config.trainer`, one of the trainer kinds (`config_lib.common.TRAINERS`), else ConfigError."""
+    name = config.get("trainer")
+    if name not in common.TRAINERS:
+        raise ConfigError("trainer", f"{name!r} is not one of {', '.join(common.TRAINERS)}")
+    return name
+
+
 def check(config, num_devices: int) -> dict[str, int]:
     """Validates `config` for `num_devices` devices; returns the resolved mesh shape."""
     config = resolved(config, num_devices)
 
     require(config, "stage")
-    stages.kind_of(config)  # config.trainer names a known trainer kind
+    trainer_kind(config)
     shape = mesh_shape(require(config, "mesh"), num_devices)
     batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
 

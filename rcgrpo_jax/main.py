@@ -107,14 +107,14 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
     if dry_run:
         if kind.dry_run is None:
             raise config_fields.ConfigError("trainer", f"no dry run for trainer kind {config.trainer!r}")
-        report = stages.resolve(kind.dry_run)(config)
+        report = kind.dry_run(config)
         config_checks.check_memory("memory.device_bytes", int(report["peak_gb"] * 1e9), int(report["budget_gb"] * 1e9))
         return {"stage": config.stage, "preset": config.get("preset"), **report}
-    stages.resolve(kind.check)(config, jax.device_count())
+    kind.check(config, jax.device_count())
     runtime.check_backend(config, jax.default_backend(), dry_run)  # a 7B preset on CPU JAX stops here
     cache = config.runtime.compile_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     runtime.enable_compilation_cache(cache or os.path.join(workdir, "xla_cache"))
-    summary = stages.resolve(kind.run)(config, workdir)
+    summary = kind.run(config, workdir)
     logging.info("finished: %s", summary)
     return {k: v for k, v in summary.items() if k != "metrics"}
 

@@ -1,51 +1,42 @@
-"""Stage dispatch as data: one table from a config's trainer kind (`config.trainer`) to its entry points.
+"""Stage dispatch as data: one table from a config's trainer kind (`config.trainer`, one of
+`config_lib.common.TRAINERS`) to its entry points, imported here so that the launcher's import of this table
+is the arrow to the code it runs.
 
 A config file sets `trainer` (rcgrpo_jax/config_lib/common.py `base`); `config.stage` is the run's name (logs,
-checkpoint metadata), free to choose. Each entry point is "module:function", imported on use:
+checkpoint metadata), free to choose. Each kind's entry points:
 
   run(config, workdir) -> summary dict      check(config, num_devices) -> mesh shape (start-up validation)
   dry_run(config) -> memory report           (None: the kind has no dry run)
+
+The eval kind runs every suite that `eval.suites` holds; the package's own suite modules are imported here,
+which registers them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable
 
-from rcgrpo_jax.config_fields import ConfigError
+from rcgrpo_jax import config_checks
+from rcgrpo_jax.eval import api_bank_run, mmlu_pro_run  # noqa: F401  (register their suites in eval.suites)
+from rcgrpo_jax.eval import run as eval_run
+from rcgrpo_jax.train import dry_run, rl_config, rl_trainer, sft
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainerKind:
-    run: str
-    check: str
-    dry_run: str | None = None
+    run: Callable[[Any, str], dict[str, Any]]
+    check: Callable[[Any, int], dict[str, int]]
+    dry_run: Callable[[Any], dict[str, Any]] | None = None
 
 
 TRAINERS: dict[str, TrainerKind] = {
-    "supervised": TrainerKind(
-        run="rcgrpo_jax.train.sft:run",
-        check="rcgrpo_jax.train.sft:check",
-        dry_run="rcgrpo_jax.train.dry_run:supervised",
-    ),
-    "rl": TrainerKind(
-        run="rcgrpo_jax.train.rl_trainer:run",
-        check="rcgrpo_jax.train.rl_config:check",
-        dry_run="rcgrpo_jax.train.dry_run:rl_with_exploration",
-    ),
-    "eval": TrainerKind(run="rcgrpo_jax.eval.run:run", check="rcgrpo_jax.config_checks:check"),
+    "supervised": TrainerKind(run=sft.run, check=sft.check, dry_run=dry_run.supervised),
+    "rl": TrainerKind(run=rl_trainer.run, check=rl_config.check, dry_run=dry_run.rl_with_exploration),
+    "eval": TrainerKind(run=eval_run.run, check=config_checks.check),
 }
 
 
-def resolve(target: str) -> Callable[..., Any]:
-    module, fn = target.split(":")
-    return getattr(importlib.import_module(module), fn)
-
-
 def kind_of(config) -> TrainerKind:
-
-    name = config.get("trainer")
-    if name not in TRAINERS:
-        raise ConfigError("trainer", f"{name!r} is not one of {', '.join(TRAINERS)}")
-    return TRAINERS[name]
+    """The entry points of `config.trainer` (a name outside the table raises ConfigError naming the field)."""
+    return TRAINERS[config_checks.trainer_kind(config)]

@@ -220,7 +220,7 @@ def supervised_budget(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     return c
 
 
-TRAINERS = ("supervised", "rl", "eval")  # rcgrpo_jax.stages: the table from trainer kind to its entry points
+TRAINERS = ("supervised", "rl", "eval")  # the trainer kinds; rcgrpo_jax.stages maps each to its entry points
 
 
 def base(stage: str, preset: str, *, lr: float, trainer: str) -> ml_collections.ConfigDict:

@@ -7,7 +7,7 @@ calls; `overall` = correct calls / all calls of the levels run (every call once)
 it; level 3 also its dialogue accuracy (samples whose every call is correct, `lv3_evaluator`'s "sample
 accuracy"). A call that could not be scored (the API's module did not import here, the prompt did not fit,
 the template refused it) counts as wrong and is named under `unscored_ids`; ToolSearcher calls scored by
-name only are counted under `tool_searcher_by_name`.
+name only are counted under `tool_searcher_by_name`. Importing the module registers the suite (`eval.suites`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import api_bank as data
 from rcgrpo_jax.envs import api_bank as env_lib
 from rcgrpo_jax.eval import run as run_lib
+from rcgrpo_jax.eval import suites
 
 PATH_FIELD = "eval.api_bank.path"
 UNSCORED = ("api_unavailable", "truncated", "render_error", "scorer_error")
@@ -125,3 +126,6 @@ def markdown(summary: dict[str, Any], label: str) -> str:
     if summary["unscored"]:
         notes.append("not scored: " + ", ".join(f"{k} {v}" for k, v in summary["unscored"].items()))
     return "\n".join(lines) + ("\n\n" + "; ".join(notes) if notes else "") + "\n"
+
+
+SUITE = suites.register(suites.Suite("api_bank", load_checked, records, markdown))

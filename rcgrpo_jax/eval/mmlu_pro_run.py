@@ -2,7 +2,7 @@
 question with our sampler (batched, with a progress bar), scored by the benchmark's answer rules
 (`eval.mmlu_pro`). Options under `eval.mmlu_pro`: `path` (FILE_OR_DIR, the released split), `shots` (worked
 examples per question from the validation split; the benchmark's own script uses 5) and `max_new_tokens`
-(the benchmark's 2048)."""
+(the benchmark's 2048). Importing the module registers the suite (`eval.suites`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from rcgrpo_jax import chat
 from rcgrpo_jax.config_fields import ConfigError
-from rcgrpo_jax.eval import greedy
+from rcgrpo_jax.eval import greedy, suites
 from rcgrpo_jax.eval import mmlu_pro as mp
 
 PATH_FIELD = "eval.mmlu_pro.path"
@@ -130,3 +130,6 @@ def markdown(summary: dict[str, Any], label: str) -> str:
             "Not scored from an extracted letter: " + ", ".join(f"{k} {v}" for k, v in summary["unscored"].items())
         )
     return "\n".join(lines) + "\n"
+
+
+SUITE = suites.register(suites.Suite("mmlu_pro", load_checked, records, markdown))

@@ -41,7 +41,7 @@ from rcgrpo_jax.data import sources
 from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.data.tiny_checkpoint import model_dir
 from rcgrpo_jax.envs import official
-from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn, single_turn_oracle, single_turn_run
+from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn, single_turn_oracle, single_turn_run, suites
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
 from rcgrpo_jax.rollout.distributed import run_across_processes
@@ -215,22 +215,19 @@ def load_policy_model(config, path: str, mesh):
     return model_cfg, params, AutoTokenizer.from_pretrained(path)
 
 
-BFCL_SUITES = ("multi_turn", "single_turn", "bfcl_v4")
-# Suites of other benchmarks, read from the user's copy (eval.<name>.path); each is a module with
-# load_checked(eval_cfg) (start-up checks), records(...) -> (records, summary) and markdown(summary, label).
-OTHER_SUITES = {"api_bank": "rcgrpo_jax.eval.api_bank_run", "mmlu_pro": "rcgrpo_jax.eval.mmlu_pro_run"}
-SUITES = (*BFCL_SUITES, *OTHER_SUITES)
+BFCL_SUITES = ("multi_turn", "single_turn", "bfcl_v4")  # the suites of other benchmarks: `eval.suites`
 RUN_POLICIES = (*POLICIES, "replay")  # replay: outputs made elsewhere (bfcl_results)
 
 
 def suites_of(value: str) -> list[str]:
     """eval.suite as its suites: one name or several, comma-separated (at most one of BFCL_SUITES)."""
+    known = (*BFCL_SUITES, *suites.names())
     names = [s.strip() for s in str(value or "").split(",") if s.strip()]
     if not names:
-        raise ConfigError("eval.suite", f"names no suite; one or several (comma-separated) of {', '.join(SUITES)}")
+        raise ConfigError("eval.suite", f"names no suite; one or several (comma-separated) of {', '.join(known)}")
     for s in names:
-        if s not in SUITES:
-            raise ConfigError("eval.suite", f"{s!r} is not one of {', '.join(SUITES)}")
+        if s not in known:
+            raise ConfigError("eval.suite", f"{s!r} is not one of {', '.join(known)}")
     if len(set(names)) != len(names):
         raise ConfigError("eval.suite", f"names a suite twice: {value!r}")
     bfcl = [s for s in names if s in BFCL_SUITES]
@@ -239,12 +236,6 @@ def suites_of(value: str) -> list[str]:
             "eval.suite", f"at most one of {', '.join(BFCL_SUITES)} (bfcl_v4 is both), got {', '.join(bfcl)}"
         )
     return names
-
-
-def _suite_module(name: str):
-    import importlib
-
-    return importlib.import_module(OTHER_SUITES[name])
 
 
 def check_eval_config(config) -> None:
@@ -262,7 +253,7 @@ def check_eval_config(config) -> None:
             )
         if not os.path.exists(e.replay_path):
             raise ConfigError("eval.replay_path", f"no such file or folder: {e.replay_path}")
-        others = [s for s in names if s in OTHER_SUITES]
+        others = [s for s in names if s not in BFCL_SUITES]
         if others:
             raise ConfigError(
                 "eval.policy", f"replay reads BFCL result files; suite(s) {', '.join(others)} need model or oracle"
@@ -284,8 +275,8 @@ def check_eval_config(config) -> None:
             "(--config.model.path=DIR); eval.policy=oracle needs none on tiny",
         )
     for name in names:  # read and check the other benchmarks' data now, before any model loads
-        if name in OTHER_SUITES:
-            _suite_module(name).load_checked(e)
+        if name not in BFCL_SUITES:
+            suites.get(name).load_checked(e)
 
 
 def bfcl_category(category: str, source: str) -> str:
@@ -483,8 +474,8 @@ def run(config, workdir: str) -> dict[str, Any]:
         extras["bfcl_results"] = {"dir": config.eval.bfcl_results_dir, "model": bfcl_model, "files": len(files)}
     other: dict[str, tuple[list, dict]] = {}  # suite -> (records, summary)
     for name in names:
-        if name in OTHER_SUITES:
-            other[name] = _suite_module(name).records(
+        if name not in BFCL_SUITES:
+            other[name] = suites.get(name).records(
                 config.eval, tokenizer, model_cfg, params, policy, mesh=mesh, progress=progress
             )
     seconds = time.perf_counter() - t0
@@ -554,7 +545,7 @@ def run(config, workdir: str) -> dict[str, Any]:
             },
         )
         table = suite_markdown(summary, label) if suite is not None else ""
-        others = "".join(f"\n{_suite_module(n).markdown(s, label)}" for n, (_, s) in other.items())
+        others = "".join(f"\n{suites.get(n).markdown(s, label)}" for n, (_, s) in other.items())
         with open(os.path.join(workdir, "eval.md"), "w") as f:
             f.write(f"# Evaluation of {path} ({policy}, suite {','.join(names)}, split {config.eval.split})\n\n")
             if suite is not None:

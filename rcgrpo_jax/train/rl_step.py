@@ -163,6 +163,10 @@ class Updater:
         state, metrics = self._apply(state, *acc)
         return state, metrics, rows
 
+    def programs(self) -> tuple[Callable, Callable, Callable]:
+        """The jitted pieces (micro-batch gradients, their sum, the optimizer apply), e.g. to count compilations."""
+        return self._grads, self._add, self._apply
+
     def lower(self, abstract_state, micro_shapes):
         """AOT-compiled micro-gradient and apply steps for the dry run's memory report."""
         g = self._grads.lower(abstract_state.params, micro_shapes).compile()

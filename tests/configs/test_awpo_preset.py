@@ -134,7 +134,7 @@ def test_borrowed_hyperparameters_are_the_rc_grpo_builders(preset):
 @pytest.mark.parametrize("preset", [p for p in GPU_PRESETS if p.startswith("qwen3")])
 def test_eval_mode_names_the_papers_three_benchmarks(preset, hf_dir, tmp_path):
     from rcgrpo_jax.config_fields import ConfigError
-    from rcgrpo_jax.eval import run
+    from rcgrpo_jax.eval import api_bank_run, mmlu_pro_run, run  # noqa: F401  (the first two register their suites)
     from tests.helpers import api_bank_fixture, mmlu_pro_fixture
 
     e = awpo.get_config(f"{preset},eval")

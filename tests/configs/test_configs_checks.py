@@ -12,9 +12,10 @@ import pytest
 from ml_collections import config_flags  # noqa: F401  (the launcher's loader)
 
 from configs import rctp_ft, sft
-from rcgrpo_jax import config_checks
+from rcgrpo_jax import config_checks, stages
 from rcgrpo_jax.config_fields import ConfigError, MemoryFitError
 from rcgrpo_jax.config_lib import common
+from rcgrpo_jax.train import sft as train_sft
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGE_FILES = {"sft": sft, "rctp_ft": rctp_ft}
@@ -126,6 +127,13 @@ def test_trainer_kind():
     c.trainer = "distill"
     e = _err(c)
     assert e.field == "trainer" and "'distill'" in str(e) and "supervised" in str(e)
+
+
+def test_the_stage_table_maps_every_trainer_kind():
+    """rcgrpo_jax.stages holds an entry for exactly the kinds a config may name (config_lib.common.TRAINERS)."""
+    assert tuple(stages.TRAINERS) == common.TRAINERS
+    assert stages.kind_of(sft.get_config("tiny")) is stages.TRAINERS["supervised"]
+    assert stages.kind_of(rctp_ft.get_config("tiny")).run is train_sft.run
 
 
 def test_other_fields():

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from rcgrpo_jax import main as main_lib
+from rcgrpo_jax import stages
 from rcgrpo_jax.config_fields import ConfigError
-from rcgrpo_jax.eval import api_bank_run
+from rcgrpo_jax.eval import api_bank_run, mmlu_pro_run, suites
 from rcgrpo_jax.eval import run as eval_run
 from tests.helpers import api_bank_fixture, mmlu_pro_fixture
 
@@ -31,6 +32,22 @@ def test_suites_of():
     ]:
         with pytest.raises(ConfigError, match=msg):
             eval_run.suites_of(bad)
+
+
+def test_the_suite_modules_register_themselves_and_the_launchers_table_imports_them():
+    assert suites.names() == ("api_bank", "mmlu_pro")
+    assert suites.get("api_bank") is api_bank_run.SUITE and suites.get("mmlu_pro") is mmlu_pro_run.SUITE
+    assert stages.TRAINERS["eval"].run is eval_run.run
+    assert suites.get("api_bank").records is api_bank_run.records  # what eval.run calls for `eval.suite=api_bank`
+    with pytest.raises(KeyError, match="unknown eval suite 'nope'; registered: api_bank, mmlu_pro"):
+        suites.get("nope")
+
+
+def test_a_second_suite_of_a_taken_name_is_refused():
+    other = suites.Suite("api_bank", load_checked=len, records=lambda *a, **k: ([], {}), markdown=lambda s, label: "")
+    with pytest.raises(ValueError, match="'api_bank' is already registered by rcgrpo_jax.eval.api_bank_run"):
+        suites.register(other)
+    assert suites.get("api_bank") is api_bank_run.SUITE
 
 
 def test_api_bank_summary_by_hand():

@@ -63,7 +63,7 @@ def _run(
     )
     if rows is not None:  # record every admission of the continuous-batching scheduler, and the batch size
         policy.admitted, policy.max_session_rows = [], 0
-        start = policy._start_streaming
+        start = policy.start  # builds the scheduler (`policy.sched`) of continuous batching
 
         def recording_start(prompts, groups):
             start(prompts, groups)
@@ -77,7 +77,7 @@ def _run(
 
             policy.sched.admit = recording_admit
 
-        policy._start_streaming = recording_start
+        policy.start = recording_start
     rc = RolloutConfig(max_context=max_context, max_step_tokens=max_step_tokens)
     episodes, split = run_episodes(specs, policy, tok, parser, rc)
     return episodes, split, policy
