@@ -1,33 +1,21 @@
 """Names and numbers of the miniature world, split into disjoint train and test vocabularies.
 
 Test tasks are fresh instances of the trained task types: every file stem, folder name, root name and
-user-given operand in a test task comes from the test side, which no training task uses.
+user-given operand in a test task comes from the test side, which no training task uses. Extensions and line
+counts are shared: they are what the skills are about, not scenario names.
 
-File stems and folder names are made of two or three syllables from one small syllable set
-("ba", "ko", ...), split between train and test by combination. A byte-level BPE trained on the world
-learns the syllables as tokens, so train and test names alike are short multi-token spans of the same
-pieces, and the skill "copy this name" learned on train names carries over to unseen ones (docs/experiments.md:
-why not whole words). Extensions and line counts are shared: they are what the skills are about,
-not scenario names.
+Syllable sides: stems and folders are two or three syllables of one small set ("ba", "ko", ...), split between
+train and test by combination; a byte-level BPE trained on the world learns the syllables as tokens, so "copy
+this name" carries over to unseen names (docs/experiments.md). RL (`data.world.rl_vocab="own"`) is carved from
+the train side, which stage 1 then does without (TRAIN_WITHOUT_RL); FRESH (`rl_vocab="fresh"`) takes nothing from
+stage 1 (repeated syllables "bakoba", "baba", operands 40-63). WIDE (`data.world.train_vocab="wide"`) names stage 1
+from twice the syllables (about 12k stems, 534 folders, operands 64-99 too): most names occur once, and the model
+has to copy.
 
-A third side, RL, serves an RL pool that no stage-1 example names (`data.world.rl_vocab="own"`): a fifth of
-the name combinations, new roots and a third of the operands, all carved from the train side, which
-stage 1 then does without (TRAIN_WITHOUT_RL). RL on it meets names and numbers that stage 1 never trained
-on, as the test does, without touching a test name.
-
-A fourth, FRESH (`data.world.rl_vocab="fresh"`), does the same without taking anything from stage 1: names
-that repeat a syllable, which neither train nor test uses (stems "bakoba", folders "baba"), new roots and
-operands above the others' range (40-63), built from the same syllables and digits.
-
-The WIDE train side (`data.world.train_vocab="wide"`) names stage 1's scenarios from twice the syllables: the
-test's twelve and twelve more, every word of distinct syllables that is not a test name, about 12k stems and
-534 folders against the narrow side's 1068 and 114, and operands 64-99 beside 2-39's train ones. With ten times the
-names, most occur once, and the model has to copy (docs/experiments.md, "Train vocabulary"). Test and FRESH names and operands stay outside it.
-
-The CODED sides (`data.world.train_vocab="coded"`) name files and folders by a letter and digits (stems "f123",
-folders "d45"): a tokenizer that splits digits one by one (Qwen's) writes every name as a letter and three or
-two digit tokens, so copying a name is copying a few single-token pieces. Train and test split the codes by
-their digits; roots and operands are the wide train side's and the test's.
+CODED sides (`train_vocab="coded"`): stems a letter and three digits ("f123"), folders a letter and two ("d45"),
+split by their digits; roots and operands are WIDE's and the test's. A tokenizer that splits digits one by one
+(Qwen's) writes every name as a letter and a few single-digit tokens, so copying a name is copying a few pieces.
+`test_side(train_vocab)` is the test side of a naming: TEST, or CODED_TEST for "coded".
 """
 
 from __future__ import annotations
