@@ -113,16 +113,16 @@ def pretrain_records(
     deviations the failures make beside the expert's choices."""
     if not 0.0 <= failure_share <= 1.0:
         raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
+    rng = random.Random(f"pretrain:{seed}")
     by_task: dict[str, list[dict]] = {}
     for r in failures:
         by_task.setdefault(r["id"], []).append(r)
     out = []
-    for expert in experts:  # each task's own draw: what one task gets does not depend on the others
-        draw = random.Random(f"pretrain:{seed}:{expert['id']}")
+    for expert in experts:
         options = by_task.get(expert["id"], [])
-        pick = draw.choice(options) if draw.random() < failure_share and options else expert
+        pick = rng.choice(options) if options and rng.random() < failure_share else expert
         out.append(copy.deepcopy(pick))
-    random.Random(f"pretrain:{seed}").shuffle(out)
+    rng.shuffle(out)
     return out
 
 
