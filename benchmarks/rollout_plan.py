@@ -7,11 +7,11 @@ Lengths: each training task's expert episode through the real engine (`rollout.r
 oracle, the preset family's template and parser, a reward goal in the prompt), tokenized by a byte-level
 BPE of the family's split rule trained offline on the experts' text; each stands for its G rollouts.
 Replay (`replay_streaming`), RL step by step: the step's rollouts stream through the decode rows by the
-real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens, with the session's
-rules taken from `sampling.buckets` / `row_shards` / `packed` / `packed_append` / `session` (rows, spans,
-sub-batches, packed forwards, append pieces), the engine's (`rollout.engine.step_budget`, cut steps) and
-`ModelPolicy`'s (`rollout.policies.slice_budget`), never restated here. `tests/benchmarks/test_rollout_plan.py` checks the replay call by call
-against what a real `ModelPolicy(record_calls=True)` + `DecodeSession` did on a tiny model.
+real `rollout.scheduler.RowScheduler`, in decode calls of at most `--slice` tokens; each admission's session
+calls come from `rollout.policies.admission_calls` and every session call's operations (spans, appends'
+forwards, row copies) from `sampling.session_ops.operations`, the sequence a `DecodeSession` executes; the
+engine's rules (`rollout.engine.step_budget`, cut steps) and `ModelPolicy`'s (`rollout.policies.slice_budget`)
+likewise: none is restated here.
 Cost model (`figures`): KV-read and row utilisation, decode iterations, prefill FLOP utilisation (real
 FLOPs / FLOPs computed per forward, `Piece`) and an estimated rollout time per RL step on `--devices` GPUs
 (each forward at its roofline: weights and KV bytes over `--hbm_tb_s`, FLOPs over peak x `--mfu`).
@@ -44,7 +44,7 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.models import reward_tokens, tiny
 from rcgrpo_jax.rollout import EpisodeSpec, RolloutConfig, ScriptedPolicy, engine, oracle_texts, policies, run_episodes
 from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards, session
+from rcgrpo_jax.sampling import buckets, packed, packed_append, row_shards, session_ops
 
 GOALS = {  # the issue's goals for the rollout of one RL step on a GPU session
     "prefill_flop_utilisation": 0.8,
@@ -129,71 +129,66 @@ class Piece:
         return self.read or self.rows * self.span
 
 
-def packed_append_pieces(
-    counts: dict[int, int],
-    bases: dict[int, int],
+def packed_append_piece(
+    fwd: packed_append.AppendForward, *, shards: int, rows: int, span: int, kind: str = "delta"
+) -> Piece:
+    """A `sampling.packed_append` forward (rows holding fwd.bases getting fwd.counts more): it computes
+    m x Tl token slots through the matmuls and puts a bucket of its rows through the head; its attention is
+    each row shard's own (query block, key block) pairs (`AppendForward.pairs`: each block of
+    `packed_append.BLOCK` queries with the key blocks of its row up to its last query), the busiest shard's
+    bucketed count P on every shard: m x P x BLOCK x key block pairs computed, m x P x key block slots read.
+    `span`: the session's cache span (it sets the key block)."""
+    w, bk = packed_append.BLOCK, packed_append.key_block(span)
+    tokens = shards * fwd.per_shard(shards)
+    p = fwd.pairs_per_shard(shards, rows, bk)
+    real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
+    head = buckets.row_bucket(len(fwd.rows), rows, 1)
+    return Piece(
+        head, -(-tokens // head), span, len(fwd.rows), fwd.tokens, real_pairs, kind, tokens,
+        shards * p * w * bk, shards * p * bk,
+    )  # fmt: skip
+
+
+def packed_piece(fwd: packed.PackedForward, *, shards: int, rows: int, kind: str = "prefix") -> Piece:
+    """A `sampling.packed` forward (fresh rows getting fwd.counts tokens): it computes m x Tl token slots
+    (`PackedForward.per_shard`), attends through each shard's (query block, key block) pairs
+    (`PackedForward.pairs`: the causal blocks of each row, dealt over the shards back and forth), the busiest
+    shard's bucketed count P on every shard (m x P x QUERY_BLOCK^2 pairs), reads no cache, and puts a bucket
+    of its rows through the head."""
+    qb = packed.QUERY_BLOCK
+    n = shards * fwd.per_shard(shards)
+    head = buckets.row_bucket(len(fwd.rows), rows, 1)
+    real_pairs = sum(c * (c + 1) // 2 for c in fwd.counts)
+    pairs = shards * fwd.pairs_per_shard(shards) * qb * qb
+    return Piece(head, -(-n // head), n, len(fwd.rows), fwd.tokens, real_pairs, kind, n, pairs, n)
+
+
+def call_pieces(
+    ops: Sequence[tuple[session_ops.Operation, session_ops.State]],
+    before: session_ops.State,
     *,
     shards: int,
-    rows: int,
-    span: int,
-    kind: str = "delta",
-) -> list[Piece]:
-    """The forwards of `sampling.packed_append` for rows holding bases[r] tokens getting counts[r] more
-    (`packed_append.pack`): each computes m x Tl token slots through the matmuls and puts a bucket of its rows
-    through the head; its attention is each row shard's own (query block, key block) pairs
-    (`AppendForward.pairs`: each block of `packed_append.BLOCK` queries with the key blocks of its row up to
-    its last query), the busiest shard's bucketed count P on every shard: m x P x BLOCK x key block pairs
-    computed, m x P x key block slots read. `span`: the session's cache span (it sets the key block)."""
-    w, out = packed_append.BLOCK, []
-    for fwd in packed_append.pack(counts, bases):
-        tokens = shards * fwd.per_shard(shards)
-        bk = packed_append.key_block(span)
-        p = fwd.pairs_per_shard(shards, rows, bk)
-        real_pairs = sum(n * b + n * (n + 1) // 2 for n, b in zip(fwd.counts, fwd.bases))
-        head = buckets.row_bucket(len(fwd.rows), rows, 1)
-        out.append(
-            Piece(
-                head, -(-tokens // head), span, len(fwd.rows), fwd.tokens, real_pairs, kind, tokens,
-                shards * p * w * bk, shards * p * bk,
-            )
-        )  # fmt: skip
-    return out
-
-
-def packed_pieces(counts: dict[int, int], *, shards: int, rows: int, kind: str = "prefix") -> list[Piece]:
-    """The forwards of `sampling.packed` for fresh rows getting counts[r] tokens (`packed.pack`): each
-    computes m x Tl token slots (`PackedForward.per_shard`), attends through each shard's (query block, key
-    block) pairs (`PackedForward.pairs`: the causal blocks of each row, dealt over the shards back and forth),
-    the busiest shard's bucketed count P on every shard (m x P x QUERY_BLOCK^2 pairs), reads no cache, and
-    puts a bucket of its rows through the head."""
-    out, qb = [], packed.QUERY_BLOCK
-    for fwd in packed.pack(counts):
-        n = shards * fwd.per_shard(shards)
-        head = buckets.row_bucket(len(fwd.rows), rows, 1)
-        real_pairs = sum(c * (c + 1) // 2 for c in fwd.counts)
-        pairs = shards * fwd.pairs_per_shard(shards) * qb * qb
-        out.append(Piece(head, -(-n // head), n, len(fwd.rows), fwd.tokens, real_pairs, kind, n, pairs, n))
-    return out
-
-
-def append_pieces(
-    counts: dict[int, int],
-    bases: dict[int, int],
-    *,
-    chunk: int,
-    span: int,
     sub_rows: Callable[[list[int]], int],
     kind: str = "",
+    span: int | None = None,
 ) -> list[Piece]:
-    """The forwards of one `DecodeSession.append`: counts[r] tokens appended to row r (holding bases[r]), in
-    the session's pieces (`session.append_chunks`: at most `chunk` columns, a bucketed width), computed
-    over `sub_rows(the rows with tokens in the piece)` rows (the new session's sub-batch; a session that
-    computes every row passes a constant)."""
-    out, keys = [], list(counts)
-    for start, piece, width in session.append_chunks([counts[r] for r in keys], chunk):
-        k = {r: int(n) for r, n in zip(keys, piece) if n}
-        pairs = sum(n * (bases[r] + start) + n * (n + 1) // 2 for r, n in k.items())
-        out.append(Piece(sub_rows(sorted(k)), width, span, len(k), sum(k.values()), pairs, kind))
+    """The `Piece` of each forward among a session call's operations (`session_ops.operations` from the
+    state `before`): a packed prefill or append (`packed_piece`, `packed_append_piece`, on `shards` row
+    shards), or a row-block chunk computed over `sub_rows(the rows with tokens in it)` rows (the session's
+    sub-batch; a session that computes every row passes a constant), attending over the session's span, or
+    `span` when given (a design the session does not run)."""
+    out = []
+    for op, after in ops:
+        if isinstance(op, session_ops.PackedPrefill):
+            out.append(packed_piece(op.forward, shards=shards, rows=after.rows, kind=kind))
+        elif isinstance(op, session_ops.PackedAppend):
+            out.append(packed_append_piece(op.forward, shards=shards, rows=after.rows, span=after.span, kind=kind))
+        elif isinstance(op, session_ops.AppendChunk):
+            k = {r: n for r, n in enumerate(op.counts) if n}
+            pairs = sum(n * before.lengths[r] + n * (n + 1) // 2 for r, n in k.items())
+            sp = after.span if span is None else span
+            out.append(Piece(sub_rows(sorted(k)), op.width, sp, len(k), sum(k.values()), pairs, kind))
+        before = after
     return out
 
 
@@ -334,8 +329,8 @@ def replay_streaming(
       `lambda live, rows: rows` = every row (the session before the sub-batch).
     shards: the row shards `RowScheduler` stripes free rows over (ModelPolicy passes the session's m).
     packed_prefill: appends token-packed over the `shards` row shards, as `DecodeSession` does on a mesh of
-      m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_pieces`), the other appends by
-      `sampling.packed_append` (`packed_append_pieces`); False = row sub-batches.
+      m > 1: a group's prefix into a fresh row by `sampling.packed` (`packed_piece`), the other appends by
+      `sampling.packed_append` (`packed_append_piece`); False = row sub-batches.
 
     slice_tokens: 0 = a decode call runs until every row has finished its step (`ModelPolicy(slice_tokens=0)`);
       K > 0 = at most K iterations per call: a row that finished its step gets its environment answer
@@ -356,105 +351,72 @@ def replay_streaming(
     done: dict[int, int] = {}  # running episode -> tokens of its current step sampled so far
     cap = limits.capacity
     sub = prefill_rows or (lambda live, r: row_shards.sub_batch_rows(live, r, 1))
-    # The session's span and every row's length, a freed row's included until it is refilled (it keeps its
-    # context, so the session's span keeps covering it): grown to cover what a call writes
-    # (`session.grown_span`), shrunk by a truncate or select (`session.shrunk_span`). `mult:K` (not a
-    # session's rule) sizes each call's span from its running rows alone.
+    # The session: its calls' operations, each row's length and its span (`session_ops`), a freed row's
+    # context kept until it is refilled. `mult:K` (not a session's rule) sizes each call's span from its
+    # running rows alone.
     stateful = not span.startswith("mult:")
-    row_len = [0] * sched.rows
-    cur = [buckets.span_bucket(0, cap)]
-    session_new = policies.decode_budget(slice_tokens, limits.max_step_tokens)  # the session's max_new_tokens
+    max_new = policies.decode_budget(slice_tokens, limits.max_step_tokens)  # the session's max_new_tokens
+    sizes = session_ops.Sizes(cap, max_new, limits.prefill_chunk, packed=packed_prefill)
+    state = session_ops.State((0,) * sched.rows, buckets.span_bucket(0, cap))
     width = policies.slice_width(slice_tokens, limits.max_step_tokens)
+    prompts = [range(e.prompt) for e in episodes]  # token ids do not matter, only how many
 
-    def grow(need: int) -> int:
-        cur[0] = session.grown_span(cur[0], need, cap)
-        return cur[0]
-
-    def shrink_span() -> None:
-        cur[0] = session.shrunk_span(cur[0], max(row_len), session_new, cap)
-
-    def append(counts: dict[int, int], bases: dict[int, int], kind: str) -> None:  # DecodeSession.append
-        counts = {r: n for r, n in counts.items() if n > 0}
-        if not counts:
-            return
-        grow(max(row_len[r] + counts.get(r, 0) for r in range(sched.rows)))
-        for r, n in counts.items():
-            row_len[r] += n
-        if packed_prefill:  # fresh rows (a group's prefix), then the rows that hold context
-            fresh = {r: n for r, n in counts.items() if bases[r] == 0}
-            held = {r: n for r, n in counts.items() if bases[r] > 0}
-            kw = dict(shards=shards, rows=sched.rows, span=cur[0], kind=kind)
-            for piece in packed_pieces(fresh, shards=shards, rows=sched.rows, kind=kind) + packed_append_pieces(
-                held, bases, **kw
-            ):
+    def perform(call: session_ops.Call) -> list:
+        """Run one session call: its operations, their forwards tallied, the state advanced."""
+        nonlocal state
+        ops = session_ops.operations(sizes, state, call)
+        if isinstance(call, session_ops.Append):
+            fixed = None  # mult:K: the span of the running rows' need and the appended rows'
+            if not stateful:
+                running = [eps[i].length + done.get(i, 0) for i in sched.row_of]
+                fixed = rule(max(running + [b + n for b, n in zip(state.lengths, call.counts) if n]), cap)
+            kw = dict(shards=shards, sub_rows=lambda live: sub(live, sched.rows), kind=call.kind, span=fixed)
+            for piece in call_pieces(ops, state, **kw):
                 tally.prefill_piece(piece)
-            return
-        need = max([eps[i].length + done.get(i, 0) for i in sched.row_of] + [bases[r] + n for r, n in counts.items()])
-        for piece in append_pieces(
-            counts,
-            bases,
-            chunk=limits.prefill_chunk,
-            span=cur[0] if stateful else rule(need, cap),
-            sub_rows=lambda live: sub(live, sched.rows),
-            kind=kind,
-        ):
-            tally.prefill_piece(piece)
+        state = ops[-1][1] if ops else state
+        return ops
 
     while sched.waiting or sched.row_of:
         admitted = sched.admit()
         for a in admitted:
             for i in a.episodes:
                 eps[i] = _Episode(episodes[i])
-        if admitted:  # truncate the rows, each group's prefix into its first row, copied to the others, suffixes
-            if any(row_len[r] for a in admitted for r in a.rows):
-                for a in admitted:
-                    for r in a.rows:
-                        row_len[r] = 0
-                shrink_span()
-            append(
-                {a.rows[0]: episodes[a.episodes[0]].prefix for a in admitted}, collections.defaultdict(int), "prefix"
-            )
-            if any(len(a.rows) > 1 for a in admitted):  # the copy (`select` of as many rows), then its shrink
-                for a in admitted:
-                    for r in a.rows[1:]:
-                        row_len[r] = row_len[a.rows[0]]
-                shrink_span()
-            rows_of = {r: i for a in admitted for i, r in zip(a.episodes, a.rows)}
-            append(
-                {r: episodes[i].prompt - episodes[i].prefix for r, i in rows_of.items()},
-                {r: episodes[i].prefix for r, i in rows_of.items()},
-                "suffix",
-            )
+        cuts = [episodes[a.episodes[0]].prefix for a in admitted]
+        for call in policies.admission_calls(state.lengths, admitted, prompts, cuts) if admitted else []:
+            perform(call)
         for i in sched.row_of:
             if i not in left:
                 left[i], done[i] = eps[i].step(limits), 0
-        # what ModelPolicy asks of each row (`slice_budget`), clipped by the session; what it samples of that
-        asked = {
-            sched.row_of[i]: min(max(policies.slice_budget(eps[i].budget(limits) - done[i], width), 0), session_new)
-            for i in sched.row_of
-        }
+        # what ModelPolicy asks of each row (`slice_budget`); the session clips it (`DecodeRows`)
+        budgets = [0] * sched.rows
+        for i, r in sched.row_of.items():
+            budgets[r] = policies.slice_budget(eps[i].budget(limits) - done[i], width)
+        ops = perform(session_ops.Decode(tuple(budgets)))
+        asked = ops[-1][0].budgets if ops else (0,) * sched.rows
         call = {i: min(left[i], asked[sched.row_of[i]]) for i in sched.row_of}
-        need = max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of)
-        rows_now, sp = sched.rows, rule(need, cap)
         iters = max(call.values(), default=0)
         if iters:
             if stateful:
-                sp = grow(max(n + asked.get(r, 0) for r, n in enumerate(row_len)))
+                sp = state.span
+            else:
+                sp = rule(max(eps[i].length + done[i] + asked[sched.row_of[i]] for i in sched.row_of), cap)
             if page:  # per iteration, each generating row's own blocks (the kernel's kv_seq_len = length + 1)
                 ends = [eps[i].length + done[i] + call[i] for i in call]
                 read = sum(block_slots(eps[i].length + done[i], call[i], page) for i in call)
                 sp = -(-max(ends) // page) * page
             else:
-                read = iters * rows_now * sp
+                read = iters * sched.rows * sp
             sampled = tuple(sorted((eps[i].length + done[i], n) for i, n in call.items() if n))
-            tally.decode_call(policies.DecodeCall(rows_now, sp, iters, sampled), read)
+            tally.decode_call(policies.DecodeCall(sched.rows, sp, iters, sampled), read)
+        grown = [0] * sched.rows
         for i, n in call.items():
             base = eps[i].length + done[i]
-            row_len[sched.row_of[i]] += n
+            grown[sched.row_of[i]] = n
             tally.live_row_steps += n
             tally.slots_useful += n * base + n * (n + 1) // 2  # sum over t < n of (base + t + 1)
             left[i] -= n
             done[i] += n
+        state = state.advanced(grown)
         finished = [i for i in call if left[i] == 0]
         ended, appended = [], {}
         for i in finished:
@@ -467,15 +429,12 @@ def replay_streaming(
                 appended[i] = d
         sched.end(ended)
         if shrink and not sched.waiting and sched.row_of and row_bucket(len(sched.row_of)) < sched.rows:
-            row_len = [row_len[r] for r in sched.shrink(row_bucket(len(sched.row_of)))]
-            shrink_span()
+            perform(session_ops.Select(tuple(sched.shrink(row_bucket(len(sched.row_of))))))
         if appended:  # each stepped row's delta (tool output, next turn), after its step's tokens
-            rows_of = {sched.row_of[i]: i for i in appended}
-            append(
-                {r: appended[i] for r, i in rows_of.items()},
-                {r: eps[i].length - appended[i] for r, i in rows_of.items()},
-                "delta",
-            )
+            deltas = [range(0)] * sched.rows
+            for i, d in appended.items():
+                deltas[sched.row_of[i]] = range(d)
+            perform(session_ops.Append(tuple(deltas), "delta"))
     return tally
 
 

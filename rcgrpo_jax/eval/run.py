@@ -406,51 +406,17 @@ def run(config, workdir: str) -> dict[str, Any]:
     suite = next((s for s in names if s in BFCL_SUITES), None)  # the BFCL part, None when not run
     os.makedirs(workdir, exist_ok=True)
     mesh = sharding.make_mesh(shape)
-    if policy in ("oracle", "replay"):
-        from transformers import AutoTokenizer
-
-        path = model_dir(config, workdir)  # tiny: builds a checkpoint only for its tokenizer and template
-        model_cfg, params, tokenizer = ModelConfig.from_hf(path), None, AutoTokenizer.from_pretrained(path)
-    else:
-        path = config.model.path
-        model_cfg, params, tokenizer = load_policy_model(config, path, mesh)
+    path, model_cfg, params, tokenizer = _policy_model(config, workdir, mesh, policy)
     parser = chat.get_parser(chat.family_for(model_cfg.model_type))
     progress = bool(config.log.progress) and jax.process_index() == 0
     t0 = time.perf_counter()
     records: list[dict] = []
     extras: dict[str, Any] = {}
     mt_table = ""
-    replay_set = None
-    if policy == "replay":
-        replay_set = bfcl_results.read_replay(config.eval.replay_path)
+    replay_set = bfcl_results.read_replay(config.eval.replay_path) if policy == "replay" else None
     if suite in ("multi_turn", "bfcl_v4"):
-        tasks = sources.tasks(config.data, config.eval.split)
-        if int(config.eval.max_tasks) > 0:
-            tasks = tasks[: int(config.eval.max_tasks)]
-        source = config.data.get("source", "bfcl")
-        if policy == "replay":
-            results, replay_problems = [], []
-            for task in tasks:
-                rec, probs = bfcl_results.replay_multi_turn(task, replay_set.multi.get(task.id), parser)
-                results.append(rec)
-                replay_problems += probs
-            replay_set.problems.extend(replay_problems)
-            mt_summary = summarize(results, tuple(config.eval.get("heldout_categories", ()) or ()))
-        else:
-            results, mt_summary = evaluate(
-                model_cfg,
-                params,
-                tokenizer,
-                tasks,
-                config.eval,
-                policy=policy,
-                mesh=mesh,
-                progress=progress,
-                source=source,
-            )
-        records += [{**r, "category": bfcl_category(r["category"], source)} for r in results]
-        mt_table = summary_table(
-            {"oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path)): mt_summary}
+        records, mt_table = _multi_turn_records(
+            config, model_cfg, params, tokenizer, parser, mesh, policy, progress, replay_set, path
         )
     if suite in ("single_turn", "bfcl_v4"):
         st_records, extras = _single_turn_records(
@@ -458,15 +424,7 @@ def run(config, workdir: str) -> dict[str, Any]:
         )
         records += st_records
     if replay_set is not None:
-        known = {r["id"] for r in records}
-        replay_set.problems.extend(
-            bfcl_results.Problem(bfcl_results.UNKNOWN_ID, i, i, "no entry or task of this run has this id")
-            for i in sorted(replay_set.ids() - known)
-        )
-        missing = [r["id"] for r in records if r.get("error_kind") in ("missing_output", "missing_id")]
-        extras["missing"], extras["missing_ids"] = len(missing), missing
-        extras["unknown_ids"] = sorted(replay_set.ids() - known)
-        extras["replay_problems"] = [p.to_json() for p in replay_set.problems]
+        extras.update(_replay_extras(replay_set, records))
     if config.eval.get("bfcl_results_dir") and suite is not None and jax.process_index() == 0:
         bfcl_model, files = bfcl_results.write_results(
             config.eval.bfcl_results_dir, records, parser, config.eval.get("bfcl_model") or None
@@ -479,11 +437,87 @@ def run(config, workdir: str) -> dict[str, Any]:
                 config.eval, tokenizer, model_cfg, params, policy, mesh=mesh, progress=progress
             )
     seconds = time.perf_counter() - t0
+    summary, incomplete = _summary(config, records, suite, names, seconds, other, extras, replay_set)
+    label = {"oracle": "oracle", "replay": "replay"}.get(policy) or os.path.basename(os.path.normpath(path))
+    if jax.process_index() == 0:
+        reward_token = reward_token_for(config.eval.reward_token, tokenizer)
+        eval_json = _eval_json(config, path, names, reward_token, seconds, summary, extras, records, other)
+        report.write_json(os.path.join(workdir, "eval.json"), eval_json)
+        table = suite_markdown(summary, label) if suite is not None else ""
+        others = "".join(f"\n{suites.get(n).markdown(s, label)}" for n, (_, s) in other.items())
+        with open(os.path.join(workdir, "eval.md"), "w") as f:
+            f.write(_eval_md(config, path, names, summary, suite, table, mt_table, others))
+        if incomplete is None:
+            print(table + others, flush=True)
+    if incomplete is not None:
+        raise InputError(incomplete)
+    return summary
+
+
+def _policy_model(config, workdir: str, mesh, policy: str):
+    """(path, model config, params, tokenizer) of the evaluated policy: the checkpoint at model.path for the
+    model policy; for oracle and replay only the checkpoint's config and tokenizer (params None; tiny:
+    `model_dir` builds a checkpoint for its tokenizer and template)."""
+    if policy in ("oracle", "replay"):
+        from transformers import AutoTokenizer
+
+        path = model_dir(config, workdir)
+        return path, ModelConfig.from_hf(path), None, AutoTokenizer.from_pretrained(path)
+    path = config.model.path
+    return (path, *load_policy_model(config, path, mesh))
+
+
+def _multi_turn_records(
+    config, model_cfg, params, tokenizer, parser, mesh, policy: str, progress: bool, replay_set, path: str
+) -> tuple[list[dict], str]:
+    """(records, table) of the multi-turn tasks of eval.split under `policy` (replay: each task's steps from
+    `replay_set`, its problems added there); the table is the episodes' own summary (`summary_table`)."""
+    tasks = sources.tasks(config.data, config.eval.split)
+    if int(config.eval.max_tasks) > 0:
+        tasks = tasks[: int(config.eval.max_tasks)]
+    source = config.data.get("source", "bfcl")
+    if policy == "replay":
+        results, replay_problems = [], []
+        for task in tasks:
+            rec, probs = bfcl_results.replay_multi_turn(task, replay_set.multi.get(task.id), parser)
+            results.append(rec)
+            replay_problems += probs
+        replay_set.problems.extend(replay_problems)
+        mt_summary = summarize(results, tuple(config.eval.get("heldout_categories", ()) or ()))
+    else:
+        results, mt_summary = evaluate(
+            model_cfg, params, tokenizer, tasks, config.eval, policy=policy, mesh=mesh, progress=progress, source=source
+        )
+    records = [{**r, "category": bfcl_category(r["category"], source)} for r in results]
+    name = "oracle" if policy == "oracle" else os.path.basename(os.path.normpath(path))
+    return records, summary_table({name: mt_summary})
+
+
+def _replay_extras(replay_set, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a replay adds to the run's extras: the ids with no output (missing), the replay's ids no record
+    has (unknown, also added to its problems), and every problem of the replay."""
+    known = {r["id"] for r in records}
+    replay_set.problems.extend(
+        bfcl_results.Problem(bfcl_results.UNKNOWN_ID, i, i, "no entry or task of this run has this id")
+        for i in sorted(replay_set.ids() - known)
+    )
+    missing = [r["id"] for r in records if r.get("error_kind") in ("missing_output", "missing_id")]
+    return {
+        "missing": len(missing),
+        "missing_ids": missing,
+        "unknown_ids": sorted(replay_set.ids() - known),
+        "replay_problems": [p.to_json() for p in replay_set.problems],
+    }
+
+
+def _summary(config, records, suite, names, seconds: float, other, extras, replay_set) -> tuple[dict, str | None]:
+    """(the run's summary, the reason a replay is refused as incomplete or None): the BFCL suite's figures
+    (`suite_summary`), the run's settings, the other suites' figures and counts, and what the extras add."""
     heldout = tuple(config.eval.get("heldout_categories", ()) or ())
     summary = {
         **(suite_summary(records, suite, heldout) if suite is not None else {}),
         "suite": ",".join(names),
-        "policy": policy,
+        "policy": config.eval.policy,
         "split": config.eval.split,
         "seconds": round(seconds, 2),
     }
@@ -500,66 +534,68 @@ def run(config, workdir: str) -> dict[str, Any]:
         summary["replay_problems"] = counts
     incomplete = None
     if replay_set is not None:
-        by_cat: dict[str, int] = {}
-        for r in records:
-            if r.get("error_kind") in ("missing_output", "missing_id"):
-                by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
-        summary["missing_by_category"] = {c: by_cat.get(c, 0) for c in summary["categories"]}
-        bad = bfcl_results.undecodable(replay_set.problems)
-        summary["undecodable"] = len(bad)
-        if jax.process_index() == 0:
-            bfcl_results.report_undecodable(replay_set.problems, prefix="replay")
-        if (extras["missing"] or bad) and not config.eval.get("allow_missing", False):
-            incomplete = (
-                f"replay: {extras['missing']} of {len(records)} entries have no result ({len(bad)} undecodable in "
-                "the files, named above; all in eval.json); no score is reported. "
-                "--config.eval.allow_missing=True scores them as failures"
-            )
-            summary["incomplete"] = True
+        incomplete = _replay_verdict(config, records, extras, replay_set, summary)
     if "bfcl_results" in extras:
         summary["bfcl_results"] = extras["bfcl_results"]
     if "unanswerable" in extras:
         # Entries no output can pass (data errors of the shipped answers, see single_turn_oracle.unanswerable).
         summary["oracle_unanswerable"] = sorted(extras["unanswerable"])
-    label = {"oracle": "oracle", "replay": "replay"}.get(policy) or os.path.basename(os.path.normpath(path))
+    return summary, incomplete
+
+
+def _replay_verdict(config, records, extras, replay_set, summary: dict) -> str | None:
+    """Adds a replay's missing results per category and its undecodable steps to `summary` (and names the
+    undecodable ones on process 0); returns why no score is reported (results missing or undecodable,
+    without eval.allow_missing), or None."""
+    by_cat: dict[str, int] = {}
+    for r in records:
+        if r.get("error_kind") in ("missing_output", "missing_id"):
+            by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
+    summary["missing_by_category"] = {c: by_cat.get(c, 0) for c in summary["categories"]}
+    bad = bfcl_results.undecodable(replay_set.problems)
+    summary["undecodable"] = len(bad)
     if jax.process_index() == 0:
-        report.write_json(
-            os.path.join(workdir, "eval.json"),
-            {
-                "model": path,
-                "policy": policy,
-                "suite": ",".join(names),
-                "split": config.eval.split,
-                "source": config.data.get("source", "bfcl"),
-                "replay_path": config.eval.get("replay_path") or None,
-                "reward_token": reward_token_for(config.eval.reward_token, tokenizer),
-                "seconds": seconds,
-                "summary": summary,
-                **{
-                    k: v
-                    for k, v in extras.items()
-                    if k in ("missing_ids", "unknown_ids", "unanswerable", "replay_problems")
-                },
-                "episodes": records,
-                **{name: {"summary": s, "records": recs} for name, (recs, s) in other.items()},
-            },
+        bfcl_results.report_undecodable(replay_set.problems, prefix="replay")
+    if (extras["missing"] or bad) and not config.eval.get("allow_missing", False):
+        summary["incomplete"] = True
+        return (
+            f"replay: {extras['missing']} of {len(records)} entries have no result ({len(bad)} undecodable in "
+            "the files, named above; all in eval.json); no score is reported. "
+            "--config.eval.allow_missing=True scores them as failures"
         )
-        table = suite_markdown(summary, label) if suite is not None else ""
-        others = "".join(f"\n{suites.get(n).markdown(s, label)}" for n, (_, s) in other.items())
-        with open(os.path.join(workdir, "eval.md"), "w") as f:
-            f.write(f"# Evaluation of {path} ({policy}, suite {','.join(names)}, split {config.eval.split})\n\n")
-            if suite is not None:
-                f.write(
-                    "Accuracy (%) by BFCL's official checkers (multi-turn: multi_turn_checker; single-turn: "
-                    "ast_checker, irrelevance/relevance by whether a call decodes). Groups as BFCL's leaderboard code "
-                    "computes them; overall: "
-                    f"{summary.get('overall_note') or 'the unweighted mean of the multi-turn categories'}.\n\n"
-                    + table
-                    + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
-                )
-            f.write(others)
-        if incomplete is None:
-            print(table + others, flush=True)
-    if incomplete is not None:
-        raise InputError(incomplete)
-    return summary
+    return None
+
+
+def _eval_json(config, path, names, reward_token, seconds: float, summary, extras, records, other) -> dict:
+    """workdir/eval.json: the run's settings, summary, the extras' full lists, every record and the other
+    suites' summaries and records."""
+    return {
+        "model": path,
+        "policy": config.eval.policy,
+        "suite": ",".join(names),
+        "split": config.eval.split,
+        "source": config.data.get("source", "bfcl"),
+        "replay_path": config.eval.get("replay_path") or None,
+        "reward_token": reward_token,
+        "seconds": seconds,
+        "summary": summary,
+        **{k: v for k, v in extras.items() if k in ("missing_ids", "unknown_ids", "unanswerable", "replay_problems")},
+        "episodes": records,
+        **{name: {"summary": s, "records": recs} for name, (recs, s) in other.items()},
+    }
+
+
+def _eval_md(config, path, names, summary, suite, table: str, mt_table: str, others: str) -> str:
+    """workdir/eval.md: a title; when a BFCL suite ran, the note on its figures, its `table` and the multi-turn
+    episodes' `mt_table`; then the other suites' tables (`others`)."""
+    text = f"# Evaluation of {path} ({config.eval.policy}, suite {','.join(names)}, split {config.eval.split})\n\n"
+    if suite is not None:
+        text += (
+            "Accuracy (%) by BFCL's official checkers (multi-turn: multi_turn_checker; single-turn: "
+            "ast_checker, irrelevance/relevance by whether a call decodes). Groups as BFCL's leaderboard code "
+            "computes them; overall: "
+            f"{summary.get('overall_note') or 'the unweighted mean of the multi-turn categories'}.\n\n"
+            + table
+            + (f"\nMulti-turn episodes (held-out categories apart):\n\n{mt_table}" if mt_table else "")
+        )
+    return text + others

@@ -478,15 +478,9 @@ def build_tiny_checkpoint(
     tok = _write_tokenizer(path, arch, corpus, tokenizer_vocab_size, max_position_embeddings, tools_format, chats)
     fam = _FAMILY[arch]
 
-    n_tokens = tok.get_vocab_size(with_added_tokens=True)
-    vocab_size = n_tokens if vocab_size is None else vocab_size
-    if vocab_size < n_tokens:
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer ({n_tokens} tokens)")
     ids = {t: tok.token_to_id(t) for t in fam["special"] + fam["added"]}
     theta = fam["rope_theta"] if rope_theta is None else float(rope_theta)
-    rope_parameters = {"rope_type": "default", **(rope_scaling or {}), "rope_theta": theta}
-    common = dict(
-        vocab_size=vocab_size,
+    fields = dict(
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
@@ -494,21 +488,15 @@ def build_tiny_checkpoint(
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
         rms_norm_eps=1e-6,
-        rope_parameters=rope_parameters,
+        rope_parameters={"rope_type": "default", **(rope_scaling or {}), "rope_theta": theta},
         tie_word_embeddings=fam["tie"] if tie_word_embeddings is None else tie_word_embeddings,
         bos_token_id=ids.get(fam["bos"]),
         eos_token_id=ids[fam["eos"]],
         pad_token_id=ids[fam["pad"]],
         dtype=dtype,
     )
-    if head_dim is None and arch == "qwen3":
-        head_dim = 2 * (hidden_size // num_heads)
-    if head_dim is not None:
-        common["head_dim"] = int(head_dim)
     row = model_families.get(arch)  # the HF classes and fixed fields of the family
-    if row.attention_bias != "always":
-        common["attention_bias"] = False
-    config = getattr(transformers, row.hf_config_class)(**row.hf_extra, **common)
+    config = _hf_config(row, arch, tok.get_vocab_size(with_added_tokens=True), vocab_size, head_dim, fields)
     model_cls = getattr(transformers, row.hf_architecture)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -519,6 +507,25 @@ def build_tiny_checkpoint(
     model.save_pretrained(path)
     _add_legacy_rope_fields(path, theta, rope_scaling)
     return path
+
+
+def _hf_config(row, arch: str, n_tokens: int, vocab_size: int | None, head_dim: int | None, fields: dict):
+    """The transformers config of a tiny checkpoint: `fields` plus the vocabulary (None = the tokenizer's
+    `n_tokens`; fewer is an error), head_dim (None = hidden/heads, 2 x that for qwen3; an explicit value is
+    written for every family) and the family row's fixed fields (`model_families`)."""
+    import transformers
+
+    vocab_size = n_tokens if vocab_size is None else vocab_size
+    if vocab_size < n_tokens:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer ({n_tokens} tokens)")
+    common = dict(fields, vocab_size=vocab_size)
+    if head_dim is None and arch == "qwen3":
+        head_dim = 2 * (fields["hidden_size"] // fields["num_attention_heads"])
+    if head_dim is not None:
+        common["head_dim"] = int(head_dim)
+    if row.attention_bias != "always":
+        common["attention_bias"] = False
+    return getattr(transformers, row.hf_config_class)(**row.hf_extra, **common)
 
 
 def _add_legacy_rope_fields(path: str, theta: float, rope_scaling: dict | None) -> None:

@@ -162,39 +162,9 @@ def run_episodes(
     """Run every episode to its end; returns the records and a time split (policy / env / chat seconds)."""
     clock = _Clock()
     eot = chat.end_of_turn_ids(tokenizer)
-    episodes, prompts, live = [], [], []
     rendered: dict[int, chat.RenderedPrompt] = {}  # rerender: each episode's last rendering, reused in part
-    mode = None if config.render_mode == chat.AUTO else config.render_mode
+    episodes, prompts, live, mode = _open_episodes(specs, tokenizer, config, clock, rendered)
     t0 = time.perf_counter()
-    for i, spec in enumerate(specs):
-        e = Episode(spec.task_id, spec.group, spec.rollout_index, spec.reward_token)
-        episodes.append(e)
-        messages, tools = spec.env.reset()
-        t0 = clock.add("env", t0)
-        e.messages, e.tools = with_reward_goal(messages, spec.reward_token), list(tools)
-        if mode is None:  # the render check, on the batch's first episode
-            mode = chat.render_mode_for(tokenizer, e.messages, e.tools, thinking=config.thinking)
-        e.render_mode = mode
-        e.turn_starts.append(0)
-        try:
-            first = chat.render_prompt_reusing(tokenizer, e.messages, e.tools, thinking=config.thinking)
-        except Exception as err:  # noqa: BLE001 - a template that refuses this conversation ends only it
-            e.finish(_render_error(e, "render_prompt", err))
-            prompts.append([])
-            t0 = clock.add("chat", t0)
-            continue
-        prompt = list(first.ids)
-        if mode == chat.RERENDER:
-            rendered[i] = first
-        e.add_context(prompt)
-        e.prompt_len = len(prompt)
-        if len(prompt) >= config.max_context:
-            e.finish(ep_mod.MAX_CONTEXT)
-            prompts.append([])  # never prefilled
-        else:
-            prompts.append(prompt)
-            live.append(i)
-        t0 = clock.add("chat", t0)
     if mode == chat.RERENDER and live and not callable(getattr(policy, "replace", None)):
         raise TypeError(
             f"render mode 'rerender' needs a policy with replace(rows, contexts); {type(policy).__name__} has none"
@@ -234,14 +204,60 @@ def run_episodes(
         t0 = clock.add("policy", t0)
         live = sorted(rows + waiting)
 
+    _score(episodes, specs)
+    clock.add("env", t0)
+    return episodes, dict(clock.t)
+
+
+def _open_episodes(specs: Sequence[EpisodeSpec], tokenizer, config: RolloutConfig, clock: _Clock, rendered: dict):
+    """Reset each spec's environment and render its first prompt: (episodes, prompts, live, render mode).
+    An episode whose prompt the template refuses or that fills the context ends here (its prompt empty, never
+    prefilled); `live` lists the others. The render mode is the config's, or (auto) the one the batch's first
+    episode needs; in rerender mode `rendered[i]` keeps episode i's rendering."""
+    episodes, prompts, live = [], [], []
+    mode = None if config.render_mode == chat.AUTO else config.render_mode
+    t0 = time.perf_counter()
+    for i, spec in enumerate(specs):
+        e = Episode(spec.task_id, spec.group, spec.rollout_index, spec.reward_token)
+        episodes.append(e)
+        messages, tools = spec.env.reset()
+        t0 = clock.add("env", t0)
+        e.messages, e.tools = with_reward_goal(messages, spec.reward_token), list(tools)
+        if mode is None:  # the render check, on the batch's first episode
+            mode = chat.render_mode_for(tokenizer, e.messages, e.tools, thinking=config.thinking)
+        e.render_mode = mode
+        e.turn_starts.append(0)
+        try:
+            first = chat.render_prompt_reusing(tokenizer, e.messages, e.tools, thinking=config.thinking)
+        except Exception as err:  # noqa: BLE001 - a template that refuses this conversation ends only it
+            e.finish(_render_error(e, "render_prompt", err))
+            prompts.append([])
+            t0 = clock.add("chat", t0)
+            continue
+        prompt = list(first.ids)
+        if mode == chat.RERENDER:
+            rendered[i] = first
+        e.add_context(prompt)
+        e.prompt_len = len(prompt)
+        if len(prompt) >= config.max_context:
+            e.finish(ep_mod.MAX_CONTEXT)
+            prompts.append([])  # never prefilled
+        else:
+            prompts.append(prompt)
+            live.append(i)
+        t0 = clock.add("chat", t0)
+    return episodes, prompts, live, mode
+
+
+def _score(episodes: Sequence[Episode], specs: Sequence[EpisodeSpec]) -> None:
+    """Each episode's reward and official verdict from its environment (a scorer that raises: reward 0 and
+    the error as the verdict)."""
     for e, spec in zip(episodes, specs):
         try:
             e.reward = float(spec.env.reward())
             e.verdict = dict(spec.env.official_verdict())
         except Exception as err:  # noqa: BLE001 - a broken scorer must not lose the batch
             e.reward, e.verdict = 0.0, {"error": f"{type(err).__name__}: {err}"}
-    clock.add("env", t0)
-    return episodes, dict(clock.t)
 
 
 def _advance(

@@ -28,8 +28,8 @@ from jax.sharding import Mesh
 from rcgrpo_jax import sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.rollout.engine import StepSample
-from rcgrpo_jax.rollout.scheduler import RowScheduler
-from rcgrpo_jax.sampling import buckets
+from rcgrpo_jax.rollout.scheduler import Admission, RowScheduler
+from rcgrpo_jax.sampling import buckets, session_ops
 from rcgrpo_jax.sampling.decode_loop import batch_multiple
 from rcgrpo_jax.sampling.next_token import SamplingParams
 from rcgrpo_jax.sampling.session import DecodeSession
@@ -61,6 +61,27 @@ def slice_budget(left: int, width: int) -> int:
     `width` = slice_width(...) tokens per call: min(width, left), or left for whole steps (width 0). The
     session then clips it to [0, decode_budget(...)]. Pure."""
     return min(int(width), int(left)) if width else int(left)
+
+
+def admission_calls(
+    lengths: Sequence[int], admitted: Sequence[Admission], prompts: Sequence[Sequence[int]], cuts: Sequence[int]
+) -> list[session_ops.Call]:
+    """The session calls that fill free rows with the admitted groups, in order: truncate their rows to
+    nothing; each group's shared prefix (its first episode's prompt up to cuts[k]) into its first row; that
+    row copied to the group's other rows (a `Select` of as many rows, when some group has more than one);
+    each episode's own suffix. `lengths`: the session's rows' lengths; prompts[i]: episode i's prompt. Pure
+    (`ModelPolicy`'s admission, and the rollout planner's)."""
+    keep, src = list(lengths), list(range(len(lengths)))
+    prefix: list[Sequence[int]] = [()] * len(lengths)
+    suffix: list[Sequence[int]] = [()] * len(lengths)
+    for a, cut in zip(admitted, cuts):
+        prefix[a.rows[0]] = prompts[a.episodes[0]][:cut]
+        for i, r in zip(a.episodes, a.rows):
+            keep[r], src[r], suffix[r] = 0, a.rows[0], prompts[i][cut:]
+    calls: list[session_ops.Call] = [session_ops.Truncate(tuple(keep)), session_ops.Append(tuple(prefix), "prefix")]
+    if src != list(range(len(lengths))):
+        calls.append(session_ops.Select(tuple(src)))
+    return calls + [session_ops.Append(tuple(suffix), "suffix")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,24 +247,14 @@ class ModelPolicy:
         admitted = self.sched.admit()
         if not admitted:
             return
-        sess = self.session
-        keep = sess.lengths.copy()
-        prefix: list[Sequence[int]] = [()] * sess.rows
-        src = list(range(sess.rows))
-        suffix: list[Sequence[int]] = [()] * sess.rows
+        cuts = [_common_prefix([self.prompts[i] for i in a.episodes]) for a in admitted]
         for a in admitted:
-            cut = _common_prefix([self.prompts[i] for i in a.episodes])
-            prefix[a.rows[0]] = self.prompts[a.episodes[0]][:cut]
             for i, r in zip(a.episodes, a.rows):
-                keep[r], src[r], suffix[r] = 0, a.rows[0], self.prompts[i][cut:]
                 self.context[i] = list(self.prompts[i])
                 self.stats["refills"] += r in self._used
                 self._used.add(r)
-        sess.truncate(keep)
-        sess.append(prefix)
-        if src != list(range(sess.rows)):
-            sess.select(src)
-        sess.append(suffix)
+        for call in admission_calls(self.session.lengths, admitted, self.prompts, cuts):
+            self.session.perform(call)
         self.stats["admissions"] += 1
 
     def act(self, rows: Sequence[int], budgets: Sequence[int]) -> list[StepSample | None]:

@@ -2,10 +2,11 @@
 or copy rows. The thin stateful shell the multi-turn rollout engine drives: every device operation is one of
 the pure jitted programs here (`programs`: cache and logits donated, outputs on the session's shardings) or
 in `decode_loop.py`. Rows are episodes; each appends at its own length (`decode_step.DecodeCache`: no holes, no
-compaction). Layout, memory and sizes: docs/sampling.md.
+compaction). Each call executes the operations `session_ops.operations` lists for it (`DecodeSession.operations`:
+the same sequence, as data). Layout, memory and sizes: docs/sampling.md.
 
 - Span: every call works on the cache's whole span, `buckets.span_bucket` of what the rows need: append
-  and decode grow it to hold max_b(lengths[b] + written[b]); select and truncate shrink it to
+  and decode grow it to hold max_b(lengths[b] + written[b]); select, copy and truncate shrink it to
   max_b(lengths[b]) + max_new_tokens. A resize copies one layer's K or V at a time.
 - Appends compute only the rows given tokens; the other rows are left bit for bit. On a mesh of m > 1 row
   shards an append is token-packed (`packed_prefill`): rows with no token yet by `sampling.packed`, rows
@@ -24,6 +25,7 @@ compaction). Layout, memory and sizes: docs/sampling.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -35,7 +37,7 @@ from jax.sharding import Mesh
 from rcgrpo_jax import multihost, sharding
 from rcgrpo_jax.models import ModelConfig
 from rcgrpo_jax.models.layers import MLP, RMSNorm
-from rcgrpo_jax.sampling import buckets, decode_step, packed, packed_append, row_shards
+from rcgrpo_jax.sampling import buckets, decode_step, packed, packed_append, row_shards, session_ops
 from rcgrpo_jax.sampling.decode_loop import (
     Sampler,
     batch_multiple,
@@ -50,40 +52,6 @@ from rcgrpo_jax.sampling.decode_loop import (
 from rcgrpo_jax.sampling.decode_step import DecodeCache
 from rcgrpo_jax.sampling.next_token import SamplingParams
 from rcgrpo_jax.sharding import constrain
-
-
-class CapacityError(RuntimeError):
-    """A row would hold more tokens than the session's capacity."""
-
-
-def grown_span(span: int, need: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
-    """The span a session of span `span` works on once its rows need `need` slots (the most any row holds
-    after the next append or decode): `span` if it holds them, else buckets.span_bucket(need, capacity,
-    min_span). need > capacity raises `CapacityError`. Pure (`DecodeSession._grow`)."""
-    if need > capacity:
-        raise CapacityError(f"a row needs {need} slots, capacity {capacity}")
-    return int(span) if need <= span else buckets.span_bucket(need, capacity, min_span)
-
-
-def shrunk_span(span: int, longest: int, max_new: int, capacity: int, min_span: int = buckets.MIN_SPAN) -> int:
-    """The span after a truncate or select left the longest row holding `longest` tokens: the smaller of
-    `span` and buckets.span_bucket(min(longest + max_new, capacity), capacity, min_span) (room for one decode
-    call of `max_new` tokens). Pure (`DecodeSession._shrink`)."""
-    return min(int(span), buckets.span_bucket(min(int(longest) + int(max_new), capacity), capacity, min_span))
-
-
-def append_chunks(counts: Sequence[int], chunk: int) -> list[tuple[int, np.ndarray, int]]:
-    """The pieces of a row-block append (`DecodeSession.append` off the packed path) of counts[r] tokens to
-    row r: one (start, piece_counts, width) per piece, start = 0, chunk, 2 x chunk, ... below the largest
-    count; piece_counts[r] = clip(counts[r] - start, 0, chunk), the tokens row r has in the piece; width =
-    min(chunk, buckets.length_bucket(max(piece_counts))), the columns its forward computes. Pure; no count
-    (or all zero) gives no piece."""
-    n = np.asarray(counts, np.int64).reshape(-1)
-    out = []
-    for start in range(0, int(n.max(initial=0)), int(chunk)):
-        piece = np.clip(n - start, 0, int(chunk))
-        out.append((start, piece, min(int(chunk), buckets.length_bucket(int(piece.max())))))
-    return out
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -339,20 +307,55 @@ class DecodeSession:
         lengths = lengths if lengths_fn is None else lengths_fn(lengths)
         self.cache = DecodeCache(k=tuple(k), v=tuple(v), lengths=lengths, layout=layout)
 
-    def _resize(self, span: int) -> None:
-        if span == self.cache.span:
-            return
-        axis = self.cache.k_slot_axis
-        self._per_layer(lambda x: _resize(x, span, axis), lambda x: _resize(x, span, 2))
-        self.stats["resizes"] += 1
+    @property
+    def sizes(self) -> session_ops.Sizes:
+        """The settings its operations depend on (`session_ops.Sizes`)."""
+        return session_ops.Sizes(
+            self.capacity, self.sampler.max_new_tokens, self.chunk, self.min_span, self.packed_prefill
+        )
 
-    def _grow(self, need: int) -> None:
-        """Make the span hold `need` slots per row (the most any row holds after the next call)."""
-        self._resize(grown_span(self.cache.span, need, self.capacity, self.min_span))
+    @property
+    def state(self) -> session_ops.State:
+        """Its rows' lengths and span (`session_ops.State`)."""
+        return session_ops.State(tuple(int(x) for x in self.lengths), self.cache.span)
 
-    def _shrink(self) -> None:
-        longest = int(self.lengths.max(initial=0))
-        self._resize(shrunk_span(self.cache.span, longest, self.sampler.max_new_tokens, self.capacity, self.min_span))
+    def operations(self, call: session_ops.Call) -> list[tuple[session_ops.Operation, session_ops.State]]:
+        """What `call` would run from here, in order, each operation with the state after it
+        (`session_ops.operations`, the sequence the session's own calls execute)."""
+        return session_ops.operations(self.sizes, self.state, call)
+
+    def _run(self, op: session_ops.Operation, after: session_ops.State) -> None:
+        """Run one operation that computes no tokens (resize, truncate, row copy or take), then hold `after`."""
+        if isinstance(op, session_ops.Resize):
+            axis = self.cache.k_slot_axis
+            self._per_layer(lambda x: _resize(x, op.span, axis), lambda x: _resize(x, op.span, 2))
+            self.stats["resizes"] += 1
+        elif isinstance(op, session_ops.SetLengths):
+            self.cache = self.cache.replace(lengths=put_batch(np.asarray(op.lengths, np.int32), self.mesh))
+        elif isinstance(op, session_ops.CopyRows):
+            calls = self._copy_calls(op)
+            self._per_layer(*(functools.partial(program, **kw) for program, kw in calls[:2]))
+            program, kw = calls[2]
+            self.logits = program(self.logits, **kw)
+            self.cache = self.cache.replace(lengths=put_batch(np.asarray(after.lengths, np.int32), self.mesh))
+            self.stats["row_copies"] += 1
+        elif isinstance(op, session_ops.TakeRows):
+            self._take(np.asarray(op.rows, np.int32))
+        else:
+            raise TypeError(f"{type(op).__name__} computes tokens: run it through append or decode")
+        self.lengths = np.asarray(after.lengths, np.int64)
+
+    def _take(self, idx: np.ndarray) -> None:
+        """The rows become rows idx of the old ones, a new cache made one layer at a time (`take_rows`)."""
+        rows = put_batch(idx, self.mesh)
+        if self.mesh is None:
+            kv = lens = logits = None
+        else:
+            kv = cache_sharding(self.config, self.mesh, self.layout).v[0]
+            lens, logits = sharding.batch_sharding(self.mesh, 1), sharding.batch_sharding(self.mesh, 2)
+        take = take_program(kv)
+        self._per_layer(lambda x: take(x, rows), lambda x: take(x, rows), lambda x: take_program(lens)(x, rows))
+        self.logits = take_program(logits)(self.logits, rows)
 
     def append(self, deltas: Sequence[Sequence[int]]) -> None:
         """Append deltas[i] to row i (empty = nothing); rows given a delta get fresh next-token logits.
@@ -369,89 +372,65 @@ class DecodeSession:
             return [program.lower(*args) for program, args in self._append_calls(deltas, run=False)]
 
     def _append_calls(self, deltas: Sequence[Sequence[int]], run: bool = True):
-        """Yields (program, args) for each chunk of `deltas` (pieces of at most prefill_chunk
-        columns, each of a bucketed width, over the rows that still have tokens in it). With run=True the
-        caller runs each before the next is made (its args hold the current cache), and the host-side
-        lengths and stats advance with them."""
-        deltas = [list(d) for d in deltas]
-        if len(deltas) > self.rows:
-            raise ValueError(f"deltas: {len(deltas)} rows given to a session of {self.rows}")
-        deltas += [[] for _ in range(self.rows - len(deltas))]
-        n = np.array([len(d) for d in deltas], np.int64)
-        if n.max(initial=0) == 0:
-            return
-        self._grow(int((self.lengths + n).max()))
-        lengths = self.lengths.copy()
-        if self.packed_prefill:  # rows with no token yet: token-packed over every row shard
-            fresh = {int(r): int(n[r]) for r in np.flatnonzero((n > 0) & (lengths == 0))}
-            for fwd in packed.pack(fresh):
-                a = packed.arrays(fwd, deltas, self.row_multiple, self.rows)
-                args = (self.sampler, self.params, self.cache, self.logits)
-                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots, a.pair_block, a.pair_start))
-                args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
-                yield self._programs["prefill_packed"], args
-                if run:
-                    lengths = lengths.copy()
-                    lengths[list(fwd.rows)] = fwd.counts
-                    self.lengths = lengths
-                    self.stats["prefill_calls"] += 1
-                    self.stats["packed_calls"] += 1
-                    self.stats["packed_tokens_computed"] += len(a.tokens)
-                    self.stats["packed_pairs_computed"] += len(a.pair_block) * packed.QUERY_BLOCK**2
-            if fresh:
-                n = n.copy()
-                n[list(fresh)] = 0
-                if run:
-                    self.stats["prefill_tokens"] += sum(fresh.values())
-            # the rows that hold context: token-packed too, attended on the shards that own them
-            held = {int(r): int(n[r]) for r in np.flatnonzero(n)}
-            bases = {r: int(lengths[r]) for r in held}
-            for fwd in packed_append.pack(held, bases):
-                a = packed_append.arrays(fwd, deltas, self.row_multiple, self.rows, self.span)
-                args = (self.sampler, self.params, self.cache, self.logits)
-                args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots) + a.blocks)
-                args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.lengths))
-                yield self._programs["append_packed"], args
-                if run:
-                    lengths = lengths.copy()
-                    lengths[list(fwd.rows)] = a.lengths[: len(fwd.rows)]
-                    self.lengths = lengths
-                    self.stats["prefill_calls"] += 1
-                    self.stats["packed_calls"] += 1
-                    self.stats["packed_tokens_computed"] += len(a.tokens)
-                    bk = packed_append.key_block(self.span)
-                    self.stats["packed_pairs_computed"] += len(a.pair_block) * packed_append.BLOCK * bk
-                    self.stats["prefill_tokens"] += fwd.tokens
-            return
-        for start, counts, width in append_chunks(n, self.chunk):
-            live = np.flatnonzero(counts)
-            idx = row_shards.shard_local_rows(live, self.rows, self.row_multiple)
-            sub = len(idx)
-            if sub == self.rows:  # the bucket is the whole batch: no gather
-                block = np.zeros((self.rows, width), np.int32)
-                for r in live:
-                    block[r, : counts[r]] = deltas[r][start : start + counts[r]]
-                args = (self.sampler, self.params, self.cache, self.logits)
-                args += (put_batch(block, self.mesh), put_batch(counts.astype(np.int32), self.mesh))
-                program = self._programs["append_all"]
-            else:
-                block = np.zeros((sub, width), np.int32)
-                sub_counts = np.zeros((sub,), np.int32)
-                for j, r in enumerate(row_shards.global_rows(idx, self.rows, self.row_multiple)):
-                    if r >= 0:  # -1: a padding row (its index is past its shard's rows: dropped)
-                        block[j, : counts[r]] = deltas[r][start : start + counts[r]]
-                        sub_counts[j] = counts[r]
-                args = (self.sampler, self.params, self.cache, self.logits, put_batch(idx, self.mesh))
-                args += (put_batch(block, self.mesh), put_batch(sub_counts, self.mesh))
-                program = self._programs["append_rows"]
+        """Yields (program, args) for each forward of `session_ops.operations(Append(deltas))` (a resize
+        runs in place). With run=True the caller runs each before the next is made (its args hold the
+        current cache), and the host-side lengths and stats advance with them."""
+        deltas = tuple(list(d) for d in deltas)
+        for op, after in self.operations(session_ops.Append(deltas)):
+            if isinstance(op, session_ops.Resize):
+                self._run(op, dataclasses.replace(self.state, span=op.span))
+                continue
+            program, args, counted = self._forward(op, deltas)
             yield program, args
             if run:
-                lengths = lengths + counts
-                self.lengths = lengths
-                self.stats["prefill_calls"] += 1
-                self.stats["prefill_rows_computed"] += sub * width
-        if run:
-            self.stats["prefill_tokens"] += int(n.sum())
+                self.lengths = np.asarray(after.lengths, np.int64)
+                for key, n in counted.items():
+                    self.stats[key] += n
+
+    def _forward(self, op: session_ops.Operation, deltas: tuple[list[int], ...]):
+        """(program, args, the stats it adds) of one forward operation: a packed prefill, a packed append or
+        a row-block chunk (over a sub-batch of its rows, or the whole batch when the sub-batch would be it)."""
+        args = (self.sampler, self.params, self.cache, self.logits)
+        if isinstance(op, session_ops.PackedPrefill):
+            a = packed.arrays(op.forward, deltas, self.row_multiple, self.rows)
+            args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots, a.pair_block, a.pair_start))
+            args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.counts))
+            pairs = len(a.pair_block) * packed.QUERY_BLOCK**2
+            return self._programs["prefill_packed"], args, self._packed_stats(op.forward.tokens, len(a.tokens), pairs)
+        if isinstance(op, session_ops.PackedAppend):
+            a = packed_append.arrays(op.forward, deltas, self.row_multiple, self.rows, self.span)
+            args += tuple(put_batch(x, self.mesh) for x in (a.tokens, a.rows, a.slots) + a.blocks)
+            args += tuple(self._replicated(x) for x in (a.last, a.last_rows, a.lengths))
+            pairs = len(a.pair_block) * packed_append.BLOCK * packed_append.key_block(self.span)
+            return self._programs["append_packed"], args, self._packed_stats(op.forward.tokens, len(a.tokens), pairs)
+        start, counts, width = op.start, np.asarray(op.counts, np.int64), op.width
+        live = np.flatnonzero(counts)
+        idx = row_shards.shard_local_rows(live, self.rows, self.row_multiple)
+        counted = {"prefill_calls": 1, "prefill_tokens": int(counts.sum()), "prefill_rows_computed": len(idx) * width}
+        if len(idx) == self.rows:  # the bucket is the whole batch: no gather
+            block = np.zeros((self.rows, width), np.int32)
+            for r in live:
+                block[r, : counts[r]] = deltas[r][start : start + counts[r]]
+            args += (put_batch(block, self.mesh), put_batch(counts.astype(np.int32), self.mesh))
+            return self._programs["append_all"], args, counted
+        block = np.zeros((len(idx), width), np.int32)
+        sub_counts = np.zeros((len(idx),), np.int32)
+        for j, r in enumerate(row_shards.global_rows(idx, self.rows, self.row_multiple)):
+            if r >= 0:  # -1: a padding row (its index is past its shard's rows: dropped)
+                block[j, : counts[r]] = deltas[r][start : start + counts[r]]
+                sub_counts[j] = counts[r]
+        args += (put_batch(idx, self.mesh), put_batch(block, self.mesh), put_batch(sub_counts, self.mesh))
+        return self._programs["append_rows"], args, counted
+
+    @staticmethod
+    def _packed_stats(tokens: int, computed: int, pairs: int) -> dict[str, int]:
+        return {
+            "prefill_calls": 1,
+            "prefill_tokens": tokens,
+            "packed_calls": 1,
+            "packed_tokens_computed": computed,
+            "packed_pairs_computed": pairs,
+        }
 
     def _replicated(self, x: np.ndarray) -> jax.Array:
         """A small index array whole on every device."""
@@ -466,14 +445,12 @@ class DecodeSession:
             return self._decode(budgets, stop_ids)
 
     def _decode(self, budgets: Sequence[int], stop_ids) -> list[tuple[list[int], np.ndarray, bool]]:
-        given = np.asarray(budgets, np.int64).reshape(-1)
-        if len(given) > self.rows:
-            raise ValueError(f"{len(given)} budgets for {self.rows} rows")
-        budgets = np.zeros((self.rows,), np.int64)  # rows without a budget (padding rows) skip
-        budgets[: len(given)] = np.clip(given, 0, self.sampler.max_new_tokens)
-        if budgets.max(initial=0) <= 0:
+        ops = self.operations(session_ops.Decode(tuple(int(b) for b in np.asarray(budgets).reshape(-1))))
+        if not ops:
             return [([], np.zeros((0,), np.float32), False)] * self.rows
-        self._grow(int((self.lengths + budgets).max()))
+        for op, after in ops[:-1]:
+            self._run(op, after)
+        budgets = np.asarray(ops[-1][0].budgets, np.int32)  # clipped to max_new_tokens; padding rows skip
         self.rng, key = jax.random.split(self.rng)
         start = self.lengths.copy()
         out = self.sampler.decode(
@@ -481,14 +458,14 @@ class DecodeSession:
             self.logits,
             self.cache,
             put_batch(stop_table(stop_ids, self.rows), self.mesh),
-            put_batch(budgets.astype(np.int32), self.mesh),
+            put_batch(budgets, self.mesh),
             key,
         )
         self.cache, self.logits = out.cache, out.logits
         # gather, not device_get: with several processes the rows live on other processes' devices too
         toks, lps, lens, stopped = multihost.gather((out.tokens, out.logprobs, out.lengths, out.stopped))
         lens = lens.astype(np.int64)
-        self.lengths = self.lengths + lens
+        self.lengths = np.asarray(self.state.advanced(lens).lengths, np.int64)
         steps = int(lens.max(initial=0))
         self.stats["decode_calls"] += 1
         self.stats["decode_steps"] += steps
@@ -500,13 +477,7 @@ class DecodeSession:
     def truncate(self, keep: Sequence[int]) -> None:
         """Row i keeps only the first keep[i] tokens of its context (capped at its length); its next-token
         logits are stale until the row is appended to, so append to every truncated row next."""
-        keep = np.minimum(np.asarray(keep, np.int64), self.lengths)
-        if np.array_equal(keep, self.lengths):
-            return
-        with mesh_context(self.mesh, self.rules):
-            self.cache = self.cache.replace(lengths=put_batch(keep.astype(np.int32), self.mesh))
-            self.lengths = keep
-            self._shrink()
+        self._run_all(session_ops.Truncate(tuple(int(k) for k in keep)))
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep (or repeat) the given rows, in that order: shrinks the batch or broadcasts a shared prefix.
@@ -515,59 +486,51 @@ class DecodeSession:
         idx = np.asarray(rows, np.int64).reshape(-1)
         if len(idx) == 0 or idx.min() < 0 or idx.max() >= self.rows:
             raise ValueError(f"rows: each of {len(idx)} must be in [0, {self.rows}), at least one")
-        if len(idx) == self.rows:
-            changed = np.flatnonzero(idx != np.arange(self.rows))
-            self.copy_rows(idx[changed], changed)
-            with mesh_context(self.mesh, self.rules):
-                self._shrink()
-            return
-        with mesh_context(self.mesh, self.rules):
-            rows = put_batch(idx.astype(np.int32), self.mesh)
-            if self.mesh is None:
-                kv = lens = logits = None
-            else:
-                kv = cache_sharding(self.config, self.mesh, self.layout).v[0]
-                lens, logits = sharding.batch_sharding(self.mesh, 1), sharding.batch_sharding(self.mesh, 2)
-            take = take_program(kv)
-            self._per_layer(lambda x: take(x, rows), lambda x: take(x, rows), lambda x: take_program(lens)(x, rows))
-            self.logits = take_program(logits)(self.logits, rows)
-            self.lengths = self.lengths[idx]
-            self._shrink()
+        self._run_all(session_ops.Select(tuple(int(r) for r in idx)))
 
     def copy_rows(self, src: Sequence[int], dst: Sequence[int]) -> None:
         """Row dst[i] becomes a copy of row src[i] (its context, K/V and next-token logits), in place: the
         sources are read before any row is written, so a permutation is fine; no dst may repeat. Copies
         the sources' slots up to a bucket of the longest source (`buckets.span_bucket`), not the span."""
+        self._run_all(self._copy_call(src, dst))
+
+    def _copy_call(self, src: Sequence[int], dst: Sequence[int]) -> session_ops.Copy:
         src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
         if src.shape != dst.shape:
             raise ValueError(f"copy_rows: src has {len(src)} rows, dst {len(dst)}")
-        if len(dst) == 0:
-            return
-        if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.rows:
+        if len(dst) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.rows):
             raise ValueError(f"copy_rows: src and dst must be rows in [0, {self.rows})")
         if len(np.unique(dst)) != len(dst):
             raise ValueError("copy_rows: dst repeats a row")
-        with mesh_context(self.mesh, self.rules):
-            calls = self._copy_calls(src, dst)
-            self._per_layer(*(functools.partial(program, **kw) for program, kw in calls[:2]))
-            program, kw = calls[2]
-            self.logits = program(self.logits, **kw)
-            self.lengths = self.lengths.copy()
-            self.lengths[dst] = self.lengths[src]
-            self.cache = self.cache.replace(lengths=put_batch(self.lengths.astype(np.int32), self.mesh))
-        self.stats["row_copies"] += 1
-        with mesh_context(self.mesh, self.rules):
-            self._shrink()
+        return session_ops.Copy(tuple(int(r) for r in src), tuple(int(r) for r in dst))
 
-    def _copy_calls(self, src: np.ndarray, dst: np.ndarray):
+    def perform(self, call: session_ops.Call) -> None:
+        """Run a call that samples nothing (`session_ops.Append`, `Truncate`, `Select` or `Copy`: `append`,
+        `truncate`, `select` or `copy_rows`)."""
+        if isinstance(call, session_ops.Append):
+            return self.append(call.deltas)
+        if isinstance(call, session_ops.Truncate):
+            return self.truncate(call.keep)
+        if isinstance(call, session_ops.Select):
+            return self.select(call.rows)
+        if isinstance(call, session_ops.Copy):
+            return self.copy_rows(call.src, call.dst)
+        raise TypeError(f"perform runs calls that sample nothing, not {call!r} (`decode`)")
+
+    def _run_all(self, call: session_ops.Call) -> None:
+        with mesh_context(self.mesh, self.rules):
+            for op, after in self.operations(call):
+                self._run(op, after)
+
+    def _copy_calls(self, op: session_ops.CopyRows):
         """(program, keyword args but the array) of the copy of each layer's K, each layer's V, the logits."""
-        sub = buckets.row_bucket(len(dst), self.rows, self.row_multiple)
+        sub = buckets.row_bucket(len(op.dst), self.rows, self.row_multiple)
         s, d = np.zeros((sub,), np.int32), np.full((sub,), self.rows, np.int32)  # padding: dropped
-        s[: len(src)], d[: len(dst)] = src, dst
-        window = buckets.span_bucket(int(self.lengths[src].max(initial=0)), self.span, self.min_span)
+        s[: len(op.src)], d[: len(op.dst)] = op.src, op.dst
         at = () if self.mesh is None else (decode_step.kv_heads_axis(self.config.num_kv_heads, self.mesh),)
         idx = {"src": self._replicated(s), "dst": self._replicated(d)}
         mode = decode_step.block_write(self.sampler.kv_write)
+        window = op.window
         return [
             (copy_array, {**idx, "window": window, "axis": self.cache.k_slot_axis, "at": at, "mode": mode}),
             (copy_array, {**idx, "window": window, "axis": 2, "at": at, "mode": mode}),
@@ -577,7 +540,8 @@ class DecodeSession:
     def lower_copy_rows(self, src: Sequence[int], dst: Sequence[int]) -> list[jax.stages.Lowered]:
         """The programs `copy_rows(src, dst)` would run, lowered and not run: one layer's K copy (the same
         program runs for every layer), one layer's V copy, the logits' copy."""
+        ops = [op for op, _ in self.operations(self._copy_call(src, dst)) if isinstance(op, session_ops.CopyRows)]
         with mesh_context(self.mesh, self.rules):
-            calls = self._copy_calls(np.asarray(src, np.int64), np.asarray(dst, np.int64))
+            calls = self._copy_calls(ops[0])
             arrays = (self.cache.k[0], self.cache.v[0], self.logits)
             return [program.lower(x, **kw) for (program, kw), x in zip(calls, arrays)]

@@ -1,6 +1,7 @@
-"""The rollout planner: its replay on hand-computed cases, the same replay against what a real
-`ModelPolicy(record_calls=True)` + `DecodeSession` did (call by call), and the whole command on a few real BFCL
-training tasks (figures in range, lengths that add up)."""
+"""The rollout planner: its replay on hand-computed cases, its decode calls against what a real
+`ModelPolicy(record_calls=True)` + `DecodeSession` did where a freed row keeps the span (the session's own
+operations: tests/sampling/test_session_ops.py), and the whole command on a few real BFCL training tasks
+(figures in range, lengths that add up)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from benchmarks import rollout_plan as rp
 from rcgrpo_jax.rollout import EpisodeSpec
 from rcgrpo_jax.rollout.episode import Episode
+from rcgrpo_jax.sampling import session_ops
 from tests.helpers.fake_env import AdderEnv
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -87,7 +89,11 @@ def test_rules_and_lengths():
 def test_prefill_flops_hand_computed():
     # Row 0 appends 20 tokens at 0, row 3 appends 5 at 10; chunks of 16. Piece 1: 16 + 5 tokens, width 16, two
     # rows with tokens (sub-batch of 2); piece 2: row 0's last 4 tokens, width length_bucket(4) = 16, one row.
-    pieces = rp.append_pieces({0: 20, 3: 5}, {0: 0, 3: 10}, chunk=16, span=256, sub_rows=len)
+    before = session_ops.State((0, 0, 0, 10), 256)
+    ops = session_ops.operations(
+        session_ops.Sizes(1016, 4, 16), before, session_ops.Append((range(20), (), (), range(5)))
+    )
+    pieces = rp.call_pieces(ops, before, shards=1, sub_rows=len)
     pairs1 = (16 * 17 // 2) + (5 * 10 + 5 * 6 // 2)  # causal contexts: positions 0..15 and 10..14
     assert pieces == [
         rp.Piece(rows=2, width=16, span=256, real_rows=2, real_tokens=21, real_pairs=pairs1),
@@ -232,48 +238,6 @@ def _recorded_run(tiny_qwen, specs, limits, **kw):
     return [rp.EpisodeLengths.of(e) for e in episodes], policy, real
 
 
-def test_streaming_replay_mirrors_the_real_session(tiny_qwen):
-    """ModelPolicy + DecodeSession on a tiny model: every decode call's rows, span and iterations are what the
-    planner's replay of the same episodes' lengths predicts, one row per episode (no refill) and with
-    continuous batching (4 rows, slices of 5 tokens); and the slots the ragged kernel reads in those calls
-    (each row's kv_seq_len = its length + 1 while it samples, rounded up to the kernel's block) are what the
-    replay's ragged design counts."""
-    from rcgrpo_jax.sampling import decode_step
-
-    limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
-    questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
-    specs = [
-        EpisodeSpec(AdderEnv(questions=questions[k], answers=(0,)), f"adder_{k}", group=k, rollout_index=j)
-        for k in range(2)
-        for j in range(3)
-    ]
-    groups = [s.group for s in specs]
-    bucket = rp.buckets.batch_bucket
-
-    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits)
-    assert len({x.total for x in lengths}) > 1  # a varied batch
-    t = rp.replay_streaming(lengths, groups, rows=bucket(len(specs)), limits=limits)
-    assert t.log == real and len(real) > 1  # every call's rows, span, iterations, rows' starts and tokens
-    assert real[0].rows == 8 and len(real[0].sampled) == 6  # 6 episodes: one row each, a multiple of 8
-
-    lengths, policy, real = _recorded_run(tiny_qwen, specs, limits, rows=4, slice_tokens=5)
-    assert policy.stats["refills"] == 3 and len(real) > sum(len(x.steps) for x in lengths[3:])
-    assert max(c.iterations for c in policy.calls) == 5  # a slice
-    t = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, row_bucket=bucket)
-    assert t.log == real
-    # The prefill/append forwards: as many as the session ran, over as many token slots (sub-batch rows x width).
-    stats = policy.session.stats
-    assert len(t.prefill_log) == stats["prefill_calls"]
-    assert sum(p.rows * p.width for p in t.prefill_log) == stats["prefill_rows_computed"]
-    assert sum(p.real_tokens for p in t.prefill_log) == stats["prefill_tokens"]
-    # The ragged kernel's reads of the calls the session ran (its block on these spans: 128 slots).
-    assert {decode_step.ragged_blocks(c.span)[0] for c in policy.calls} == {128}
-    reads = sum(rp.block_slots(start, n, 128) for c in policy.calls for start, n in c.sampled)
-    ragged = rp.replay_streaming(lengths, groups, rows=4, limits=limits, slice_tokens=5, span="ragged:128")
-    assert ragged.slots_read == reads < t.slots_read
-    assert [(c.rows, c.iterations, c.sampled) for c in ragged.log] == [(c.rows, c.iterations, c.sampled) for c in real]
-
-
 def test_a_freed_row_keeps_the_sessions_span_until_it_is_refilled(tiny_qwen):
     """One long one-turn episode (549-token prompt) beside three short four-turn ones in 8 rows, nothing
     waiting: the long one ends after its first step, but its row keeps its context (nothing refills or
@@ -293,55 +257,13 @@ def test_a_freed_row_keeps_the_sessions_span_until_it_is_refilled(tiny_qwen):
     assert t.log == real and {c.span for c in real} == {664}
 
 
-def test_streaming_replay_mirrors_the_session_on_4_row_shards(tiny_qwen):
-    """The same on a (data 2, fsdp 2, tensor 2) mesh, 8 rows, where the session packs every append over the 4
-    row shards (each group's prefix by `sampling.packed`, the suffixes and tool outputs by
-    `sampling.packed_append`): the replay with shards=4 and packed_prefill predicts every decode call, the
-    forwards and the packed token slots the session computed, and no row sub-batch is left."""
-    from rcgrpo_jax import sharding
-    from rcgrpo_jax.sampling import row_shards
-
-    _, _, params, _, _ = tiny_qwen
-    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-    placed = sharding.shard_params(params, mesh, sharding.DECODE_RULES)
-    limits = rp.Limits(max_context=400, max_step_tokens=12, prefill_chunk=64)
-    questions = [("What is 2 plus 3?", "And 4 plus 5?"), ("Add 1 and 1." * 3, "Now 2 and 2?", "And 7 and 8?")]
-    specs = [
-        EpisodeSpec(AdderEnv(questions=questions[k % 2], answers=(0,)), f"adder_{k}", group=k, rollout_index=j)
-        for k in range(4)
-        for j in range(3)
-    ]
-    lengths, policy, calls = _recorded_run(tiny_qwen, specs, limits, params=placed, mesh=mesh, rows=8, slice_tokens=5)
-    stats = policy.session.stats
-    assert policy.session.packed_prefill and stats["packed_calls"] > 0 and policy.stats["refills"] > 0
-    t = rp.replay_streaming(
-        lengths,
-        [s.group for s in specs],
-        rows=8,
-        limits=limits,
-        slice_tokens=5,
-        row_bucket=lambda n: rp.buckets.batch_bucket(n, 4),
-        prefill_rows=lambda live, r: row_shards.sub_batch_rows(live, r, 4),
-        shards=4,
-        packed_prefill=True,
-    )
-    assert t.log == calls
-    packed_log = [p for p in t.prefill_log if p.tokens]
-    rect_log = [p for p in t.prefill_log if not p.tokens]
-    assert len(t.prefill_log) == stats["prefill_calls"] and len(packed_log) == stats["packed_calls"]
-    assert sum(p.tokens for p in packed_log) == stats["packed_tokens_computed"]
-    assert sum(p.pairs for p in packed_log) == stats["packed_pairs_computed"] > 0
-    assert rect_log == [] and stats["prefill_rows_computed"] == 0
-    assert sum(p.real_tokens for p in t.prefill_log) == stats["prefill_tokens"]
-
-
 def test_packed_pieces_by_hand():
     """Two fresh rows of 100 and 1500 tokens and one of 3000 on 4 row shards: `packed.pack` puts the first two
     in one forward (1600 tokens -> 400 a shard -> token_bucket 448), the third alone (750 -> 768). Their
     attention: each shard's (64-query, 64-key) block pairs, the busiest shard's bucketed count on every shard:
     71 + ... -> 96 (`tests/sampling/test_packed.py` counts them by hand); the 3000-token row's natural block i
     sees blocks 0..i (i + 1 pairs; block 47 is padding: one), 12 blocks a shard dealt back and forth."""
-    got = rp.packed_pieces({3: 100, 7: 1500, 12: 3000}, shards=4, rows=160)
+    got = [rp.packed_piece(f, shards=4, rows=160) for f in rp.packed.pack({3: 100, 7: 1500, 12: 3000})]
     order = rp.packed.block_order(4, 12)
     busiest = max(sum(1 if i == 47 else i + 1 for i in order[s]) for s in range(4))
     assert busiest == 294 and rp.packed.PackedForward((12,), (3000,)).pairs_per_shard(4) == 320
@@ -360,7 +282,7 @@ def test_packed_append_pieces_by_hand():
     blocks see 9 each (up to slots 1031, 1039) and its 2 padding blocks one each: 20 pairs -> 24 on every
     shard."""
     counts, bases = {0: 40, 41: 70}, {0: 1000, 41: 300}
-    (d,) = rp.packed_append_pieces(counts, bases, shards=4, rows=160, span=1536)
+    (d,) = [rp.packed_append_piece(f, shards=4, rows=160, span=1536) for f in rp.packed_append.pack(counts, bases)]
     assert d.tokens == 4 * 32 and d.real_tokens == 110 and d.rows == 2
     assert d.span == 1536
     assert d.pairs == 4 * 24 * 32 * 128 and d.read == 4 * 24 * 128

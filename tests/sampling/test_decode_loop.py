@@ -11,7 +11,8 @@ from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import SamplingParams, buckets, decode_step, generate
 from rcgrpo_jax.sampling.decode_loop import Sampler, new_cache, right_pad, stop_table
 from rcgrpo_jax.sampling.next_token import filtered_logits
-from rcgrpo_jax.sampling.session import CapacityError, DecodeSession
+from rcgrpo_jax.sampling.session import DecodeSession
+from rcgrpo_jax.sampling.session_ops import CapacityError
 from tests.helpers.hf_sampling import NEW, PROMPT_LENS, SIZES, hf_greedy, hf_logprobs
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)

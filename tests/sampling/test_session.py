@@ -73,30 +73,6 @@ def test_row_bucket():
         buckets.row_bucket(9, 8)
 
 
-def test_append_chunks_by_hand():
-    # rows of 20, 0, 5 tokens in chunks of 16: [16, 0, 5] (width 16), then [4, 0, 0] (length_bucket(4) = 16)
-    got = session_mod.append_chunks([20, 0, 5], 16)
-    assert [(s, c.tolist(), w) for s, c, w in got] == [(0, [16, 0, 5], 16), (16, [4, 0, 0], 16)]
-    # chunk 64, longest 40: one piece 48 wide (length_bucket(40) = 48); chunk 32 caps the width
-    assert [(s, w) for s, _, w in session_mod.append_chunks([40, 3], 64)] == [(0, 48)]
-    assert [(s, w) for s, _, w in session_mod.append_chunks([40, 3], 32)] == [(0, 32), (32, 16)]
-    assert session_mod.append_chunks([0, 0], 16) == [] and session_mod.append_chunks([], 16) == []
-
-
-def test_grown_and_shrunk_span_by_hand():
-    cap = 16896
-    # a span that holds the need stays; past it: span_bucket(700) = 768 (length_bucket 512 -> 768)
-    assert session_mod.grown_span(1024, 700, cap) == 1024 and session_mod.grown_span(512, 700, cap) == 768
-    assert session_mod.grown_span(256, 16500, cap) == cap  # the bucket (24576) capped at the capacity
-    with pytest.raises(session_mod.CapacityError, match="capacity"):
-        session_mod.grown_span(256, cap + 1, cap)
-    # longest 300 + 16 new = 316 -> span_bucket 384; never above the current span
-    assert session_mod.shrunk_span(4096, 300, 16, cap) == 384 and session_mod.shrunk_span(256, 300, 16, cap) == 256
-    assert session_mod.shrunk_span(4096, 0, 16, cap) == 256  # MIN_SPAN
-    assert session_mod.shrunk_span(cap, 16890, 512, cap) == cap  # the need capped at the capacity
-    assert session_mod.shrunk_span(4096, 300, 16, cap, min_span=64) == 384
-
-
 @pytest.mark.parametrize("axis", [2, 3])  # the slot axis: V (and "ragged" K) [R, G, S, Dh]; "xla" K^T [R, G, Dh, S]
 def test_slot_window_and_put_slots_against_a_loop(axis):
     """Reading a sub-batch's new slots and writing them into cache rows: what a per-element loop does, with
