@@ -92,11 +92,12 @@ COMMON_TRAIN = {
 
 QUICKSTART = Budget(
     name="quickstart",
-    # The one-command CPU run. 256 train tasks per type (wide vocabulary: ~12k stems, too many to memorise).
-    # Headline test 'iid': 40 fresh tasks per type drawn exactly as the train split's (the paper's held-out
-    # questions of the same classes); 'test' keeps names no stage sees as the out-of-distribution column;
-    # 'dev': 8 per type for the RL curves and the SFT-length probe. RL's pool: 40 fresh i.i.d. tasks per type
-    # over all four types, each seen about once. docs/experiments.md has the probes.
+    # The one-command CPU run. 256 train tasks per type, named by codes (a letter and digits, "f123": one token a
+    # digit, so copying a name is a few pieces' work; vocab.CODED). Headline test 'iid': 40 fresh tasks per type
+    # drawn exactly as the train split's (the paper's held-out questions of the same classes); 'test' keeps codes no
+    # stage sees as the out-of-distribution column; 'dev': 8 per type for the RL curves and the probes; 'pretrain':
+    # 512 per type, the base model's corpus. RL's pool: 40 fresh i.i.d. tasks per type over all four types, each seen
+    # about once. docs/experiments.md has the probes.
     world={
         "seed": 0,
         "train_per_type": 256,
@@ -119,9 +120,10 @@ QUICKSTART = Budget(
         "tokenizer_vocab_size": 512,
         "rope_theta": 10000.0,
     },
-    # SFT: the length the train-split probe chose (docs/experiments.md, "SFT length": the largest pass@8 - greedy
-    # on 'dev' with greedy >= 20%), lr 3e-3; every example carries a reward-goal slot with a random token, so the
-    # SFT policy has seen the slot and learned nothing from its token (`sft_reward_slot`).
+    # SFT from the pretrained base: the paper's 2 epochs of the experts (128 steps), lr 3e-3 by the 'dev' probe
+    # (docs/experiments.md: the largest pass@8 - greedy with greedy >= 20%, against 1e-3); every example carries a
+    # reward-goal slot with a random token, so the SFT policy has seen the slot and learned nothing from its token
+    # (`sft_reward_slot`).
     sft={
         **COMMON_TRAIN,
         "train.batch_size": 16,
@@ -131,9 +133,9 @@ QUICKSTART = Budget(
         "optim.end_lr_ratio": 0.1,
         "add_reward_tokens": True,
     },
-    # RCTP-FT from the base checkpoint (the paper's order) on experts and failures 1:1, the failures the SFT
-    # policy's own failed rollouts (exploration) and generated ones leaving the expert path at their first
-    # place; SFT's steps and learning rate (the failures copy the expert's names up to where they leave it).
+    # RCTP-FT from the base (the paper's order) on experts and failures 1:1 for the paper's 5 epochs (640 steps:
+    # 2.5 times SFT's passes over the experts), the failures the base's own failed rollouts (exploration) and
+    # generated ones leaving the expert path at their first place; SFT's learning rate.
     rctp={
         **COMMON_TRAIN,
         "train.batch_size": 16,
@@ -146,6 +148,9 @@ QUICKSTART = Budget(
     },
     rctp_init="base",
     sft_reward_slot="random",
+    # The world's base model, pretrained once and shared by every seed and row (the paper's instruct base): the
+    # 'pretrain' split, one conversation a task, 30% of them one of the task's generated failures (a sibling tool,
+    # a wrong argument, a premature stop, a skipped turn), no reward goal; 800 steps of 16 at lr 3e-3.
     pretrain_corpus={"failure_share": 0.3},
     pretrain={
         **COMMON_TRAIN,
@@ -187,7 +192,7 @@ QUICKSTART = Budget(
         "checkpoint.every_steps": 5,
     },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"setup": 30, "eval": 40, "sft": 210, "explore": 40, "rctp_ft": 240, "passk": 40, "rl": 110},
+    plan_s={"pretrain": 600, "setup": 10, "eval": 40, "sft": 60, "explore": 30, "rctp_ft": 300, "passk": 40, "rl": 110},
     controls=("shuffled", "lr0"),
 )
 
