@@ -182,7 +182,7 @@ class RLTrainer:
         path = tiny_checkpoint.model_dir(config, workdir)
         self.conditioning = config.rl.reward_conditioning
         if self.conditioning == "auto":
-            known = model_prep.has_reward_tokens(AutoTokenizer.from_pretrained(path))
+            known = reward_tokens.known_by(AutoTokenizer.from_pretrained(path))
             self.conditioning = "high" if known else "none"
         conditioned = self.conditioning != "none"
         policy = model_prep.load(config, path, self.mesh, rules, reward_tokens=conditioned)
