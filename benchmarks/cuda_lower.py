@@ -4,8 +4,8 @@
   python -m benchmarks.cuda_lower --config=configs/sft.py:qwen2_5_7b
   python -m benchmarks.cuda_lower --config=configs/rc_grpo.py:qwen2_5_7b --tiny   # what CI runs
 
-On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the preset's model config, mesh and
-shardings as the dry run does (`train.dry_run`, `train.model_prep`), abstract parameters (no weights), and
+On 8 fake CPU devices (`--devices`; set before JAX starts) it builds the run as the trainer and the dry run do
+(`train.rl_setup`; SFT: `train.sft`, `train.model_prep`), abstract parameters (no weights), and
 `jax.export`s each program with `platforms=["cuda"]` at the preset's production shapes, against an abstract
 H200 (compute capability 9.0) wherever JAX has abstract devices (`abstract_target`):
   RL stage:  prefill (`decode_loop.prefill_impl`), prefill_packed (`sampling.packed.prefill_impl`), append_packed
@@ -40,9 +40,8 @@ from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, select_implementation
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, packed, packed_append, row_shards, session
-from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_step, sft
+from rcgrpo_jax.train import dry_run, model_prep, rl_setup, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -106,16 +105,12 @@ def tiny_model(cfg):
 
 @dataclasses.dataclass(frozen=True)
 class Shapes:
-    """What the programs are exported at: micro-batch rows and length of the training programs; rows,
-    capacity, prefill block and decode budget of the rollout programs."""
+    """What the training programs are exported at: micro-batch rows, length, micro-batches per update (the
+    rollout programs' shapes: `rl_setup.RolloutShapes`)."""
 
     micro: int
     length: int
     grad_accum: int
-    rows: int = 0
-    capacity: int = 0
-    prefill_width: int = 0
-    max_new_tokens: int = 0
 
 
 def _sds(shape, dtype, sharding):
@@ -246,46 +241,37 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    n_dev = jax.device_count()
-    config = config_checks.resolved(rl_config.resolve_config(config), n_dev)
-    mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), n_dev))
-    c = rl_config.choices(config)
-    model_cfg = model_prep.abstract_model_config(
-        config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
-    )
+    run = rl_setup.plan(config, jax.device_count(), dry=True)
+    config, mesh, c = run.config, run.mesh, run.choices
+    model_cfg = rl_setup.abstract_model(run)
     model_cfg = tiny_model(model_cfg) if tiny else model_cfg
     k = kernels(config, model_cfg)
-    model_cfg = dataclasses.replace(model_cfg, attention_impl=k.lowered["training"])
-    layout = k.lowered["decode"]
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    setup = rl_setup.build(run, dataclasses.replace(model_cfg, attention_impl=k.lowered["training"]))
+    model_cfg, layout = setup.model_cfg, k.lowered["decode"]
     if tiny:
-        rows = 2 * decode_loop.batch_multiple(mesh)  # so a sub-batch (one row per shard) is below the batch
-        shapes = Shapes(micro=shards, length=128, grad_accum=1, rows=rows, capacity=256, prefill_width=64)
-        shapes = dataclasses.replace(shapes, max_new_tokens=16)
+        m = decode_loop.batch_multiple(mesh)
+        rows = 2 * m  # so a sub-batch (one row per shard) is below the batch
+        shapes = Shapes(micro=mesh.shape["data"] * mesh.shape["fsdp"], length=128, grad_accum=1)
+        r = rl_setup.RolloutShapes(
+            rows, 256, 64, 16, sub_batch_rows=m, copy_rows=m, packed_tokens=m * packed.QUERY_BLOCK,
+            prefill_pairs=8, append_blocks=4, append_pairs=8,
+        )  # fmt: skip
     else:
-        r = dry_run.rollout_shapes(config, mesh)
-        micro = int(config.train.batch_size) // int(config.train.grad_accum)
-        rollout = {k: int(r[k]) for k in ("rows", "capacity", "prefill_width", "max_new_tokens")}
-        shapes = Shapes(micro, int(config.data.buckets[-1]), int(config.train.grad_accum), **rollout)
-    abstract_params = abstract_params_of(model_cfg)
-    p_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
-    train_logical = model_prep.rules(config.sharding.train_rules).logical
+        shapes, r = Shapes(run.micro, run.length, int(config.train.grad_accum)), setup.rollout
+    abstract_params, p_sh, train_logical = setup.abstract_params, setup.param_shardings, setup.logical
     rep = NamedSharding(mesh, P())
     rows_out: list[dict[str, Any]] = []
 
     # --- rollout programs: decode weights and a ragged cache, under the decode rules
     dtype = jnp.dtype(dry_run.decode_dtype(config))
-    stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
-    per_layer = decode_step.split_shardings(stacked_sh)
+    per_layer = decode_step.split_shardings(setup.decode_shardings)
     weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     cache_sh = decode_loop.cache_sharding(model_cfg, mesh, layout)
-    cache = jax.eval_shape(
-        lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity, dtype=dtype, layout=layout)
-    )
+    cache = jax.eval_shape(lambda: decode_step.init_cache(model_cfg, r.rows, r.capacity, dtype=dtype, layout=layout))
     top_p = float(config.rl.top_p) if float(config.rl.top_p or 1.0) < 1.0 else None
     sampling = SamplingParams(float(config.rl.temperature), int(config.rl.top_k or 0) or None, top_p)
-    s = decode_loop.Sampler(model_cfg, shapes.max_new_tokens, sampling, shapes.prefill_width, kv_write="scatter")
+    s = decode_loop.Sampler(model_cfg, r.max_new_tokens, sampling, r.prefill_width, kv_write="scatter")
     b1, b2 = (sharding_lib.batch_sharding(mesh, n) for n in (1, 2))
     decode_rules = model_prep.rules(config.sharding.decode_rules)
 
@@ -293,13 +279,13 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         def fn(w, tokens, counts, kv):
             return decode_loop.prefill_impl(s, w, tokens, counts, kv)
 
-        args = (weights, _sds((shapes.rows, shapes.prefill_width), jnp.int32, b2), _sds((shapes.rows,), jnp.int32, b1))
+        args = (weights, _sds((r.rows, r.prefill_width), jnp.int32, b2), _sds((r.rows,), jnp.int32, b1))
         with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, b2, b1, cache_sh), (b2, cache_sh), (*args, cache), donate=(3,))
 
     m = decode_loop.batch_multiple(mesh)
-    sub = dry_run.rollout_shapes(config, mesh)["sub_batch_rows"] if not tiny else m
-    n_copy = dry_run.rollout_shapes(config, mesh)["copy_rows"] if not tiny else m
+    sub, n_copy, n_packed = r.sub_batch_rows, r.copy_rows, r.packed_tokens
+    n_prefill_pairs, n_blocks, n_pairs = m * r.prefill_pairs, m * r.append_blocks, m * r.append_pairs
 
     def append_rows():
 
@@ -309,18 +295,13 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         args = (
             weights,
             cache,
-            _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
+            _sds((r.rows, model_cfg.vocab_size), jnp.float32, b2),
             _sds((sub,), jnp.int32, b1),
-            _sds((sub, shapes.prefill_width), jnp.int32, b2),
+            _sds((sub, r.prefill_width), jnp.int32, b2),
             _sds((sub,), jnp.int32, b1),
         )
         with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
-
-    n_packed = dry_run.rollout_shapes(config, mesh)["packed_tokens"] if not tiny else m * packed.QUERY_BLOCK
-    n_prefill_pairs = m * (dry_run.rollout_shapes(config, mesh)["prefill_pairs"] if not tiny else 8)
-    n_blocks = m * (dry_run.rollout_shapes(config, mesh)["append_blocks"] if not tiny else 4)
-    n_pairs = m * (dry_run.rollout_shapes(config, mesh)["append_pairs"] if not tiny else 8)
 
     def export_packed(impl, sizes):
         """A packed program over the cache and logits, row-sharded int32 arrays of `sizes`, then each row's last
@@ -332,7 +313,7 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         args = (
             weights,
             cache,
-            _sds((shapes.rows, model_cfg.vocab_size), jnp.float32, b2),
+            _sds((r.rows, model_cfg.vocab_size), jnp.float32, b2),
             *(_sds((n,), jnp.int32, b1) for n in sizes),
             *(_sds((1,), jnp.int32, rep) for _ in range(3)),
         )
@@ -351,7 +332,7 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
 
         def fn(x, src, dst):
-            return row_shards.copy_rows(x, src, dst, shapes.capacity, 2, at)
+            return row_shards.copy_rows(x, src, dst, r.capacity, 2, at)
 
         args = (cache.v[0], _sds((n_copy,), jnp.int32, rep), _sds((n_copy,), jnp.int32, rep))
         with decode_loop.mesh_context(mesh, decode_rules):
@@ -364,18 +345,16 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         vocab = model_cfg.vocab_size
         args = (
             weights,
-            _sds((shapes.rows, vocab), jnp.float32, b2),
+            _sds((r.rows, vocab), jnp.float32, b2),
             cache,
-            _sds((shapes.rows, 2), jnp.int32, b2),
-            _sds((shapes.rows,), jnp.int32, b1),
+            _sds((r.rows, 2), jnp.int32, b2),
+            _sds((r.rows,), jnp.int32, b1),
             jax.random.key(0),
         )
         with decode_loop.mesh_context(mesh, decode_rules):
             return _export(fn, (w_sh, b2, cache_sh, b2, b1, rep), None, args, donate=(2,))
 
-    tx = optim.make_optimizer(config.optim, 1000)
-    abstract = state_lib.abstract_state(abstract_params, tx)
-    state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
+    abstract, state_sh, updater = setup.abstract_state, setup.state_shardings, setup.updater
     chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
     tok = sharding_lib.batch_sharding(mesh, 2)
     params = jax.tree.map(lambda a, sh: _sds(a.shape, a.dtype, sh), abstract_params, p_sh)
@@ -390,15 +369,10 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
             return _export(fn, (p_sh, tok, tok), tok, args)
 
-    updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
-
     def rl_update():
         fn = rl_step.make_micro_grads(model_cfg, c.loss, c.loss_options, chunk, temp)
         with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
-            per_rollout = advantages.per_rollout_shapes(c.estimator, c.advantage_options)
-            micro = rl_batch.abstract_batch(
-                mesh, shapes.micro, shapes.length, with_ref=c.use_ref, per_rollout=per_rollout
-            )
+            micro = run.abstract_micro(shapes.micro, shapes.length)
             micro_sh = jax.tree.map(lambda a: a.sharding, micro)
             return _export(fn, (p_sh, micro_sh), (updater.grads_sh, updater.sums_sh), (params, micro))
 
@@ -409,19 +383,23 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
         state = state_lib.with_shardings(abstract, state_sh)
         with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
             return _export(
-                rl_step.make_apply(tx), (state_sh, p_sh, sums_sh), (state_sh, rep), (state, grads, sums), donate=(0,)
+                rl_step.make_apply(setup.tx),
+                (state_sh, p_sh, sums_sh),
+                (state_sh, rep),
+                (state, grads, sums),
+                donate=(0,),
             )
 
-    rollout_at = {"rows": shapes.rows, "capacity": shapes.capacity}
+    rollout_at = {"rows": r.rows, "capacity": r.capacity}
     train_at = {"micro": shapes.micro, "length": shapes.length}
     builds = (prefill, prefill_packed, append_packed, append_rows, copy_rows, decode, ref_logprobs, rl_update, rl_apply)
     ats = (
-        {**rollout_at, "width": shapes.prefill_width},
+        {**rollout_at, "width": r.prefill_width},
         {**rollout_at, "packed_tokens": n_packed},
         {**rollout_at, "packed_tokens": n_packed, "blocks": n_blocks},
-        {**rollout_at, "width": shapes.prefill_width, "sub_batch_rows": sub},
+        {**rollout_at, "width": r.prefill_width, "sub_batch_rows": sub},
         {**rollout_at, "copy_rows": n_copy},
-        {**rollout_at, "max_new_tokens": shapes.max_new_tokens},
+        {**rollout_at, "max_new_tokens": r.max_new_tokens},
         train_at,
         train_at,
         {},

@@ -15,6 +15,7 @@ from rcgrpo_jax.config_fields import ConfigError, MemoryFitError, get, require
 from rcgrpo_jax.config_lib import common
 from rcgrpo_jax.data import sources, trajectories
 from rcgrpo_jax.models.attention import IMPLEMENTATIONS as impls
+from rcgrpo_jax.models.tiny import QWEN_STYLE
 from rcgrpo_jax.sampling.decode_step import DECODE_ATTENTION
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -132,10 +133,10 @@ def check(config, num_devices: int) -> dict[str, int]:
         check_path(config, "reference.path", required=not build_tiny, must_have="config.json")
     if build_tiny and not get(config, "model.path"):
         arch, tools = get(config, "model.tiny_arch", "qwen2"), get(config, "model.tiny_tools_format", "json")
-        if arch not in ("qwen2", "qwen3") and tools != "json":
+        if arch not in QWEN_STYLE and tools != "json":
             raise ConfigError(
                 "model.tiny_tools_format",
-                f"{tools!r} exists only for tiny_arch 'qwen2' and 'qwen3' (set it to 'json' for tiny_arch={arch!r})",
+                f"{tools!r} exists only for tiny_arch in {QWEN_STYLE} (set it to 'json' for tiny_arch={arch!r})",
             )
 
     # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).

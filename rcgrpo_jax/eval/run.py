@@ -42,7 +42,7 @@ from rcgrpo_jax.data.datasets import HIGH_REWARD_TOKEN, LOW_REWARD_TOKEN
 from rcgrpo_jax.data.tiny_checkpoint import model_dir
 from rcgrpo_jax.envs import official
 from rcgrpo_jax.eval import aggregate, bfcl_results, report, single_turn, single_turn_oracle, single_turn_run, suites
-from rcgrpo_jax.models import ModelConfig
+from rcgrpo_jax.models import ModelConfig, reward_tokens
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig, ScriptedPolicy, oracle_texts
 from rcgrpo_jax.rollout.distributed import run_across_processes
 from rcgrpo_jax.sampling import SamplingParams, decode_weights
@@ -54,11 +54,12 @@ TRUNCATED = "truncated"
 
 
 def reward_token_for(mode: str, tokenizer) -> str | None:
-    """The reward goal token of an evaluation: `auto` = high when the tokenizer knows it, else none."""
+    """The reward goal token of an evaluation: `auto` = high when the tokenizer holds the reward tokens
+    (`models.reward_tokens.known_by`), else none."""
     if mode not in REWARD_TOKEN_MODES:
         raise ConfigError("eval.reward_token", f"{mode!r} is not one of {', '.join(REWARD_TOKEN_MODES)}")
     if mode == "auto":
-        return HIGH_REWARD_TOKEN if HIGH_REWARD_TOKEN in tokenizer.get_vocab() else None
+        return HIGH_REWARD_TOKEN if reward_tokens.known_by(tokenizer) else None
     return {"high": HIGH_REWARD_TOKEN, "low": LOW_REWARD_TOKEN, "none": None}[mode]
 
 

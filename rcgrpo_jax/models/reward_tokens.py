@@ -31,6 +31,12 @@ HIGH = 1  # a rollout's code for HIGH_REWARD_TOKEN
 LOW = 0  # ... and for LOW_REWARD_TOKEN
 
 
+def known_by(tokenizer) -> bool:
+    """Whether `tokenizer` holds both reward tokens (a reward-conditioned checkpoint's; `add` adds them)."""
+    vocab = tokenizer.get_vocab()
+    return all(t in vocab for t in REWARD_TOKENS)
+
+
 def token_of(code: int) -> str:
     """The reward token of a rollout's code (`sample`'s values): HIGH -> HIGH_REWARD_TOKEN, LOW -> LOW_REWARD_TOKEN."""
     if int(code) not in (HIGH, LOW):

@@ -39,22 +39,10 @@ from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import MemoryFitError
 from rcgrpo_jax.models import attention as attention_lib
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.rl import advantages
-from rcgrpo_jax.rollout import policies
-from rcgrpo_jax.sampling import (
-    SamplingParams,
-    block_attention,
-    buckets,
-    decode_loop,
-    decode_step,
-    packed,
-    packed_append,
-    row_shards,
-    session,
-)
+from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, row_shards, session
 from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import exploration as exploration_lib
-from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step, sft
+from rcgrpo_jax.train import model_prep, rl_setup, sft
 from rcgrpo_jax.train import state as state_lib
 
 JAX_DEFAULT_MEM_FRACTION = 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION when unset (JAX's GPU memory docs)
@@ -93,50 +81,13 @@ def _with_shardings(tree, shardings):
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
 
-def rollout_shapes(config, mesh) -> dict[str, int]:
-    """The rollout phase's largest shapes: the session's rows (`rl.rollout_rows`, else one engine call's
-    `rl.rollout_chunk`, rounded as the sampler rounds them), the KV capacity per row (as
-    `rollout.policies.ModelPolicy` sizes it), the prefill block, the decode budget, and the largest
-    append sub-batch below the whole batch (`buckets.row_bucket`)."""
-
-    rl = config.rl
-    episodes = int(config.train.batch_size)
-    # Continuous batching streams every rollout through rl.rollout_rows rows; else one row per rollout of a chunk.
-    chunk = int(rl.get("rollout_rows", 0) or 0) or int(rl.rollout_chunk) or episodes
-    new_tokens = buckets.length_bucket(int(rl.max_step_tokens))
-    m = batch_multiple(mesh)
-    rows = buckets.batch_bucket(min(chunk, episodes), m)
-    sub = m  # the largest row_bucket below the whole batch: m x 2^k < rows
-    while 2 * sub < rows:
-        sub *= 2
-    capacity = policies.capacity(int(rl.max_context), int(rl.max_step_tokens), int(rl.prefill_chunk))
-    fresh = packed.PackedForward((0,), (int(rl.max_context),))  # one fresh row of a whole context
-    blocks = buckets.row_bucket(-(-int(rl.max_context) // packed_append.BLOCK), 1 << 30, 1)
-    return {
-        "rows": rows,
-        "capacity": capacity,
-        "prefill_width": int(rl.prefill_chunk),
-        "max_new_tokens": new_tokens,
-        "sub_batch_rows": sub if sub < rows else 0,  # 0: no sub-batch below the whole batch
-        "copy_rows": buckets.row_bucket(rows - rows // max(int(rl.group_size), 1), rows, m),
-        # the largest token-packed prefill of fresh rows (`sampling.packed`): one row of a whole context; the
-        # largest packed append (`sampling.packed_append`) as many tokens, all of them one shard's blocks
-        "packed_tokens": m * fresh.per_shard(m),
-        "prefill_pairs": fresh.pairs_per_shard(m),
-        # as many blocks on one shard, each seeing a whole-capacity row
-        "append_blocks": blocks,
-        "append_pairs": block_attention.pair_bucket(blocks * (capacity // packed_append.key_block(capacity))),
-    }
-
-
-def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]:
+def rollout_programs(config, model_cfg, abstract_params, mesh, shapes: rl_setup.RolloutShapes) -> dict[str, Any]:
     """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
     (reported apart): the decode weights' cast, the session's appends and row copies, the decode call;
-    compiled at `rollout_shapes` with abstract decode weights, as the session runs them on a GPU (scatter
-    KV writes, donated cache)."""
+    compiled at `shapes` (`rl_setup.rollout_shapes`) with abstract decode weights, as the session runs them on
+    a GPU (scatter KV writes, donated cache)."""
 
-    shapes = rollout_shapes(config, mesh)
-    rows, capacity, width = shapes["rows"], shapes["capacity"], shapes["prefill_width"]
+    rows, capacity, width = shapes.rows, shapes.capacity, shapes.prefill_width
     rl = config.rl
     dtype = jnp.dtype(decode_dtype(config))
     stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
@@ -159,7 +110,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     # is the memory of the in-place scatter a GPU runs (`decode_step.footprint_write`; XLA's CPU backend
     # expands a scatter into a loop over a copy of its operand), and the programs trace apart from the
     # session's own (the Sampler is their static argument).
-    s = Sampler(model_cfg, shapes["max_new_tokens"], sampling, width, kv_write=decode_step.FOOTPRINT)
+    s = Sampler(model_cfg, shapes.max_new_tokens, sampling, width, kv_write=decode_step.FOOTPRINT)
     # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
     programs = {**session.programs(model_cfg, mesh, "xla"), "decode": decode_loop.decode_jit}
     logits = batch((rows, model_cfg.vocab_size), jnp.float32)
@@ -175,7 +126,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             s, weights, cache, logits, batch((rows, width), jnp.int32), batch((rows,), jnp.int32)
         )
         out["append_all_gb"] = beyond(whole_batch.compile())
-        sub = shapes["sub_batch_rows"]
+        sub = shapes.sub_batch_rows
         if sub:
             rows_c = programs["append_rows"].lower(
                 s,
@@ -188,7 +139,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             )
             out["append_rows_gb"] = beyond(rows_c.compile())
         # The token-packed prefill of one fresh row of a whole context, split over the row shards.
-        n_packed = shapes["packed_tokens"]
+        n_packed = shapes.packed_tokens
         packed_c = programs["prefill_packed"].lower(
             s,
             weights,
@@ -196,14 +147,14 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
             logits,
             *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
             *(
-                batch((batch_multiple(mesh) * shapes["prefill_pairs"],), jnp.int32) for _ in range(2)
+                batch((batch_multiple(mesh) * shapes.prefill_pairs,), jnp.int32) for _ in range(2)
             ),  # its pairs (row-sharded)
             *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its count
         )
         out["prefill_packed_gb"] = beyond(packed_c.compile())
         # The largest packed append: as many tokens, every block on one row shard, over the whole capacity.
-        n_blocks = batch_multiple(mesh) * shapes["append_blocks"]
-        n_pairs = batch_multiple(mesh) * shapes["append_pairs"]
+        n_blocks = batch_multiple(mesh) * shapes.append_blocks
+        n_pairs = batch_multiple(mesh) * shapes.append_pairs
         append_c = programs["append_packed"].lower(
             s,
             weights,
@@ -217,7 +168,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
         out["append_packed_gb"] = beyond(append_c.compile())
         # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):
         # its transient is the sources' windows of one array, beside the cache.
-        n_copy = shapes["copy_rows"]
+        n_copy = shapes.copy_rows
         layer = cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
         at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
         copy = jax.jit(
@@ -251,7 +202,7 @@ def rollout_programs(config, model_cfg, abstract_params, mesh) -> dict[str, Any]
     cast = decode_step.cast_and_split_jit.lower(train_params, dtype).compile()
     out["cast_gb"] = (model_prep.program_bytes(cast) - model_prep.shard_bytes(train_params, train_sh)) / 1e9
     return {
-        **shapes,
+        **dataclasses.asdict(shapes),
         "decode_dtype": dtype.name,
         "decode_weights_gb": weights_b / 1e9,
         "kv_cache_gb": (cache_b + logits_b) / 1e9,  # the cache and the session's next-token logits
@@ -308,40 +259,26 @@ ATTENTION_NOTE = (
 )
 
 
-def rl(config, model_cfg=None) -> dict[str, Any]:
-    """Per-device memory plan of one RL step (the module docstring's phases), without weights.
+def rl(config) -> dict[str, Any]:
+    """An RL config's per-device memory plan of one step (`rl_run`), without weights: checked as a dry run
+    (`rl_setup.plan`), at `model.path`'s or the preset's published architecture (`rl_setup.abstract_model`)."""
+    run = rl_setup.plan(config, jax.device_count(), dry=True)
+    return rl_run(run, rl_setup.abstract_model(run))
 
-    `model_cfg` is the model the run loaded (the trainer's start-up check); without it, `model.path`'s
-    or the preset's published architecture, with the reward tokens when the run samples them."""
 
-    config = config_checks.resolved(rl_config.resolve_config(config), jax.device_count())
-    mesh = sharding_lib.make_mesh(rl_config.check(model_prep.dry_run_config(config), jax.device_count()))
-    c = rl_config.choices(config)
-    if model_cfg is None:
-        model_cfg = model_prep.abstract_model_config(
-            config, extra_tokens=2 if config.rl.reward_conditioning == "sampled" else 0
-        )
-    abstract_params = abstract_params_of(model_cfg)
-    p_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
-    tx = optim.make_optimizer(config.optim, 1000)
-    abstract = state_lib.abstract_state(abstract_params, tx)
-    state_sh = state_lib.state_shardings(abstract, mesh, p_sh, tx)
-    chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
-    planned = planned_model(model_cfg)  # the training programs' attention: a fused kernel's memory
-    updater = rl_step.Updater(planned, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
-    micro = int(config.train.batch_size) // int(config.train.grad_accum)
-    length = int(config.data.buckets[-1])
-    with (
-        jax.set_mesh(mesh),
-        sharding_lib.axis_rules(model_prep.rules(config.sharding.train_rules).logical),
-    ):
-        per_rollout = advantages.per_rollout_shapes(c.estimator, c.advantage_options)
-        micro_shapes = rl_batch.abstract_batch(mesh, micro, length, with_ref=c.use_ref, per_rollout=per_rollout)
-        grads_c, apply_c = updater.lower(state_lib.with_shardings(abstract, state_sh), micro_shapes)
-        logprob = rl_step.jit_logprobs(rl_step.make_logprob_fn(planned, chunk, temp), p_sh, mesh)
+def rl_run(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
+    """Per-device memory plan of one RL step of a checked run (the module docstring's phases) at `model_cfg` (the
+    trainer's start-up check passes the model it loaded), without weights: the run's programs (`rl_setup.build`)
+    at `planned_model(model_cfg)`."""
+
+    config, c, mesh, micro, length = run.config, run.choices, run.mesh, run.micro, run.length
+    setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
+    abstract, state_sh, abstract_params = setup.abstract_state, setup.state_shardings, setup.abstract_params
+    with jax.set_mesh(mesh), sharding_lib.axis_rules(setup.logical):
+        grads_c, apply_c = setup.updater.lower(state_lib.with_shardings(abstract, state_sh), run.abstract_micro())
         tok = sharding_lib.batch_sharding(mesh, 2)
-        ref_c = logprob.lower(
-            _with_shardings(abstract_params, p_sh),
+        ref_c = setup.logprobs.lower(
+            _with_shardings(abstract_params, setup.param_shardings),
             jax.ShapeDtypeStruct((micro, length), jnp.int32, sharding=tok),
             jax.ShapeDtypeStruct((micro, length), jnp.bool_, sharding=tok),
         ).compile()
@@ -353,7 +290,7 @@ def rl(config, model_cfg=None) -> dict[str, Any]:
     accum_gb = params_gb * 4 / jnp.dtype(model_cfg.param_dtype).itemsize
     update_gb = max(report["peak_gb"] - params_gb + accum_gb, apply_peak - params_gb - opt_gb)
     reference_gb = model_prep.program_bytes(ref_c) / 1e9 - params_gb  # beyond the parameters it reads
-    rollout = rollout_programs(config, model_cfg, abstract_params, mesh)
+    rollout = rollout_programs(config, model_cfg, abstract_params, mesh, setup.rollout)
     budget_gb = allocator_limit_bytes(config) / 1e9
     resident = {
         "train_state": params_gb + opt_gb,
@@ -410,7 +347,7 @@ def exploration(config, settings: exploration_lib.Settings = exploration_lib.DEF
     dtype = str(rc.model.dtype)  # the loaded weights' dtype (`eval.run.load_policy_model`)
     model_cfg = dataclasses.replace(model_prep.abstract_model_config(rc), dtype=dtype, param_dtype=dtype)
     loaded = abstract_params_of(model_cfg)
-    rollout = rollout_programs(rc, model_cfg, loaded, mesh)
+    rollout = rollout_programs(rc, model_cfg, loaded, mesh, rl_setup.rollout_shapes(rc, mesh))
     loaded_gb = model_prep.shard_bytes(loaded, model_prep.param_shardings(loaded, mesh, rc.sharding.decode_rules))
     resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
     decoding = list(resident)

@@ -16,7 +16,7 @@ from jax.sharding import Mesh
 from rcgrpo_jax import config_fields, models
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_lib import common
-from rcgrpo_jax.data import datasets
+from rcgrpo_jax.models import reward_tokens as reward_tokens_lib
 from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.hf_io import load_hf, save_hf
 from rcgrpo_jax.models.tiny import tiny_architecture
@@ -61,11 +61,6 @@ def param_shardings(abstract_params, mesh: Mesh, rules_name: str):
     return sharding_lib.param_shardings(abstract_params, mesh, r.params, r.logical)
 
 
-def has_reward_tokens(tokenizer) -> bool:
-    vocab = tokenizer.get_vocab()
-    return all(t in vocab for t in (datasets.HIGH_REWARD_TOKEN, datasets.LOW_REWARD_TOKEN))
-
-
 @dataclasses.dataclass
 class LoadedModel:
     """A checkpoint loaded onto the mesh: its ModelConfig, parameters (on `rules_name`'s shardings) and tokenizer."""
@@ -83,7 +78,9 @@ def load(config, path: str, mesh: Mesh, rules_name: str, *, reward_tokens: bool 
     model_cfg = model_config(config, path)
     params = load_hf(path, dtype=model_cfg.param_dtype, mesh=mesh, rules=rules(rules_name))[1]
     model = LoadedModel(model_cfg, params, AutoTokenizer.from_pretrained(path))
-    if reward_tokens and not (has_reward_tokens(model.tokenizer) and model_cfg.vocab_size >= len(model.tokenizer)):
+    if reward_tokens and not (
+        reward_tokens_lib.known_by(model.tokenizer) and model_cfg.vocab_size >= len(model.tokenizer)
+    ):
         model_cfg, params, tokenizer, _ = models.add_reward_tokens(model_cfg, params, model.tokenizer)
         p_sh = param_shardings(jax.eval_shape(lambda: params), mesh, rules_name)
         model = LoadedModel(model_cfg, jax.device_put(params, p_sh), tokenizer)

@@ -111,6 +111,11 @@ def resolve_config(config):
 
 def check(config, num_devices: int) -> dict[str, int]:
     """config_checks.check plus every RL field; returns the mesh shape."""
+    return checked(config, num_devices)[0]
+
+
+def checked(config, num_devices: int) -> tuple[dict[str, int], RLChoices]:
+    """`check`, returning the mesh shape and the choices it validated (`train.rl_setup.plan` runs it once)."""
 
     config = config_checks.resolved(config, num_devices)
     shape = config_checks.check(config, num_devices)
@@ -167,7 +172,7 @@ def check(config, num_devices: int) -> dict[str, int]:
             f"{chosen.estimator!r} needs reward tokens drawn per rollout: set rl.reward_conditioning='sampled' "
             f"(configs/rc_grpo.py), got {rl.reward_conditioning!r}",
         )
-    return shape
+    return shape, chosen
 
 
 def _choice(value: Any, options, field: str) -> None:

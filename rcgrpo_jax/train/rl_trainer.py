@@ -40,9 +40,8 @@ from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources, tiny_checkpoint
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.models import reward_tokens
-from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages, diagnostics, filters, shaping
-from rcgrpo_jax.train import dry_run, model_prep, optim, rl_batch, rl_config, rl_data, rl_rollouts, rl_step, runner
+from rcgrpo_jax.train import dry_run, model_prep, rl_batch, rl_config, rl_data, rl_rollouts, rl_setup, rl_step, runner
 from rcgrpo_jax.train import logging as log_lib
 from rcgrpo_jax.train import loop as loop_lib
 from rcgrpo_jax.train import state as state_lib
@@ -127,13 +126,11 @@ class RLTrainer:
 
     progress_keys = ("reward_mean", "kl", "grad_norm")
 
-    def __init__(self, config, workdir: str):
-
-        config = config_checks.resolved(config, jax.device_count())  # an automatic grad_accum for these devices
-        self.config, self.stage = config, config.stage
+    def __init__(self, run: rl_setup.RunPlan, workdir: str):
+        config = run.config  # resolved and checked (`rl_setup.plan`)
+        self.run, self.config, self.stage = run, config, config.stage
         self.workdir = workdir
-        self.mesh = sharding_lib.make_mesh(rl_config.check(config, jax.device_count()))
-        self.choices = rl_config.choices(config)
+        self.mesh, self.choices = run.mesh, run.choices
         rl = config.rl
         self.tasks = sources.tasks(config.data, "rl")
         self.group = int(rl.group_size)
@@ -152,29 +149,14 @@ class RLTrainer:
         self.parser = chat.get_parser(chat.family_for(self.model_cfg.model_type))
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
 
-        # Optimizer, state shardings, jitted functions (cached per length bucket by jit).
-        rules = config.sharding.train_rules
-        abstract_params = abstract_params_of(self.model_cfg)
-        p_sh = model_prep.param_shardings(abstract_params, self.mesh, rules)
+        # The programs (jit caches them per length bucket): one optimizer update per mini-batch per PPO epoch.
         updates = self.total_steps * int(rl.ppo_epochs) * int(rl.num_minibatches)
-        self.tx = optim.make_optimizer(config.optim, updates)
-        self.lr_fn = optim.schedule(config.optim.lr, updates, config.optim.warmup_ratio, config.optim.end_lr_ratio)
-        self.abstract = state_lib.abstract_state(abstract_params, self.tx)
-        self.state_sh = state_lib.state_shardings(self.abstract, self.mesh, p_sh, self.tx)
-        self.logical = model_prep.rules(rules).logical
-        chunk, temp = int(config.train.logprob_chunk), float(rl.temperature)
-        c = self.choices
-        self.updater = rl_step.Updater(
-            self.model_cfg, self.tx, c.loss, c.loss_options, chunk, self.state_sh, self.mesh, temp
-        )
-        self.logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(self.model_cfg, chunk, temp), p_sh, self.mesh)
-        self.ref_logprobs = None
-        if c.use_ref:
-            self.ref_logprobs = rl_step.jit_logprobs(
-                rl_step.make_logprob_fn(self.ref_cfg, chunk, temp), p_sh, self.mesh
-            )
+        self.setup = rl_setup.build(run, self.model_cfg, ref_cfg=self.ref_cfg, updates=updates)
+        s = self.setup
+        self.tx, self.lr_fn, self.abstract, self.state_sh = s.tx, s.lr_fn, s.abstract_state, s.state_shardings
+        self.logical, self.updater, self.logprobs, self.ref_logprobs = s.logical, s.updater, s.logprobs, s.ref_logprobs
         self.judge = None
-        if c.uses_judge:
+        if self.choices.uses_judge:
             self.judge = judges.make_judge(rl.judge)
             stand_in = " (a deterministic stand-in, not an LLM judge)" if self.judge.stand_in else ""
             absl_logging.info("reasoning judge: %s%s", self.judge.name, stand_in)
@@ -183,12 +165,12 @@ class RLTrainer:
             self.tokenizer,
             self.parser,
             chat.end_of_turn_ids(self.tokenizer),
-            model_prep.param_shardings(abstract_params, self.mesh, config.sharding.decode_rules),
+            s.decode_shardings,
             self.mesh,
             with_messages=self.judge is not None,
         )
         if config.memory.check_fit:  # as SFT: refuse to start what cannot fit (the dry run's memory plan)
-            fit = dry_run.rl(config, self.model_cfg)
+            fit = dry_run.rl_run(run, self.model_cfg)
             config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
 
     def _load_models(self, config, workdir: str) -> None:
@@ -200,7 +182,7 @@ class RLTrainer:
         path = tiny_checkpoint.model_dir(config, workdir)
         self.conditioning = config.rl.reward_conditioning
         if self.conditioning == "auto":
-            known = model_prep.has_reward_tokens(AutoTokenizer.from_pretrained(path))
+            known = reward_tokens.known_by(AutoTokenizer.from_pretrained(path))
             self.conditioning = "high" if known else "none"
         conditioned = self.conditioning != "none"
         policy = model_prep.load(config, path, self.mesh, rules, reward_tokens=conditioned)
@@ -495,5 +477,5 @@ def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update: UpdateResult, p
 
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from `model.path`); see train/runner.py."""
-    config = rl_config.resolve_config(config)
-    return runner.run(RLTrainer(config, workdir), config, workdir, stop_after=stop_after)
+    run_plan = rl_setup.plan(config, jax.device_count())
+    return runner.run(RLTrainer(run_plan, workdir), run_plan.config, workdir, stop_after=stop_after)

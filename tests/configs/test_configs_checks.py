@@ -81,8 +81,13 @@ def test_checkpoint_path_without_config_json(tmp_path):
 
 
 def test_signature_tool_list_needs_the_qwen2_tiny_checkpoint():
+    from rcgrpo_jax.models import tiny
+
     c = sft.get_config("tiny")
     assert c.model.tiny_tools_format == "signatures"
+    for arch in tiny.QWEN_STYLE:  # the tiny builder's own list of the archs with the signature tool list
+        c.model.tiny_arch = arch
+        config_checks.check(c, num_devices=8)
     c.model.tiny_arch = "llama"
     e = _err(c)
     assert e.field == "model.tiny_tools_format" and "'json'" in str(e)

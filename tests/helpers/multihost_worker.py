@@ -178,7 +178,7 @@ def rl_run(ckpt: str, workdir: str) -> dict:
     from rcgrpo_jax import multihost, sharding
     from rcgrpo_jax.envs import bfcl
     from rcgrpo_jax.train import checkpoint as ckpt_lib
-    from rcgrpo_jax.train import rl_trainer
+    from rcgrpo_jax.train import rl_setup, rl_trainer
 
     built, stepped, seen = [], [], []
 
@@ -233,8 +233,7 @@ def rl_run(ckpt: str, workdir: str) -> dict:
         bfcl.BFCLEnv, rl_trainer.rl_rollouts.collect = real_env, real_collect
 
     # Restore the checkpoint the run left (every process reads its own shards) and read the params back.
-    config = rl_trainer.rl_config.resolve_config(rl_config(ckpt))
-    trainer = rl_trainer.RLTrainer(config, workdir)
+    trainer = rl_trainer.RLTrainer(rl_setup.plan(rl_config(ckpt), jax.device_count()), workdir)
     ckpt = ckpt_lib.Checkpointer(f"{workdir}/checkpoints", every_steps=1, max_to_keep=2)
     try:
         steps = ckpt.all_steps()

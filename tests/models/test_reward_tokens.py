@@ -205,3 +205,15 @@ def test_token_of_maps_the_sampled_codes_to_their_tokens():
     assert {reward_tokens.token_of(c) for c in np.asarray(codes).ravel()} == set(reward_tokens.REWARD_TOKENS)
     with pytest.raises(ValueError, match="is 1 \\(high\\) or 0 \\(low\\)"):
         reward_tokens.token_of(2)
+
+
+def test_a_tokenizer_knows_the_reward_tokens_only_with_both():
+    """`reward_tokens.known_by`: the one test of a reward-conditioned tokenizer (the trainer's `auto`
+    conditioning, the evaluation's `auto` goal, `model_prep.load`)."""
+    tok = _tokenizer()
+    assert not reward_tokens.known_by(tok)
+    tok.add_special_tokens({"additional_special_tokens": [reward_tokens.HIGH_REWARD_TOKEN]})
+    assert not reward_tokens.known_by(tok)  # the high token alone is not a reward-conditioned checkpoint's
+    config = _config(len(WORDS), tied=True)
+    _, _, both, _ = add_reward_tokens(config, init_params(config, jax.random.key(0)), _tokenizer())
+    assert reward_tokens.known_by(both)

@@ -168,11 +168,16 @@ def test_sft_dry_run_has_the_same_shape(tiny_ckpt, data_path):
     assert report["fits"] and np.isfinite(gb["peak"])
 
 
-def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
-    """As SFT: the RL trainer checks the dry run's memory plan before any state is made."""
+def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path, monkeypatch):
+    """As SFT: the RL trainer checks the dry run's memory plan before any state is made, on the run it set up
+    (`train.rl_setup`): the config is checked once."""
     from configs import rc_grpo
     from rcgrpo_jax.config_fields import MemoryFitError
-    from rcgrpo_jax.train import rl_trainer
+    from rcgrpo_jax.train import rl_config, rl_trainer
+
+    checks = []
+    checked = rl_config.checked
+    monkeypatch.setattr(rl_config, "checked", lambda *a, **k: checks.append(1) or checked(*a, **k))
 
     c = rc_grpo.get_config("tiny")
     c.model.path = tiny_ckpt
@@ -183,3 +188,4 @@ def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path):
     with pytest.raises(MemoryFitError, match="GB over the"):
         rl_trainer.run(c, str(tmp_path))
     assert not os.path.exists(tmp_path / "checkpoints")
+    assert len(checks) == 1

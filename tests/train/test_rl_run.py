@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from rcgrpo_jax.data import tiny_checkpoint
+from rcgrpo_jax.models import reward_tokens
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import model_prep, rl_trainer
+from rcgrpo_jax.train import rl_trainer
 from tests.helpers import train as train_helpers
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -105,9 +106,7 @@ def test_export_has_the_reward_tokens(straight, world_ckpt):
 
     workdir, _ = straight
     tok = AutoTokenizer.from_pretrained(os.path.join(workdir, "hf"))
-    assert model_prep.has_reward_tokens(tok) and not model_prep.has_reward_tokens(
-        AutoTokenizer.from_pretrained(world_ckpt)
-    )
+    assert reward_tokens.known_by(tok) and not reward_tokens.known_by(AutoTokenizer.from_pretrained(world_ckpt))
     cfg, params = load_hf(os.path.join(workdir, "hf"))
     assert cfg.vocab_size >= len(tok) and params["embed"]["embedding"].shape[0] == cfg.vocab_size
 
