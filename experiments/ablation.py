@@ -206,11 +206,47 @@ def build_base(workdir: str, budget: budgets_lib.Budget, seed: int = 0) -> str:
     return path
 
 
-def pretrained_base(workdir: str, budget: budgets_lib.Budget) -> str:
-    """The world's base model (`budget.pretrain`), once for every seed and row under workdir/base: the random
+SHIPPED_BASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base_models")
+SHIPPED_RECORD = "record.json"  # beside a shipped base: {"request": base_request(budget), "command", "rebuild", ...}
+
+
+def base_request(budget: budgets_lib.Budget) -> dict:
+    """Every setting a pretrained base depends on (the key of its caches and of a shipped copy)."""
+    return cache.plain(
+        {
+            "arch": budget.arch,
+            "model": dict(budget.model),
+            "world": dict(budget.world),
+            "corpus": dict(budget.pretrain_corpus),
+            "pretrain": dict(budget.pretrain),
+        }
+    )
+
+
+def shipped_base(budget: budgets_lib.Budget) -> str | None:
+    """The copy of the budget's base the repository ships (experiments/base_models/*, whose record's request equals
+    `base_request(budget)`), or None."""
+    want = base_request(budget)
+    if not os.path.isdir(SHIPPED_BASES):
+        return None
+    for name in sorted(os.listdir(SHIPPED_BASES)):
+        record = os.path.join(SHIPPED_BASES, name, SHIPPED_RECORD)
+        if os.path.exists(record):
+            with open(record) as f:
+                if json.load(f).get("request") == want:
+                    return os.path.join(SHIPPED_BASES, name)
+    return None
+
+
+def pretrained_base(workdir: str, budget: budgets_lib.Budget, *, use_shipped: bool = True) -> str:
+    """The world's base model (`budget.pretrain`), once for every seed and row: the copy the repository ships for
+    these settings (`shipped_base`; `use_shipped=False` rebuilds), else built under workdir/base: the random
     checkpoint of `build_base` trained by the SFT stage on the corpus of `datasets.pretrain_records` over the
     world's 'pretrain' split, without reward tokens. Keyed by its settings: a cached base made with others raises
-    cache.StaleCacheError. Returns the HF directory (workdir/base/pretrain/hf)."""
+    cache.StaleCacheError. Returns the HF directory (the shipped one, or workdir/base/pretrain/hf)."""
+    shipped = shipped_base(budget) if use_shipped else None
+    if shipped is not None:
+        return shipped
     corpus = dict(budget.pretrain_corpus)
     seed = int(corpus.get("seed", 0))
     root = os.path.join(workdir, "base")
@@ -247,7 +283,8 @@ def base_probe(base: str, budget: budgets_lib.Budget, workdir: str) -> dict[str,
     of its dev calls with a made-up argument (`episodes.episode_profile`). Cached in workdir/base/eval."""
     from experiments import episodes
 
-    ev = os.path.join(workdir, "base", "eval")
+    shipped = os.path.abspath(base).startswith(SHIPPED_BASES + os.sep)
+    ev = os.path.join(workdir, "base", "eval_shipped" if shipped else "eval")
     n = int(budget.passk["per_type"])
     dev_path = os.path.join(ev, "dev.json")
     out = {
@@ -763,26 +800,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--base_only", action="store_true", help="build (or read) the world's pretrained base and its probe, then stop"
     )
+    ap.add_argument(
+        "--rebuild_base",
+        action="store_true",
+        help="with --base_only: build the base even where the repository ships one",
+    )
     args = ap.parse_args(argv)
+    if args.rebuild_base and not args.base_only:
+        ap.error("--rebuild_base goes with --base_only")
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     if args.only_seed is not None and not 0 <= args.only_seed < args.seeds:
         ap.error(f"--only_seed must be in [0, {args.seeds})")
     host_devices(budgets_lib.get(args.budget).devices)
     if args.base_only:
-        base_only(args.workdir, args.budget)
+        base_only(args.workdir, args.budget, rebuild=args.rebuild_base)
         return
     run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split, only_seed=args.only_seed)
 
 
-def base_only(workdir: str, budget_name: str) -> dict:
-    """The world's pretrained base and its probe (`base_probe`), printed as a table; the budget must pretrain."""
+def base_only(workdir: str, budget_name: str, *, rebuild: bool = False) -> dict:
+    """The world's pretrained base and its probe (`base_probe`), printed as a table; the budget must pretrain.
+    rebuild: build it under workdir/base even where the repository ships a copy (the command that made the copy)."""
     budget = budgets_lib.get(budget_name)
     if not budget.pretrain:
         raise ValueError(f"budget {budget.name} has no pretraining stage (budget.pretrain is empty)")
     workdir = os.path.abspath(workdir)
     compile_cache(workdir)
-    base = pretrained_base(workdir, budget)
+    base = pretrained_base(workdir, budget, use_shipped=not rebuild)
+    print(f"base model: {base}", flush=True)
     probe = base_probe(base, budget, workdir) if budget.passk else {}
     if probe:
         print(summary_lib.base_probe_table(probe), flush=True)

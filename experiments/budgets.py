@@ -150,7 +150,8 @@ QUICKSTART = Budget(
     sft_reward_slot="random",
     # The world's base model, pretrained once and shared by every seed and row (the paper's instruct base): the
     # 'pretrain' split, one conversation a task, 30% of them one of the task's generated failures (a sibling tool,
-    # a wrong argument, a premature stop, a skipped turn), no reward goal; 800 steps of 16 at lr 3e-3.
+    # a wrong argument, a premature stop, a skipped turn), no reward goal; 800 steps of 16 at lr 3e-3. The repository
+    # ships it (experiments/base_models/quickstart, `ablation.shipped_base`), so the quickstart does not rebuild it.
     pretrain_corpus={"failure_share": 0.3},
     pretrain={
         **COMMON_TRAIN,
@@ -192,7 +193,7 @@ QUICKSTART = Budget(
         "checkpoint.every_steps": 5,
     },
     eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"pretrain": 600, "setup": 10, "eval": 40, "sft": 60, "explore": 30, "rctp_ft": 300, "passk": 40, "rl": 110},
+    plan_s={"pretrain": 90, "setup": 10, "eval": 40, "sft": 60, "explore": 30, "rctp_ft": 300, "passk": 40, "rl": 110},
     controls=("shuffled", "lr0"),
 )
 

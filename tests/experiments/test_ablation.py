@@ -464,3 +464,28 @@ def test_no_expert_step_of_the_world_makes_up_an_argument(tmp_path):
     p = episodes.episode_profile([str(path)])
     assert p.episodes == len(records) > 0 and p.calls_per_episode > 1
     assert p.made_up_argument == 0.0
+
+
+def test_the_shipped_base_is_the_quickstart_budgets_with_the_command_that_rebuilds_it():
+    """experiments/base_models/quickstart: the base every quickstart and reproduce seed starts from (built by its
+    record's command), its record naming exactly the budget's settings; another budget's base is built, not shipped."""
+    shipped = ablation.shipped_base(budgets.QUICKSTART)
+    assert shipped == os.path.join(ablation.SHIPPED_BASES, "quickstart") == ablation.shipped_base(budgets.REPRODUCE)
+    with open(os.path.join(shipped, ablation.SHIPPED_RECORD)) as f:
+        record = json.load(f)
+    assert record["request"] == ablation.base_request(budgets.QUICKSTART)
+    assert "--budget quickstart" in record["command"] and "--rebuild_base" in record["command"] and record["rebuild"]
+    with open(os.path.join(shipped, "config.json")) as f:
+        config = json.load(f)
+    model = budgets.QUICKSTART.model
+    assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"]) == (
+        model["hidden_size"],
+        model["num_layers"],
+        model["head_dim"],
+    )
+    total = sum(os.path.getsize(os.path.join(shipped, n)) for n in os.listdir(shipped))
+    assert total <= 10 * 2**20  # the issue's cap on a shipped copy
+    assert ablation.shipped_base(budgets.SMOKE) is None
+    other = dataclasses.replace(budgets.QUICKSTART, pretrain_corpus={"failure_share": 0.5})
+    assert ablation.shipped_base(other) is None and ablation.base_request(other) != record["request"]
+    assert ablation.pretrained_base("unused", budgets.QUICKSTART) == shipped  # nothing built
