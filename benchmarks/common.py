@@ -208,3 +208,24 @@ def op_time_breakdown(fn: Callable[[], Any], top: int = 8) -> dict[str, float]:
                     )
                     totals[name] += ev.duration_ns / 1e6
     return {k: round(v, 1) for k, v in totals.most_common(top)}
+
+
+def constant_optim(lr: float, clip_norm: float = 1.0):
+    """The project's optimizer section (`config_lib.common.optim`: AdamW's betas, eps, no weight decay) at a
+    constant learning rate (no warmup, no decay): what a benchmark's step, and a peer's AdamW, run with."""
+    from rcgrpo_jax.config_lib import common as config_common
+
+    c = config_common.optim(lr)
+    c.warmup_ratio, c.end_lr_ratio, c.weight_decay, c.clip_norm = 0.0, 1.0, 0.0, clip_norm
+    return c
+
+
+def rollout_inputs(estimator: str, rows: int, config=None) -> dict:
+    """Neutral per-rollout loss inputs for `rows` rollouts of `estimator`: ones of each shape its
+    `advantages.per_rollout_shapes` declares (AWPO's clip scale 1: the plain clip), {} for one that declares none."""
+    import numpy as np
+
+    from rcgrpo_jax.rl import advantages
+
+    shapes = advantages.per_rollout_shapes(estimator, config)
+    return {k: np.ones((rows, *s.shape), s.dtype) for k, s in shapes.items()}

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import functools
 import time
-import types
 from typing import Any
 
 from benchmarks import common
@@ -548,7 +547,7 @@ def random_rollout_batch(config, batch: int, seq: int, seed: int = 0):
         old_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         ref_logp=jnp.asarray(rng.uniform(-3, -0.1, (batch, seq - 1)), jnp.float32),
         advantages=jnp.asarray(rng.choice([-1.0, 1.0], batch), jnp.float32),
-        per_rollout={"clip_scale": jnp.ones((batch,), jnp.float32)},
+        per_rollout={k: jnp.asarray(v) for k, v in common.rollout_inputs("rc_grpo", batch).items()},
     )
 
 
@@ -557,10 +556,7 @@ def bench_rl_step(plan: Plan, peak_flops: float) -> dict[str, Any]:
     import jax
 
     config = model_config(plan.shape, param_dtype="float32", dtype="bfloat16", remat=True)
-    ocfg = types.SimpleNamespace(
-        lr=1e-6, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0
-    )
-    tx = optim_lib.make_optimizer(ocfg, 1000)
+    tx = optim_lib.make_optimizer(common.constant_optim(1e-6), 1000)
     t = time.perf_counter()
     state = jax.jit(lambda k: state_lib.create(models.init_params(config, k), tx, jax.random.PRNGKey(0)))(
         jax.random.key(0)

@@ -147,10 +147,7 @@ class OursStep:
         self.sample_mesh = common.data_mesh(devices)  # None: the sampler's single-device path
         self.mesh = self.sample_mesh or sharding_lib.make_mesh({"fsdp": 1}, jax.devices()[:1])
         p_sh = model_prep.param_shardings(abstract_params(self.config), self.mesh, "train")
-        ocfg = ml_collections.ConfigDict(
-            dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=1.0)
-        )
-        tx = optim.make_optimizer(ocfg, 10**6)
+        tx = optim.make_optimizer(common.constant_optim(LR), 10**6)
         abstract = state_lib.abstract_state(abstract_params(self.config), tx)
         state_sh = state_lib.state_shardings(abstract, self.mesh, p_sh, tx)
         self.logical = model_prep.rules("train").logical
@@ -193,7 +190,7 @@ class OursStep:
             [np.r_[np.zeros(p), np.ones(w.new)].astype(np.float32)] * len(self.prompts),
             [np.r_[np.zeros(p, np.float32), lp] for lp in res.logprobs],
             adv,
-            {"clip_scale": np.ones_like(adv)},
+            common.rollout_inputs("grpo", len(adv)),
             length=self.length,
             pad_id=0,
         )

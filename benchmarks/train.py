@@ -52,13 +52,10 @@ def ours_step_fn(config, params, batch_tokens, *, chunk: int, device, unroll: in
     `device`, or with `mesh` (a data mesh) the batch's rows split over its devices and the state copied."""
     import jax
     import jax.numpy as jnp
-    import ml_collections
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    ocfg = ml_collections.ConfigDict(
-        dict(lr=LR, warmup_ratio=0.0, end_lr_ratio=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, clip_norm=CLIP)
-    )
+    ocfg = common.constant_optim(LR, CLIP)
     tx = optim_lib.make_optimizer(ocfg, 1000)
     lr_fn = optim_lib.schedule(LR, 1000, 0.0, 1.0)
     config = dataclasses.replace(config, scan_unroll=unroll)
@@ -82,7 +79,8 @@ def torch_step_fn(hf, batch_tokens):
     """A zero-argument callable running one HF + torch.optim.AdamW step."""
     import torch
 
-    opt = torch.optim.AdamW(hf.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    o = common.constant_optim(LR, CLIP)
+    opt = torch.optim.AdamW(hf.parameters(), lr=LR, betas=(o.b1, o.b2), eps=o.eps, weight_decay=o.weight_decay)
     ids = torch.as_tensor(batch_tokens, dtype=torch.long)
 
     def run() -> float:

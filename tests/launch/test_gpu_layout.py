@@ -168,6 +168,9 @@ def test_setup_env_gpu_over_a_venv_python3_offline(tmp_path):
     # which only the wheel folder brings) measures through the overlay.
     check_env = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
     check_env["GPU_CHECK_OUT"] = str(tmp_path / "check.jsonl")
+    check_env["RCGRPO_SKIP_MESH_CHECK"] = (
+        "1"  # the multi-GPU stage has its own test (tests/benchmarks/test_mesh_check.py)
+    )
     skip = "attention,ragged_decode,packed_attention,prod_decode,decode"
     check = subprocess.run(
         ["bash", os.path.join(REPO, "launch", "gpu_check.sh"), "--tiny", "--skip", skip],
