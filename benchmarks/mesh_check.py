@@ -124,13 +124,13 @@ def small_config(stage_module, preset: str, mesh_shape: dict[str, int], model_pa
     return c
 
 
-def step_row(trainer_cls, config, workdir: str) -> dict[str, Any]:
-    """Builds `trainer_cls(config, workdir)` (a real trainer; SFT builds its data in `workdir`) and runs its
+def step_row(make_trainer, config, workdir: str) -> dict[str, Any]:
+    """Builds `make_trainer(config, workdir)` (a real trainer; SFT builds its data in `workdir`) and runs its
     first step on its mesh."""
     import jax
 
     t0 = time.perf_counter()
-    trainer = trainer_cls(config, workdir)
+    trainer = make_trainer(config, workdir)
     build = time.perf_counter() - t0
     with jax.set_mesh(trainer.mesh):
         state = trainer.init_state()
@@ -181,14 +181,14 @@ def run(preset: str, workdir: str, *, fit: bool = False, env: dict[str, Any] | N
         row.update(build_model(preset, os.path.join(workdir, "model")))
         model = row["path"]
     rows.append(row)
-    for name, module, trainer_cls in (
+    for name, module, make_trainer in (
         ("sft_step", sft, sft_trainer.SFTTrainer),
-        ("rl_step", rc_grpo, rl_trainer.RLTrainer),
+        ("rl_step", rc_grpo, rl_trainer.make),
     ):
         with common.guarded({"bench": name}) as row:
             shape = dict(_needs(mesh, "mesh").shape)
             config = small_config(module, preset, shape, _needs(model, "tiny_model"))
-            row.update(step_row(trainer_cls, config, workdir))
+            row.update(step_row(make_trainer, config, workdir))
         rows.append(row)
     rows.append(common.emit({"bench": "done", "errors": sum("error" in r for r in rows)}))
     return rows

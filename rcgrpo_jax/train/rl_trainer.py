@@ -475,7 +475,13 @@ def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update: UpdateResult, p
     }
 
 
+def make(config, workdir: str) -> RLTrainer:
+    """The trainer of `config` on this process's devices: its `rl_setup.plan` (the config checked once), then
+    `RLTrainer` over it."""
+    return RLTrainer(rl_setup.plan(config, jax.device_count()), workdir)
+
+
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from `model.path`); see train/runner.py."""
-    run_plan = rl_setup.plan(config, jax.device_count())
-    return runner.run(RLTrainer(run_plan, workdir), run_plan.config, workdir, stop_after=stop_after)
+    trainer = make(config, workdir)
+    return runner.run(trainer, trainer.config, workdir, stop_after=stop_after)
