@@ -154,7 +154,7 @@ def test_an_rl_dry_run_refuses_an_exploration_that_does_not_fit(monkeypatch):
     from rcgrpo_jax import stages
     from rcgrpo_jax.config_fields import MemoryFitError
 
-    assert stages.resolve(stages.TRAINERS["rl"].dry_run) is dry_run.rl_with_exploration
+    assert stages.TRAINERS["rl"].dry_run is dry_run.rl_with_exploration
     plan = {"peak_gb": 50.0, "budget_gb": 100.0, "fits": True}
     monkeypatch.setattr(dry_run, "rl", lambda config: {"peak_gb": 10.0, "budget_gb": 100.0})
     monkeypatch.setattr(dry_run, "exploration", lambda config: plan)
