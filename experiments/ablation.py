@@ -280,7 +280,8 @@ def pretrained_base(workdir: str, budget: budgets_lib.Budget, *, use_shipped: bo
 def base_probe(base: str, budget: budgets_lib.Budget, workdir: str) -> dict[str, dict]:
     """What the base model can do before stage 1: greedy and pass@k at `budget.passk`'s temperature on 'dev' (all
     of it) and on the first `budget.passk["per_type"]` tasks of each type of the i.i.d. test, by type, and the share
-    of its dev calls with a made-up argument (`episodes.episode_profile`). Cached in workdir/base/eval."""
+    of its dev calls with a made-up argument (`episodes.episode_profile`). Cached in workdir/base/eval (a shipped
+    base's in workdir/base/eval_shipped)."""
     from experiments import episodes
 
     shipped = os.path.abspath(base).startswith(SHIPPED_BASES + os.sep)
@@ -600,10 +601,10 @@ def run(
     if budget.pretrain:
         t = console.start("base model (pretraining)")
         base = pretrained_base(workdir, budget)
-        base_figures = probe = base_probe(base, budget, workdir) if budget.passk else {}
+        base_figures = base_probe(base, budget, workdir) if budget.passk else {}
         timings.update(stage_seconds(workdir, {"pretrain": console.end("base model (pretraining)", t, base)}))
-        if probe and not quiet:
-            print(summary_lib.base_probe_table(probe), flush=True)
+        if base_figures and not quiet:
+            print(summary_lib.base_probe_table(base_figures), flush=True)
     for seed in range(seeds) if only_seed is None else (only_seed,):
         sdir = os.path.join(workdir, f"s{seed}")
         seed_timings: dict[str, float] = {}
