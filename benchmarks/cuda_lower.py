@@ -36,6 +36,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
+from benchmarks import model_sizes
 from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, select_implementation
@@ -88,18 +89,20 @@ def custom_calls(module_text: str) -> list[str]:
 
 
 def tiny_model(cfg):
-    """A 2-layer stand-in of `cfg`'s family (its norms, biases, RoPE), head_dim 16, with its GQA ratio
-    (capped at 4) over 2 kv heads, so the tiny programs exercise the same paths fast."""
+    """A 2-layer stand-in of `cfg`'s family (its norms, biases, RoPE) at `model_sizes.MODELS["lowering"]`'s
+    sizes (head_dim 16), with `cfg`'s GQA ratio (capped at 4) over its KV heads, so the tiny programs exercise
+    the same paths fast."""
+    s = model_sizes.MODELS["lowering"]
     reps = max(1, min(cfg.num_heads // cfg.num_kv_heads, 4))
     return dataclasses.replace(
         cfg,
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_layers=2,
-        num_heads=2 * reps,
-        num_kv_heads=2,
-        head_dim=16,
+        vocab_size=s["vocab_size"],
+        hidden_size=s["hidden_size"],
+        intermediate_size=s["intermediate_size"],
+        num_layers=s["num_hidden_layers"],
+        num_heads=s["num_key_value_heads"] * reps,
+        num_kv_heads=s["num_key_value_heads"],
+        head_dim=s["head_dim"],
     )
 
 

@@ -32,9 +32,8 @@ import functools
 import time
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, model_sizes
 from rcgrpo_jax import hardware, models
-from rcgrpo_jax.config_lib import common as config_common
 from rcgrpo_jax.models import ModelConfig, attention
 from rcgrpo_jax.models.cache import attention_mask
 from rcgrpo_jax.sampling import (
@@ -55,35 +54,22 @@ from rcgrpo_jax.train import state as state_lib
 from rcgrpo_jax.train.rl_batch import RolloutBatch
 
 
-def _published(preset: str) -> dict[str, Any]:
-    """The shape fields of a preset's published architecture."""
-    cfg = ModelConfig.from_hf(config_common.hf_architecture(preset))
-    fields = "vocab_size hidden_size intermediate_size num_layers num_heads num_kv_heads head_dim tie_word_embeddings"
-    return {f: getattr(cfg, f) for f in fields.split()}
+def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool) -> ModelConfig:
+    """Our decoder's config of `model_sizes.MODELS[shape]` at these dtypes and remat."""
+    config = ModelConfig.from_hf(model_sizes.MODELS[shape])
+    return dataclasses.replace(config, param_dtype=param_dtype, dtype=dtype, remat=remat)
 
 
-# Qwen2.5-1.5B's published shape (tied embeddings, q/k/v biases, rope theta 1e6).
-SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-1.5b": dict(
-        vocab_size=151936,
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_layers=28,
-        num_heads=12,
-        num_kv_heads=2,
-        head_dim=128,
-    ),
-    "tiny": dict(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16
-    ),
-    # Qwen2.5-7B's published shape (`config_lib.common.hf_architecture`): the production decode row.
-    "qwen2.5-7b": _published("qwen2_5_7b"),
-}
+def attention_heads(shape: str) -> tuple[int, int, int]:
+    """(query heads, KV heads, head_dim) of `model_sizes.MODELS[shape]`."""
+    c = ModelConfig.from_hf(model_sizes.MODELS[shape])
+    return c.num_heads, c.num_kv_heads, c.head_dim
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What to measure; `--tiny` swaps in shapes a CPU finishes in seconds."""
+    """What to measure (`shape`, `prod_shape`: `model_sizes.MODELS` names); `--tiny` swaps in shapes a CPU
+    finishes in seconds."""
 
     shape: str = "qwen2.5-1.5b"
     decode_batches: tuple[int, ...] = (64,)  # the last row; --decode-batches 1,16,64 for the sweep
@@ -96,7 +82,7 @@ class Plan:
     deadline_s: float = 420.0  # measurements not started by then are reported as skipped
     attn_seqs: tuple[int, ...] = (4096, 16384)
     # Qwen2.5-7B's: query heads, KV heads, head_dim
-    attn_heads: tuple[int, int, int] = tuple(SHAPES["qwen2.5-7b"][k] for k in ("num_heads", "num_kv_heads", "head_dim"))
+    attn_heads: tuple[int, int, int] = attention_heads("qwen2.5-7b")
     # The production decode (configs/rc_grpo.py:qwen2_5_7b): 160 rows over 4 batch shards = 40 rows per
     # device, each row reading an 8k-slot span (the mean of BFCL's 2k-16k contexts), bf16 weights and cache.
     # One H200 holds the whole model (the production mesh splits it over tensor=2: half the weight bytes).
@@ -111,7 +97,7 @@ class Plan:
 
 
 TINY = Plan(
-    shape="tiny",
+    shape="gpu_tiny",
     prompt=16,
     new_tokens=8,
     rl_batch=2,
@@ -119,29 +105,14 @@ TINY = Plan(
     logprob_chunk=128,
     repeats=1,
     attn_seqs=(64, 128),
-    attn_heads=(4, 2, 16),
-    prod_shape="tiny",
+    attn_heads=attention_heads("gpu_tiny"),
+    prod_shape="gpu_tiny",
     prod_rows=8,
     prod_span=256,  # two 128-slot kernel blocks: the ragged row's rows read one or two
     prod_new=8,
     packed_rows=4,
     packed_tokens=40,
 )
-
-
-def model_config(shape: str, *, param_dtype: str, dtype: str, remat: bool):
-
-    return ModelConfig(
-        model_type="qwen2",
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        attention_bias=True,
-        max_position_embeddings=32768,
-        param_dtype=param_dtype,
-        dtype=dtype,
-        remat=remat,
-        **{"tie_word_embeddings": True, **SHAPES[shape]},
-    )
 
 
 def tree_bytes(tree) -> int:

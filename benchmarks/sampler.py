@@ -36,8 +36,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks import common, tunix_peer
-from benchmarks.model_sizes import MODELS
+from benchmarks import common, model_sizes, tunix_peer
 from rcgrpo_jax import models, sharding
 from rcgrpo_jax.sampling import buckets, generate
 
@@ -202,13 +201,11 @@ def bench_model(
     import jax
     import numpy as np
     import torch
-    import transformers
 
-    cfg = transformers.Qwen2Config(max_position_embeddings=4096, tie_word_embeddings=False, **MODELS[name])
     torch.manual_seed(0)
-    hf = transformers.Qwen2ForCausalLM(cfg).eval()
+    hf = model_sizes.hf_model(name, max_position_embeddings=4096).eval()
     rng = np.random.default_rng(0)
-    prompts = rng.integers(1, cfg.vocab_size, (batch, prompt))
+    prompts = rng.integers(1, hf.config.vocab_size, (batch, prompt))
     peer_row: dict[str, Any] = {"peers": ",".join(peers)}
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)

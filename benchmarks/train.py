@@ -23,8 +23,7 @@ import os
 import tempfile
 from typing import Any
 
-from benchmarks import common
-from benchmarks.model_sizes import MODELS
+from benchmarks import common, model_sizes
 from rcgrpo_jax import models
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import sft
@@ -33,14 +32,13 @@ from rcgrpo_jax.train import state as state_lib
 LR, CLIP = 1e-5, 1.0
 
 
-def build_models(arch: dict[str, Any], seq: int):
-    """(HF torch model, our ModelConfig, our params) holding the same random float32 weights."""
+def build_models(name: str, seq: int):
+    """(HF torch model, our ModelConfig, our params) of `model_sizes.MODELS[name]` holding the same random float32
+    weights."""
     import torch
-    import transformers
 
-    cfg = transformers.Qwen2Config(max_position_embeddings=max(seq, 1024), tie_word_embeddings=False, **arch)
     torch.manual_seed(0)
-    hf = transformers.Qwen2ForCausalLM(cfg)
+    hf = model_sizes.hf_model(name, max_position_embeddings=max(seq, 1024))
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)
         config, params = models.load_hf(d, dtype="float32")
@@ -122,7 +120,7 @@ def bench_model(
         "repeats": repeats,
         "torch_threads": torch.get_num_threads(),
     }
-    hf, config, params = build_models(MODELS[name], seq)
+    hf, config, params = build_models(name, seq)
     n_params = common.param_count(params)
     tokens = np.random.default_rng(0).integers(1, config.vocab_size, (batch, seq))
     flops = common.train_flops(n_params, config, batch, seq)

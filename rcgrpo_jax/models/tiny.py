@@ -202,6 +202,14 @@ _FAMILY["qwen3"] = dict(_FAMILY["qwen2"], added=[*_FAMILY["qwen2"]["added"], "<t
 ARCHS = tuple(_FAMILY)
 TINY_SIZES = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 TINY_VOCAB = 1024  # `build_tiny_checkpoint`'s tokenizer target; a built checkpoint's vocab is its tokenizer's
+# The arguments of `build_tiny_checkpoint` that shape its config.json, all that `tiny_architecture` takes.
+ARCHITECTURE_ARGS = (
+    *TINY_SIZES,
+    "head_dim",
+    "rope_theta",
+    "tie_word_embeddings",
+    "tokenizer_vocab_size",
+)
 QWEN_STYLE = ("qwen2", "qwen3")  # the archs with Qwen's tokenizer and the Qwen2-style template
 
 
@@ -396,35 +404,48 @@ def _write_tokenizer(
     return tok
 
 
-def tiny_architecture(arch: str = "qwen2") -> dict:
-    """The config.json fields of `build_tiny_checkpoint(arch=arch)` at its default sizes, without building it
-    (dry runs and the lowering proof of the `tiny` preset). The vocabulary is `TINY_VOCAB`, the BPE target:
-    a built checkpoint's vocabulary is its trained tokenizer's, at most that plus its special tokens (651 on
-    the default corpus)."""
+def tiny_architecture(arch: str = "qwen2", **sizes) -> dict:
+    """The config.json fields of `build_tiny_checkpoint(arch=arch, **sizes)` without building it (dry runs and the
+    lowering proof of the `tiny` preset; the benchmarks' quickstart model). `sizes`: any of the builder's
+    `ARCHITECTURE_ARGS`, its defaults for the rest; another name raises TypeError. The vocabulary is the BPE
+    target (`tokenizer_vocab_size`, default `TINY_VOCAB`): a built checkpoint's vocabulary is its trained
+    tokenizer's, at most that plus its special tokens (651 on the default corpus)."""
     if arch not in _FAMILY:
         raise ValueError(f"tiny arch {arch!r}: expected one of {ARCHS}")
+    unknown = sorted(set(sizes) - set(ARCHITECTURE_ARGS))
+    if unknown:
+        raise TypeError(f"tiny_architecture: unknown size(s) {unknown}; known: {', '.join(ARCHITECTURE_ARGS)}")
     fam, row = _FAMILY[arch], model_families.get(arch)
-    sizes = TINY_SIZES
+    s = {**TINY_SIZES, **sizes}
     hf = {
         "model_type": row.model_type,
-        "vocab_size": TINY_VOCAB,
-        "hidden_size": sizes["hidden_size"],
-        "intermediate_size": sizes["intermediate_size"],
-        "num_hidden_layers": sizes["num_layers"],
-        "num_attention_heads": sizes["num_heads"],
-        "num_key_value_heads": sizes["num_kv_heads"],
-        "rope_theta": fam["rope_theta"],
+        "vocab_size": int(sizes.get("tokenizer_vocab_size", TINY_VOCAB)),
+        "hidden_size": s["hidden_size"],
+        "intermediate_size": s["intermediate_size"],
+        "num_hidden_layers": s["num_layers"],
+        "num_attention_heads": s["num_heads"],
+        "num_key_value_heads": s["num_kv_heads"],
+        "rope_theta": float(sizes.get("rope_theta", fam["rope_theta"])),
         "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": fam["tie"],
+        "tie_word_embeddings": bool(sizes.get("tie_word_embeddings", fam["tie"])),
         "max_position_embeddings": 32768,
         "torch_dtype": "float32",
         **dict(row.hf_extra),
     }
-    if arch == "qwen3":
-        hf["head_dim"] = 2 * (sizes["hidden_size"] // sizes["num_heads"])
+    head_dim = _head_dim(arch, s["hidden_size"], s["num_heads"], sizes.get("head_dim"))
+    if head_dim is not None:
+        hf["head_dim"] = head_dim
     if row.attention_bias != "always":
         hf["attention_bias"] = False
     return hf
+
+
+def _head_dim(arch: str, hidden_size: int, num_heads: int, head_dim: int | None) -> int | None:
+    """The head_dim a tiny checkpoint's config.json writes: an explicit one for every family, else 2 x
+    hidden/heads for qwen3 (the module docstring) and none (hidden/heads) for the others."""
+    if head_dim is None and arch == "qwen3":
+        head_dim = 2 * (hidden_size // num_heads)
+    return None if head_dim is None else int(head_dim)
 
 
 def build_tiny_checkpoint(
@@ -519,10 +540,9 @@ def _hf_config(row, arch: str, n_tokens: int, vocab_size: int | None, head_dim: 
     if vocab_size < n_tokens:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer ({n_tokens} tokens)")
     common = dict(fields, vocab_size=vocab_size)
-    if head_dim is None and arch == "qwen3":
-        head_dim = 2 * (fields["hidden_size"] // fields["num_attention_heads"])
+    head_dim = _head_dim(arch, fields["hidden_size"], fields["num_attention_heads"], head_dim)
     if head_dim is not None:
-        common["head_dim"] = int(head_dim)
+        common["head_dim"] = head_dim
     if row.attention_bias != "always":
         common["attention_bias"] = False
     return getattr(transformers, row.hf_config_class)(**row.hf_extra, **common)

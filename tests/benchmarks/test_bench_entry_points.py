@@ -186,7 +186,7 @@ def test_gpu_rl_step_row(gpu_run):
     assert rl["finite"] is True and math.isfinite(rl["loss"])
     assert rl["batch"] == 2 and rl["seq"] == 64 and rl["remat"] is True
     flops = common.train_flops(
-        rl["params"], gpu.model_config("tiny", param_dtype="float32", dtype="bfloat16", remat=True), 2, 64
+        rl["params"], gpu.model_config("gpu_tiny", param_dtype="float32", dtype="bfloat16", remat=True), 2, 64
     )
     assert _close(rl["tflop_per_step"], flops / 1e12)
     assert _close(rl["mfu"], flops / rl["step_s"] / 989e12, 2e-2)

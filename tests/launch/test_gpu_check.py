@@ -71,8 +71,8 @@ def test_gpu_check_script_compares_attention_paths_on_cpu(tmp_path):
         assert r["auto_impl"] == "xla" and r["override"] is None  # a CPU: auto is XLA, no kernel to override it
     (prod,) = [r for r in rows if r["bench"] == "prod_decode"]  # the production decode row, on tiny shapes
     assert "error" not in prod and (prod["rows"], prod["span"]) == (gpu.TINY.prod_rows, gpu.TINY.prod_span)
-    shape = gpu.SHAPES[gpu.TINY.prod_shape]
-    kv = 2 * shape["num_layers"] * shape["num_kv_heads"] * shape["head_dim"] * prod["rows"] * prod["span"] * 2
+    shape = gpu.model_config(gpu.TINY.prod_shape, param_dtype="bfloat16", dtype="bfloat16", remat=False)
+    kv = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * prod["rows"] * prod["span"] * 2
     # every weight + every row's whole span, bf16 (rows print 4 significant digits)
     assert prod["bytes_per_step"] == pytest.approx(prod["weight_bytes"] + kv, rel=1e-3)
     assert prod["decode_tok_s"] > 0 and 0 < prod["hbm_bound_fraction"] < 1

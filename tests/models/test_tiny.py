@@ -260,3 +260,24 @@ def test_tiny_architecture_is_the_built_checkpoints_without_its_vocabulary(ckpts
     assert sized.vocab_size == TINY_VOCAB and built.vocab_size <= TINY_VOCAB + 16  # the BPE target + specials
     same = {"vocab_size": 0, "bos_token_id": None, "eos_token_id": None}
     assert dataclasses.replace(sized, **same) == dataclasses.replace(built, **same)
+
+
+def test_tiny_architecture_at_given_sizes_is_the_checkpoint_built_at_them(tmp_path):
+    """`tiny_architecture(arch, **sizes)` takes the builder's architecture arguments (the quickstart budget's
+    `model`: benchmarks.model_sizes' `world`) and sizes the checkpoint they build, but for the vocabulary."""
+    import dataclasses
+
+    from rcgrpo_jax.models.config import ModelConfig
+    from rcgrpo_jax.models.tiny import ARCHITECTURE_ARGS, tiny_architecture
+
+    sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    sizes.update(head_dim=24, rope_theta=1e4, tokenizer_vocab_size=300)
+    assert set(sizes) <= set(ARCHITECTURE_ARGS)
+    built = ModelConfig.from_hf(build_tiny_checkpoint(tmp_path / "m", arch="qwen3", **sizes))
+    sized = ModelConfig.from_hf(tiny_architecture("qwen3", **sizes))
+    assert sized.vocab_size == 300 and 300 < built.vocab_size <= 300 + 9  # the BPE target + qwen3's 9 tokens
+    assert (sized.head_dim, sized.rope_theta, sized.num_layers) == (24, 1e4, 1)
+    same = {"vocab_size": 0, "bos_token_id": None, "eos_token_id": None}
+    assert dataclasses.replace(sized, **same) == dataclasses.replace(built, **same)
+    with pytest.raises(TypeError, match="unknown size"):
+        tiny_architecture("qwen3", num_hidden_layers=2)
