@@ -114,9 +114,16 @@ def check(config, num_devices: int) -> dict[str, int]:
     require(config, "stage")
     trainer_kind(config)
     shape = mesh_shape(require(config, "mesh"), num_devices)
-    batch_shards = shape["data"] * shape["fsdp"]  # the batch is split over both axes
+    _check_model(config)
+    _check_batch(config, shape)
+    _check_data(config)
+    _check_run(config)
+    return shape
 
-    # Model: a real preset needs weights; tiny may build them.
+
+def _check_model(config) -> None:
+    """The model section: a real preset needs weights (tiny may build them), the attention and dtype choices,
+    the RL reference's weights, and the tiny checkpoint's tools format."""
     build_tiny = bool(get(config, "model.build_tiny", False))
     check_path(config, "model.path", required=not build_tiny, must_have="config.json")
     dec = get(config, "model.decode_attention")
@@ -139,7 +146,11 @@ def check(config, num_devices: int) -> dict[str, int]:
                 f"{tools!r} exists only for tiny_arch in {QWEN_STYLE} (set it to 'json' for tiny_arch={arch!r})",
             )
 
-    # Batch: whole micro-batches, each split evenly over the batch shards (and into groups for RL).
+
+def _check_batch(config, shape: dict[str, int]) -> None:
+    """Whole micro-batches, each split evenly over the batch shards of mesh `shape` (data x fsdp: the batch is
+    split over both axes), and for RL into whole groups."""
+    batch_shards = shape["data"] * shape["fsdp"]
     batch = int(require(config, "train.batch_size"))
     accum = int(get(config, "train.grad_accum", 1))
     if batch <= 0:
@@ -162,7 +173,9 @@ def check(config, num_devices: int) -> dict[str, int]:
         if batch % group:
             raise ConfigError("train.batch_size", f"{batch} is not divisible by rl.group_size={group}")
 
-    # Data, optimizer, run length, checkpoints, multi-host.
+
+def _check_data(config) -> None:
+    """The data section: its files, the failure site and kinds, the task source and the length buckets."""
     check_path(config, "data.path", required=False)
     check_path(config, "data.exploration_path", required=False)
     site = get(config, "data.failure_site")
@@ -180,6 +193,10 @@ def check(config, num_devices: int) -> dict[str, int]:
     if "data" in config and "buckets" in config.data:
         if not buckets or any(b <= 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
             raise ConfigError("data.buckets", f"need strictly increasing lengths > 1, got {buckets}")
+
+
+def _check_run(config) -> None:
+    """The optimizer's rate and warm-up, the run's length, the checkpoints and the multi-host start."""
     if get(config, "optim.lr") is not None and not float(config.optim.lr) >= 0:  # 0: a control run that never moves
         raise ConfigError("optim.lr", f"must be positive (or 0 for a control run), got {config.optim.lr}")
     wr = get(config, "optim.warmup_ratio")
@@ -195,7 +212,6 @@ def check(config, num_devices: int) -> dict[str, int]:
     init = get(config, "multihost.initialize", "auto")
     if init not in ("auto", "always", "never"):
         raise ConfigError("multihost.initialize", f"{init!r} is not one of auto, always, never")
-    return shape
 
 
 def check_memory(field: str, needed_bytes: int, budget_bytes: int) -> None:

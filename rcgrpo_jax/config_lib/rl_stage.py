@@ -62,6 +62,33 @@ def base(
     c = common.base(stage, preset, lr=1e-6, trainer="rl")
     c.reference = ml_collections.ConfigDict({"path": placeholder(str)})  # None = model.path (the stage-1 policy)
     rl = ml_collections.ConfigDict()
+    _set_objective(rl, estimator, conditioning, policy_loss)
+    _set_rollouts(rl, preset)
+    # AWPO's reasoning judge (rcgrpo_jax.judges: rule | model | http), used only by estimators that need
+    # "reasoning": --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
+    rl.judge = judges.default_config("rule")
+    # A control, not a method: the step's advantages permuted at random across all its rollouts (a seeded draw
+    # per step) before the loss, so the update has the same size and shape but no tie to the rollouts' reward.
+    rl.shuffle_advantages = False
+    # Held-out curve: every `heldout.every` steps (and at step 0 and the last) greedy accuracy on the task
+    # source's `heldout.split` (the world's 'dev': fresh tasks of the train distribution), logged as
+    # heldout/accuracy; 0 = off.
+    rl.heldout = ml_collections.ConfigDict({"every": 0, "split": "dev"})
+    c.rl = rl
+    c.data.kind = "rl"
+    c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5
+    c.train.grad_accum = -1  # auto: one 16k-token row per batch shard per micro-batch (1280 = 320 x 4 on 8 GPUs)
+    c.train.epochs = 400  # passes over the training tasks (Table 10)
+    c.checkpoint.every_steps = 1  # a step is minutes of rollouts
+
+    if preset == "tiny":  # the miniature world on the CPU: a couple of minutes from a fresh checkout
+        _set_tiny(c)
+    return c
+
+
+def _set_objective(rl: ml_collections.ConfigDict, estimator: str, conditioning: str, policy_loss: str) -> None:
+    """`rl`'s objective: the advantage estimator, the policy loss and its KL, the groups, the reward and its
+    conditioning, the group filter, the reward shaping, and the updates per step."""
     rl.advantage = selection(advantages.REGISTRY, estimator)  # .name + one option subsection per estimator
     rl.loss = selection(losses.REGISTRY, policy_loss)  # .name + one option subsection per policy loss
     for name in rl.loss.keys():
@@ -86,6 +113,11 @@ def base(
     rl.shaping = selection(shaping.REWARD_SHAPING, "none")
     rl.ppo_epochs = 1
     rl.num_minibatches = 4  # optimizer updates per epoch; must divide train.grad_accum
+
+
+def _set_rollouts(rl: ml_collections.ConfigDict, preset: str) -> None:
+    """`rl`'s rollouts: sampling, the context and step budgets, the decode rows (sized for `preset`), and how
+    the context follows the chat template."""
     # Sampling. The log-probs of the update, the reference and the recompute are taken at the sampling
     # temperature, so they are the sampler's distribution at any temperature (top-k / top-p need the recompute).
     rl.temperature = 1.0  # ours (the paper states no sampling temperature)
@@ -113,38 +145,24 @@ def base(
     # turns) | auto (a render check at episode start picks).
     rl.render_mode = "auto"
     rl.thinking = placeholder(bool)  # the template's enable_thinking (Qwen3); None = the template's default
-    # AWPO's reasoning judge (rcgrpo_jax.judges: rule | model | http), used only by estimators that need
-    # "reasoning": --config.rl.judge.name=http --config.rl.judge.http.url=http://judge:8000/v1
-    rl.judge = judges.default_config("rule")
-    # A control, not a method: the step's advantages permuted at random across all its rollouts (a seeded draw
-    # per step) before the loss, so the update has the same size and shape but no tie to the rollouts' reward.
-    rl.shuffle_advantages = False
-    # Held-out curve: every `heldout.every` steps (and at step 0 and the last) greedy accuracy on the task
-    # source's `heldout.split` (the world's 'dev': fresh tasks of the train distribution), logged as
-    # heldout/accuracy; 0 = off.
-    rl.heldout = ml_collections.ConfigDict({"every": 0, "split": "dev"})
-    c.rl = rl
-    c.data.kind = "rl"
-    c.train.batch_size = tasks_per_step * 5  # rollouts: tasks x group 5
-    c.train.grad_accum = -1  # auto: one 16k-token row per batch shard per micro-batch (1280 = 320 x 4 on 8 GPUs)
-    c.train.epochs = 400  # passes over the training tasks (Table 10)
-    c.checkpoint.every_steps = 1  # a step is minutes of rollouts
 
-    if preset == "tiny":  # the miniature world on the CPU: a couple of minutes from a fresh checkout
-        c.optim.lr = 2e-4
-        c.optim.warmup_ratio = 0.0
-        rl.group_size = 4
-        c.train.batch_size = 16  # 4 tasks x 4 rollouts: a full recompute of ~800-token rollouts dominates a step
-        c.train.grad_accum = 4
-        rl.num_minibatches = 2
-        c.train.epochs = 100
-        c.train.max_steps = 6
-        c.train.logprob_chunk = 256
-        c.data.buckets = (768, 1024, 1536)
-        rl.max_context = 1536
-        rl.max_step_tokens = 48
-        rl.prefill_chunk = 256
-        rl.rollout_chunk = 0
-        rl.rollout_rows = 0  # one row per rollout: 16 rollouts need no refill
-        c.checkpoint.every_steps = 4
-    return c
+
+def _set_tiny(c: ml_collections.ConfigDict) -> None:
+    """The tiny preset's RL run: the miniature world on the CPU."""
+    rl = c.rl
+    c.optim.lr = 2e-4
+    c.optim.warmup_ratio = 0.0
+    rl.group_size = 4
+    c.train.batch_size = 16  # 4 tasks x 4 rollouts: a full recompute of ~800-token rollouts dominates a step
+    c.train.grad_accum = 4
+    rl.num_minibatches = 2
+    c.train.epochs = 100
+    c.train.max_steps = 6
+    c.train.logprob_chunk = 256
+    c.data.buckets = (768, 1024, 1536)
+    rl.max_context = 1536
+    rl.max_step_tokens = 48
+    rl.prefill_chunk = 256
+    rl.rollout_chunk = 0
+    rl.rollout_rows = 0  # one row per rollout: 16 rollouts need no refill
+    c.checkpoint.every_steps = 4
