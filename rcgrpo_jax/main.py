@@ -4,8 +4,9 @@
   python -m rcgrpo_jax.main --config=configs/grpo.py:tiny --config.rl.advantage.name=rloo --workdir=/tmp/rloo
   python -m rcgrpo_jax.main --config=configs/sft.py:qwen2_5_7b --dry_run     # will it fit? (no weights)
 
-The config is locked (a misspelt override fails), validated at start-up (the trainer kind's `check`:
-the error names the field), and dispatched by `config.trainer` through `rcgrpo_jax.stages.TRAINERS`.
+The config is locked (a misspelt override fails) and dispatched by `config.trainer` through
+`rcgrpo_jax.stages.TRAINERS`; the stage's run (or dry run) validates it first of all, once (the error names the
+field), before any model is loaded or anything is written to --workdir.
 A run resumes from the latest readable checkpoint in --workdir. A bad config or flag ends the process with one
 line on stderr (`error: config.<field>: ...`) and exit code 2; `--verbose` keeps the traceback. SIGTERM or
 SIGINT saves a checkpoint after the current step and exits with PREEMPTED_EXIT (75); the summary line's
@@ -86,7 +87,8 @@ def wants_distributed(mode: str, environ=os.environ) -> bool:
 
 
 def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, Any]:
-    """Validates `config`, then runs its stage (or its dry run). Returns what the process prints."""
+    """Runs `config`'s stage (or its dry run), which checks the config first of all (once: the trainer's own
+    check, before any model is loaded or anything is written to `workdir`). Returns what the process prints."""
     if not dry_run:
         if not workdir:
             raise app.UsageError("--workdir is required")
@@ -110,7 +112,6 @@ def launch(config, workdir: str | None, *, dry_run: bool = False) -> dict[str, A
         report = kind.dry_run(config)
         config_checks.check_memory("memory.device_bytes", int(report["peak_gb"] * 1e9), int(report["budget_gb"] * 1e9))
         return {"stage": config.stage, "preset": config.get("preset"), **report}
-    kind.check(config, jax.device_count())
     runtime.check_backend(config, jax.default_backend(), dry_run)  # a 7B preset on CPU JAX stops here
     cache = config.runtime.compile_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     runtime.enable_compilation_cache(cache or os.path.join(workdir, "xla_cache"))

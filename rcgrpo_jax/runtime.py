@@ -140,7 +140,8 @@ def enable_compilation_cache(
     min_compile_time_s: float = 1.0,
     min_entry_size_bytes: int = 0,
 ) -> str:
-    """Turns on JAX's persistent compilation cache in `path` (created if missing) for this process.
+    """Turns on JAX's persistent compilation cache in `path` for this process. JAX creates `path` at this
+    process's first compilation, so a run that stops at its config check (before compiling) leaves none.
 
     A program whose compilation took at least `min_compile_time_s` seconds (and whose serialised
     executable has at least `min_entry_size_bytes` bytes) is written there, and a later process
@@ -156,7 +157,6 @@ def enable_compilation_cache(
     from jax.experimental.compilation_cache import compilation_cache
 
     path = os.path.abspath(os.fspath(path))
-    os.makedirs(path, exist_ok=True)
     if jax.config.jax_compilation_cache_dir not in (None, path):
         compilation_cache.reset_cache()
     jax.config.update("jax_compilation_cache_dir", path)

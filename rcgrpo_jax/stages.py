@@ -5,7 +5,7 @@ is the arrow to the code it runs.
 A config file sets `trainer` (rcgrpo_jax/config_lib/common.py `base`); `config.stage` is the run's name (logs,
 checkpoint metadata), free to choose. Each kind's entry points:
 
-  run(config, workdir) -> summary dict      check(config, num_devices) -> mesh shape (start-up validation)
+  run(config, workdir) -> summary dict      (checks the config first of all: the launcher checks nothing twice)
   dry_run(config) -> memory report           (None: the kind has no dry run)
 
 The eval kind runs every suite that `eval.suites` holds; the package's own suite modules are imported here,
@@ -20,20 +20,19 @@ from typing import Any, Callable
 from rcgrpo_jax import config_checks
 from rcgrpo_jax.eval import api_bank_run, mmlu_pro_run  # noqa: F401  (register their suites in eval.suites)
 from rcgrpo_jax.eval import run as eval_run
-from rcgrpo_jax.train import dry_run, rl_config, rl_trainer, sft
+from rcgrpo_jax.train import dry_run, rl_trainer, sft
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainerKind:
     run: Callable[[Any, str], dict[str, Any]]
-    check: Callable[[Any, int], dict[str, int]]
     dry_run: Callable[[Any], dict[str, Any]] | None = None
 
 
 TRAINERS: dict[str, TrainerKind] = {
-    "supervised": TrainerKind(run=sft.run, check=sft.check, dry_run=dry_run.supervised),
-    "rl": TrainerKind(run=rl_trainer.run, check=rl_config.check, dry_run=dry_run.rl_with_exploration),
-    "eval": TrainerKind(run=eval_run.run, check=config_checks.check),
+    "supervised": TrainerKind(run=sft.run, dry_run=dry_run.supervised),
+    "rl": TrainerKind(run=rl_trainer.run, dry_run=dry_run.rl_with_exploration),
+    "eval": TrainerKind(run=eval_run.run),
 }
 
 

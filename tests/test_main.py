@@ -227,6 +227,44 @@ def test_a_gpu_preset_on_cpu_jax_stops_at_start_up(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "w")
 
 
+def test_an_rl_preset_with_only_its_model_path_passes_start_up(tmp_path, capsys):
+    """`reference.path` defaults to `model.path` (config_lib.rl_stage): the launch checks the config the trainer
+    runs, resolved, so the first refusal on CPU JAX is the backend's, not a missing reference path."""
+    from rcgrpo_jax.config_lib import common
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(common.hf_architecture("qwen2_5_7b")))
+    code = main.cli(["main", f"--config={GRPO}:qwen2_5_7b", f"--config.model.path={hf}", f"--workdir={tmp_path / 'w'}"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("error: config.runtime.allow_cpu: preset 'qwen2_5_7b' is sized for GPUs")
+    assert not os.path.exists(tmp_path / "w")
+
+
+@pytest.mark.parametrize(
+    "config, stops",
+    [(f"{GRPO}:tiny", "rcgrpo_jax.train.rl_trainer.RLTrainer"), ("sft.py:tiny", "rcgrpo_jax.train.model_prep.load")],
+)
+def test_a_launch_checks_its_config_once(config, stops, world_ckpt, tmp_path, monkeypatch, capsys):
+    """The launcher leaves the check to the stage's run, which checks first of all: one `config_checks.check`
+    per launch, before the model loads (here the first step after the check is made to stop the run)."""
+    from rcgrpo_jax import config_checks
+
+    calls = []
+    real = config_checks.check
+    monkeypatch.setattr(config_checks, "check", lambda c, n: calls.append(n) or real(c, n))
+
+    def stop(*a, **k):
+        raise ConfigError("model.path", "stopped after the check")
+
+    monkeypatch.setattr(stops, stop)
+    if not config.startswith(GRPO):
+        config = os.path.join(REPO, "configs", config)
+    code = main.cli(["main", f"--config={config}", f"--config.model.path={world_ckpt}", f"--workdir={tmp_path / 'w'}"])
+    assert code == main.USAGE_EXIT and "stopped after the check" in capsys.readouterr().err
+    assert len(calls) == 1
+
+
 def test_a_rerendered_rollout_trains_one_row_per_step(world_ckpt, compile_cache, tmp_path, capsys):
     """rl.render_mode=rerender (what the render check picks for Qwen3's template): every assistant step is a
     training sample of its own, with its episode's advantage; the update sees one row per step."""
