@@ -185,7 +185,8 @@ def test_memory_shortfall_is_reported():
 
 
 def test_locked_config_on_the_command_line():
-    """The launcher validates before loading anything: a misspelt override and a missing path both stop it."""
+    """A run is validated before anything loads or is written: a misspelt override and a missing path both stop it
+    (a 7B preset on CPU JAX is refused for its backend first: `runtime.allow_cpu` lets it reach its check)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     base = [sys.executable, "-m", "rcgrpo_jax.main", "--workdir=/nonexistent/never-written"]
     typo = subprocess.run(
@@ -198,7 +199,12 @@ def test_locked_config_on_the_command_line():
     )
     assert typo.returncode == 2 and "batchsize" in typo.stderr and len(typo.stderr.strip().splitlines()) == 1
     missing = subprocess.run(
-        base + ["--config=configs/sft.py:qwen2_5_7b"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        base + ["--config=configs/sft.py:qwen2_5_7b", "--config.runtime.allow_cpu=True"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith(
         "error: config.model.path: missing checkpoint path"
