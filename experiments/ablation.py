@@ -358,11 +358,15 @@ def explore(workdir: str, budget: budgets_lib.Budget, model_path: str, seed: int
     return records
 
 
-def train_stage(run_fn: Callable, config, workdir: str) -> dict:
+def train_stage(run_fn: Callable, config, workdir: str, *, inputs: Mapping[str, Any] | None = None) -> dict:
     """A trainer's run(config, workdir), skipped when its DONE marker exists and records the same config
-    (`cache.config_request`; a different one raises cache.StaleCacheError); the exported model is workdir/hf."""
+    (`cache.config_request`; a different one raises cache.StaleCacheError); the exported model is workdir/hf.
+    inputs: what the stage starts from that its config names only by location (a request leaves locations out),
+    e.g. the settings of the base model at `model.path`; recorded and checked with the config under "inputs"."""
     marker = os.path.join(workdir, DONE)
     request = cache.config_request(config)
+    if inputs is not None:
+        request["inputs"] = cache.plain(dict(inputs))
     if os.path.exists(marker):
         with open(marker) as f:
             summary = json.load(f)

@@ -306,6 +306,28 @@ def test_a_budget_that_explores_with_the_base_needs_one_pretrained(monkeypatch):
         ablation.base_only("unused", "smoke")
 
 
+def test_a_stage_is_keyed_by_its_inputs_as_well_as_its_config(tmp_path):
+    """`inputs` (what the config names only by location, such as the base model's settings) is recorded beside the
+    config; a rerun from another base stops; a stage recorded without inputs does not match one asked with them."""
+    calls = []
+
+    def fake_run(config, workdir):
+        calls.append(workdir)
+        os.makedirs(workdir)  # a trainer makes its workdir
+        return {"step": 1, "metrics": {"loss": 0.5}}
+
+    config = ablation.stage_config("sft", budgets.SMOKE, {})
+    done = ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 0}})
+    assert done["request"]["inputs"] == {"base": {"seed": 0}} and len(calls) == 1
+    assert ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 0}}) == done
+    with pytest.raises(cache.StaleCacheError, match=r"inputs\.base\.seed: 0 -> 1"):
+        ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 1}})
+    assert "inputs" not in ablation.train_stage(fake_run, config, str(tmp_path / "b"))["request"]
+    with pytest.raises(cache.StaleCacheError, match=r"inputs\.base\.seed: '<unset>' -> 0"):
+        ablation.train_stage(fake_run, config, str(tmp_path / "b"), inputs={"base": {"seed": 0}})
+    assert len(calls) == 2
+
+
 def test_set_dotted_names_missing_fields():
     cfg = ablation.stage_config("sft", budgets.SMOKE, {"train.max_steps": 3})
     assert cfg.train.max_steps == 3 and cfg.data.source == "world" and cfg.data.world.train_per_type == 4
@@ -423,15 +445,19 @@ def test_console_eta_rescales_by_measured_speed(capsys):
 
 @pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
-    """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's stage 1 in the
-    same workdir (whose SFT is not trained again; the data files are shared)."""
+    """AWPO's Table 4 in miniature on a tiny Qwen3 SFT policy of its own, from the world's base the RC-GRPO ablation
+    starts from (not rebuilt), beside that ablation's stage 1 in the same workdir (whose SFT is not trained again)."""
     from experiments import awpo_ablation
 
     workdir, _ = smoke_run
-    sft_done = os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE))
+    base = os.path.join(workdir, "base", "pretrain")
+    stamps = {p: os.path.getmtime(p) for p in (os.path.join(workdir, "s0", "sft", ablation.DONE), base)}
     payload = awpo_ablation.run(workdir, budget_name="smoke", quiet=True)
-    assert os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE)) == sft_done
-    for d in (awpo_ablation.BASE_DIR, os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
+    assert stamps == {p: os.path.getmtime(p) for p in stamps}
+    assert not os.path.exists(os.path.join(workdir, awpo_ablation.BASE_DIR))  # no random checkpoint of its own
+    with open(os.path.join(workdir, awpo_ablation.SFT_DIR, ablation.DONE)) as f:
+        assert json.load(f)["request"]["inputs"] == cache.plain({"base": ablation.base_request(budgets.SMOKE)})
+    for d in (os.path.join(base, "hf"), os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
         with open(os.path.join(workdir, d, "config.json")) as f:
             hf = json.load(f)
         assert hf["model_type"] == "qwen3" and hf["architectures"] == ["Qwen3ForCausalLM"], d
