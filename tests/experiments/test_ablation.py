@@ -174,6 +174,42 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     assert stamps == {f: os.path.getmtime(f) for f in stamps}
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
+def test_formulas_add_the_dr_grpo_and_rloo_rows_with_their_paired_intervals(smoke_run):
+    """`--formulas` on a finished smoke run: only the two formula rows train (RCTP-FT+GRPO's run is reused), each
+    keyed by its estimator, and they reach report.json (rows, runs, comparisons, settings) and report.md's section."""
+    workdir, _ = smoke_run
+    s0 = os.path.join(workdir, "s0")
+    main_done = os.path.join(s0, "rl", "rctp_ft_grpo_main", ablation.DONE)
+    stamp = os.path.getmtime(main_done)
+    out = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True, formulas=True)
+    assert os.path.getmtime(main_done) == stamp
+    labels = [label for label, *_ in ablation.FORMULA_ROWS.values()]
+    assert labels == ["RCTP-FT+GRPO, dr_grpo advantages", "RCTP-FT+GRPO, rloo advantages"]
+    assert list(out["runs"]) == [*ablation.ROWS, "SFT", "RCTP-FT", *labels]
+    with open(main_done) as f:
+        main_request = json.load(f)["request"]
+    with open(os.path.join(workdir, "report.json")) as f:
+        written = json.load(f)
+    md = open(os.path.join(workdir, "report.md")).read()
+    section = md.split("## Advantage formulas side by side (`--formulas`)", 1)[1].split("\n## ", 1)[0]
+    for name, label in zip(ablation.FORMULA_ROWS, labels):
+        with open(os.path.join(s0, "rl", f"rctp_ft_grpo_{name}", ablation.DONE)) as f:
+            request = json.load(f)["request"]
+        assert cache.differences(main_request, request) == [f"rl.advantage.name: 'grpo' -> '{name}'"]
+        row = written["rows"][label]
+        assert 0.0 <= row["test_overall"] <= 1.0 and 0.0 <= row["zero_var_mean"] <= 1.0
+        assert row["test_overall"] == written["runs"][label][0]["overall"]
+        for other in ("RCTP-FT", ablation.FORMULA_OF):
+            c = written["comparisons"][f"{label} vs {other}"]
+            assert c["bootstrap_ci95"][0] <= c["mean_diff"] <= c["bootstrap_ci95"][1] and len(c["per_seed_diff"]) == 1
+            assert f"**{label} vs {other}**" in md
+        differs = {d["setting"]: d["run"] for d in written["rl_settings"][label]["differences"]}
+        assert differs["estimator"] == name
+        assert f"| {label} | {row['test_overall'] * 100:.1f}% | " in section and f"| {ablation.FORMULA_OF}: " in section
+    assert f"| {ablation.FORMULA_OF} | " in section and "| RCTP-FT |" in section  # beside the row it varies
+
+
 def test_every_rl_row_runs_at_the_paper_presets_rl_settings():
     """The quickstart's RL rows keep temperature, KL beta, reward-token mode, p(high), clip and G at the paper
     preset's values (read from configs/*.py, not restated here), with a warmup, a floor under the learning rate,
@@ -202,6 +238,57 @@ def test_every_rl_row_runs_at_the_paper_presets_rl_settings():
     shuffled = ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["shuffled"][3]})
     assert shuffled.rl.shuffle_advantages and not ablation.stage_config("rc_grpo", b, b.rl).rl.shuffle_advantages
     assert ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["lr0"][3]}).optim.lr == 0.0
+
+
+def test_formula_rows_are_rctp_ft_grpo_with_another_estimator_and_nothing_else(tmp_path):
+    """The formula rows differ from RCTP-FT+GRPO only in rl.advantage.name (the budget's RL settings as every row),
+    run only with `formulas`, and go with the command's flag."""
+    for b in (budgets.REPRODUCE, budgets.SMOKE):
+        assert list(ablation.rl_runs(b)) == list(ablation.RL_RUNS)
+        runs = ablation.rl_runs(b, formulas=True)
+        init, rl_file, overrides, tag = runs[ablation.FORMULA_OF]
+        reference = cache.config_request(ablation.stage_config(rl_file, b, overrides))
+        for name, (label, *_) in ablation.FORMULA_ROWS.items():
+            f_init, f_file, f_overrides, f_tag = runs[label]
+            assert (f_init, f_file, tag, f_tag) == (init, rl_file, "main", name) and label.split("+")[0] == "RCTP-FT"
+            config = ablation.stage_config(f_file, b, f_overrides)
+            assert cache.differences(reference, cache.config_request(config)) == [
+                f"rl.advantage.name: 'grpo' -> '{name}'"
+            ]
+            assert ablation.rl_config.choices(config).estimator == name
+        plan = [stage for stage, _ in ablation.plan_of(b, 3, formulas=True)]
+        assert all(f"{label} seed {s}" in plan for label, *_ in ablation.FORMULA_ROWS.values() for s in range(3))
+    plain = [stage for stage, _ in ablation.plan_of(budgets.SMOKE, 1)]
+    assert not any(stage.startswith(label) for label, *_ in ablation.FORMULA_ROWS.values() for stage in plain)
+    with pytest.raises(SystemExit):
+        ablation.main(["--formulas", "--base_only", "--workdir", str(tmp_path)])
+
+
+def test_formula_section_by_hand(tmp_path):
+    def eval_file(name, passes):
+        path = tmp_path / f"{name}.json"
+        eps = [{"id": f"t{i}", "category": "ab"[i % 2], "official_pass": p} for i, p in enumerate(passes)]
+        path.write_text(json.dumps({"episodes": eps}))
+        return str(path)
+
+    label = "RCTP-FT+GRPO, rloo advantages"
+    paths = {
+        "RCTP-FT": [eval_file("init", [True, False, True, False])],  # 0.5
+        "RCTP-FT+GRPO": [eval_file("grpo", [True, False, True, False])],  # 0.5
+        label: [eval_file("rloo", [True, True, True, False])],  # a 2/2, b 1/2: 0.75
+    }
+    evals = {"RCTP-FT": [_s(0.5)], "RCTP-FT+GRPO": [_s(0.5)], label: [_s(0.75)]}
+    formulas = {label: "RCTP-FT+GRPO"}
+    results = summary.results_payload(evals, paths, {}, {}, formulas=formulas)
+    assert set(results["comparisons"]) == {"RCTP-FT+GRPO vs RCTP-FT", f"{label} vs RCTP-FT", f"{label} vs RCTP-FT+GRPO"}
+    c = results["comparisons"][f"{label} vs RCTP-FT+GRPO"]
+    assert c["mean_diff"] == pytest.approx(0.25) and c["per_seed_diff"] == (pytest.approx(0.25),)
+    assert results["rows"][label]["zero_var_per_seed"] == []  # an RL row: its zero-variance share is reported
+    text = "\n".join(summary._formulas_md(results, evals, formulas))
+    lo, hi = (x * 100 for x in c["bootstrap_ci95"])
+    assert f"| {label} | 75.0% | +25.0 [" in text and f"| RCTP-FT+GRPO: +25.0 [{lo:+.1f}, {hi:+.1f}] | - |" in text
+    assert "| RCTP-FT+GRPO | 50.0% | +0.0 [+0.0, +0.0] | - | - |" in text
+    assert summary._formulas_md(results, evals, {}) == []
 
 
 def test_compare_settings_and_controls_by_hand(tmp_path):
