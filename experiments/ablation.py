@@ -1,6 +1,6 @@
 """The paper's ablation in miniature, end to end in one process (the CPU reproduction).
 
-    python -m experiments.ablation --workdir runs/ablation [--seeds N] [--budget quickstart]
+    python -m experiments.ablation --workdir runs/ablation [--seeds N] [--budget quickstart] [--formulas]
 
 Stages, all through the same code as the 7B pipeline (the stage trainers' `run(config, workdir)`):
   1. world + a tiny HF checkpoint (random init, Qwen3 architecture, tokenizer trained on the world's
@@ -8,7 +8,8 @@ Stages, all through the same code as the 7B pipeline (the stage trainers' `run(c
   2. evaluation of the base model;
   3. SFT on expert trajectories; RCTP-FT on expert + failure trajectories 1:1 (from the base, or from the
      SFT model with `budget.rctp_init="sft"`: the quickstart's, see experiments/budgets.py);
-  4. GRPO and RC-GRPO from each stage-1 model, equal RL budgets, seeds 0..N-1;
+  4. GRPO and RC-GRPO from each stage-1 model, equal RL budgets, seeds 0..N-1 (with --formulas also
+     RCTP-FT+GRPO with the dr_grpo and the rloo advantage: FORMULA_ROWS);
   5. greedy evaluation of every row on the test split with BFCL's official checker;
   6. workdir/report.md (table per category and overall, mean ± spread over seeds, an honest comment on
      whether RC-GRPO beat GRPO here), report.json, and PNG plots of the RL runs under workdir/plots.
@@ -42,7 +43,7 @@ from rcgrpo_jax import sharding
 from rcgrpo_jax.data import datasets, sources, splits, tiny_checkpoint, trajectories
 from rcgrpo_jax.eval import report
 from rcgrpo_jax.eval import run as eval_run
-from rcgrpo_jax.train import exploration, rl_trainer, sft
+from rcgrpo_jax.train import exploration, rl_config, rl_trainer, sft
 from rcgrpo_jax.worlds.generate import category_of
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
@@ -64,6 +65,16 @@ CONTROL_ROWS = {
         {"optim.lr": 0.0, "train.max_steps": 2, "rl.heldout.every": 0},
     ),
 }
+# The formula rows (`--formulas`, every seed): RCTP-FT+GRPO with another advantage estimator of
+# rcgrpo_jax.rl.advantages and nothing else changed (budget.rl as every row): dr_grpo, r - mean_g (Dr.GRPO's formula;
+# its loss aggregation, configs/dr_grpo.py, is left out, so the formula alone differs), and rloo, the leave-one-out
+# baseline. name -> (row label, stage-1 init, RL config file, overrides on top of budget.rl); FORMULA_OF: the row each
+# one varies (the report compares them with it and with their init).
+FORMULA_ROWS = {
+    "dr_grpo": ("RCTP-FT+GRPO, dr_grpo advantages", "rctp_ft", "grpo", {"rl.advantage.name": "dr_grpo"}),
+    "rloo": ("RCTP-FT+GRPO, rloo advantages", "rctp_ft", "grpo", {"rl.advantage.name": "rloo"}),
+}
+FORMULA_OF = "RCTP-FT+GRPO"
 STAGE_FILES = {  # configs/<name>.py by name: what stage_config and paper_config read
     m.__name__.rpartition(".")[2]: m
     for m in (
@@ -128,15 +139,28 @@ def rl_pool_of(config) -> tuple[str, int]:
     return f"{data.source} train split", n
 
 
-def rl_settings_report(budget: budgets_lib.Budget) -> dict[str, dict]:
+def rl_runs(budget: budgets_lib.Budget, formulas: bool = False) -> dict[str, tuple[str, str, dict, str]]:
+    """Every seed's RL rows: label -> (stage-1 init, RL config file, overrides, tag of its run directory
+    sdir/rl/<init>_<file>_<tag>): the paper's four (RL_RUNS at budget.rl, tag "main"), then with `formulas` the
+    FORMULA_ROWS (tag: the estimator's name)."""
+    rows = {row: (init, rl_file, dict(budget.rl), "main") for row, (init, rl_file) in RL_RUNS.items()}
+    if formulas:
+        for name, (label, init, rl_file, extra) in FORMULA_ROWS.items():
+            rows[label] = (init, rl_file, {**budget.rl, **extra}, name)
+    return rows
+
+
+def rl_settings_report(budget: budgets_lib.Budget, formulas: bool = False) -> dict[str, dict]:
     """Each group of RL rows against the paper preset of its config file (`summary.compare_settings`): the
-    budget's rows, and each control."""
+    budget's rows, each control, and with `formulas` each formula row."""
     groups = [
         ("SFT+GRPO, RCTP-FT+GRPO", "grpo", dict(budget.rl)),
         ("SFT+RC-GRPO, RCTP-FT+RC-GRPO", "rc_grpo", dict(budget.rl)),
     ]
     for c in budget.controls:
         label, _, rl_file, extra = CONTROL_ROWS[c]
+        groups.append((label, rl_file, {**budget.rl, **extra}))
+    for name, (label, _, rl_file, extra) in FORMULA_ROWS.items() if formulas else ():
         groups.append((label, rl_file, {**budget.rl, **extra}))
     out, papers = {}, {}
     for label, rl_file, overrides in groups:
@@ -358,11 +382,15 @@ def explore(workdir: str, budget: budgets_lib.Budget, model_path: str, seed: int
     return records
 
 
-def train_stage(run_fn: Callable, config, workdir: str) -> dict:
+def train_stage(run_fn: Callable, config, workdir: str, *, inputs: Mapping[str, Any] | None = None) -> dict:
     """A trainer's run(config, workdir), skipped when its DONE marker exists and records the same config
-    (`cache.config_request`; a different one raises cache.StaleCacheError); the exported model is workdir/hf."""
+    (`cache.config_request`; a different one raises cache.StaleCacheError); the exported model is workdir/hf.
+    inputs: what the stage starts from that its config names only by location (a request leaves locations out),
+    e.g. the settings of the base model at `model.path`; recorded and checked with the config under "inputs"."""
     marker = os.path.join(workdir, DONE)
     request = cache.config_request(config)
+    if inputs is not None:
+        request["inputs"] = cache.plain(dict(inputs))
     if os.path.exists(marker):
         with open(marker) as f:
             summary = json.load(f)
@@ -541,7 +569,9 @@ class Rows:
             self.ood.setdefault(row, []).append(ood)
 
 
-def plan_of(budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None) -> list[tuple[str, float]]:
+def plan_of(
+    budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None, formulas: bool = False
+) -> list[tuple[str, float]]:
     """The console's stages with the budget's planned seconds."""
     p = budget.plan_s
     plan: list[tuple[str, float]] = [("base model (pretraining)", p.get("pretrain", 60))] if budget.pretrain else []
@@ -555,7 +585,7 @@ def plan_of(budget: budgets_lib.Budget, seeds: int, only_seed: int | None = None
             (f"seed {s}: evaluate stage-1 models", 2 * p["eval"] + (2 * p.get("passk", 0) if budget.passk else 0)),
             (f"seed {s}: stage-1 train-split probe", p.get("probe", p["eval"])),
         ]
-        plan += [(f"{row} seed {s}", p["rl"] + p["eval"]) for row in RL_RUNS]
+        plan += [(f"{row} seed {s}", p["rl"] + p["eval"]) for row in rl_runs(budget, formulas)]
         if s == 0:
             plan += [(f"{CONTROL_ROWS[c][0]} seed 0", p["rl"] + p["eval"]) for c in budget.controls]
     return plan + [("report", 5)]
@@ -569,10 +599,12 @@ def run(
     eval_split: str = "iid",
     quiet: bool = False,
     only_seed: int | None = None,
+    formulas: bool = False,
 ) -> dict:
     """The whole ablation, every seed from the base checkpoint on (stage 1 included); returns the report's
     payload (also written to workdir/report.json). `only_seed`: run that seed's stages alone and write no
-    report (launch/reproduce.sh runs seeds side by side, then one run over all of them, cached, reports)."""
+    report (launch/reproduce.sh runs seeds side by side, then one run over all of them, cached, reports).
+    `formulas`: every seed also runs the FORMULA_ROWS (the report's run must be asked for them too)."""
     import jax
 
     budget = budgets_lib.get(budget_name)
@@ -582,8 +614,8 @@ def run(
             f"start it with `python -m experiments.ablation` (launch/quickstart.sh), or set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
         )
-    for rl_file in sorted({f for _, f in RL_RUNS.values()}):
-        stage_config(rl_file, budget, budget.rl)  # every override names an existing field
+    for _, rl_file, overrides, _ in rl_runs(budget, formulas).values():  # every override names an existing field,
+        rl_config.choices(stage_config(rl_file, budget, overrides))  # and every estimator a registered one
     for c in budget.controls:
         _, _, rl_file, extra = CONTROL_ROWS[c]
         stage_config(rl_file, budget, {**budget.rl, **extra})
@@ -592,7 +624,7 @@ def run(
     compile_cache(workdir)
     if only_seed is not None and not 0 <= only_seed < seeds:
         raise ValueError(f"only_seed must be in [0, {seeds}), got {only_seed}")
-    console = Console(plan_of(budget, seeds, only_seed), enabled=not quiet)
+    console = Console(plan_of(budget, seeds, only_seed, formulas), enabled=not quiet)
     timings: dict[str, float] = {}
     rows = Rows()
     control_evals: dict[str, list[dict]] = {}
@@ -608,7 +640,7 @@ def run(
     for seed in range(seeds) if only_seed is None else (only_seed,):
         sdir = os.path.join(workdir, f"s{seed}")
         seed_timings: dict[str, float] = {}
-        run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows, base)
+        run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows, base, formulas)
         if seed == 0:
             for c in budget.controls:
                 name, init, rl_file, extra = CONTROL_ROWS[c]
@@ -636,12 +668,13 @@ def run(
         process_s=process_s,
         eval_paths=rows.paths,
         probe=mean_probe(rows.probes),
-        rl_settings=rl_settings_report(budget),
+        rl_settings=rl_settings_report(budget, formulas),
         control_evals=control_evals,
         control_paths=control_paths,
         ood_evals=rows.ood,
         passk=rows.passk,
         base_probe=base_figures,
+        formulas={label: FORMULA_OF for label, *_ in FORMULA_ROWS.values()} if formulas else None,
     )
     console.end("report", t, os.path.join(workdir, "report.md"))
     if not quiet:
@@ -659,10 +692,11 @@ def run_seed(
     timings: dict[str, float],
     rows: Rows,
     base: str | None = None,
+    formulas: bool = False,
 ) -> None:
     """One seed of the whole pipeline under `sdir`: base checkpoint (the world's pretrained `base` when given, else
-    this seed's random one), SFT, exploration, RCTP-FT, their evaluations and pass@k, then every RL row; adds to
-    `rows` and `timings`."""
+    this seed's random one), SFT, exploration, RCTP-FT, their evaluations and pass@k, then every RL row
+    (`rl_runs(budget, formulas)`); adds to `rows` and `timings`."""
     ev_dir = os.path.join(sdir, "eval")
     ood_split = "test" if eval_split == "iid" else None  # names no stage sees: the out-of-distribution column
 
@@ -731,13 +765,14 @@ def run_seed(
         label, t, "; ".join(f"{k} {v['overall'] * 100:.1f}%" for k, v in probe.items())
     )
 
-    for row, (init, rl_file) in RL_RUNS.items():
+    for row, (init, rl_file, overrides, tag) in rl_runs(budget, formulas).items():
         name = f"{row} seed {seed}"
         t = console.start(name)
-        summary, path, ood = rl_row(sdir, budget, seed, init, rl_file, budget.rl, eval_split, "main", stage1)
+        summary, path, ood = rl_row(sdir, budget, seed, init, rl_file, overrides, eval_split, tag, stage1)
         rows.add(row, summary, path, ood)
-        rows.rl_metrics[f"{row} s{seed}"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_main", "metrics.jsonl")
-        timings[f"rl/{init}_{rl_file}_s{seed}"] = console.end(name, t, summary_lib.one_line(summary))
+        rows.rl_metrics[f"{row} s{seed}"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{tag}", "metrics.jsonl")
+        key = f"rl/{init}_{rl_file}" + ("" if tag == "main" else f"_{tag}")
+        timings[f"{key}_s{seed}"] = console.end(name, t, summary_lib.one_line(summary))
 
 
 def rl_row(
@@ -799,6 +834,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--only_seed", type=int, default=None, help="run this seed's stages alone, no report (seeds side by side)"
     )
     ap.add_argument(
+        "--formulas",
+        action="store_true",
+        help="also run RCTP-FT+GRPO with the dr_grpo and with the rloo advantage (FORMULA_ROWS), every seed, "
+        "reported beside RCTP-FT+GRPO with paired intervals",
+    )
+    ap.add_argument(
         "--base_only", action="store_true", help="build (or read) the world's pretrained base and its probe, then stop"
     )
     ap.add_argument(
@@ -809,6 +850,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.rebuild_base and not args.base_only:
         ap.error("--rebuild_base goes with --base_only")
+    if args.formulas and args.base_only:
+        ap.error("--formulas adds RL rows; --base_only stops before RL")
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     if args.only_seed is not None and not 0 <= args.only_seed < args.seeds:
@@ -817,7 +860,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.base_only:
         base_only(args.workdir, args.budget, rebuild=args.rebuild_base)
         return
-    run(args.workdir, budget_name=args.budget, seeds=args.seeds, eval_split=args.eval_split, only_seed=args.only_seed)
+    run(
+        args.workdir,
+        budget_name=args.budget,
+        seeds=args.seeds,
+        eval_split=args.eval_split,
+        only_seed=args.only_seed,
+        formulas=args.formulas,
+    )
 
 
 def base_only(workdir: str, budget_name: str, *, rebuild: bool = False) -> dict:

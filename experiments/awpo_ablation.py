@@ -3,8 +3,10 @@
     python -m experiments.awpo_ablation [--workdir runs/awpo] [--budget awpo|quickstart|smoke] [--seeds N]
 
 On AWPO's own backbone family: a tiny Qwen3 (per-head q/k RMSNorm, no attention biases, head_dim apart
-from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``) built offline with a tokenizer trained on the
-world's train text. One SFT policy of it (the quickstart's stage 1 through the same code, in its own
+from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``): the world's pretrained base model when the budget
+has one (`quickstart`, `smoke`: the base the RC-GRPO ablation starts from, `ablation.pretrained_base`), else a
+random one built offline with a tokenizer trained on the world's train text (the `awpo` budget). One SFT policy
+of it (the quickstart's stage 1 through the same code, in its own
 directories, so it sits beside the RC-GRPO ablation's stage 1 in one workdir and reuses its data
 files), then RL rows with equal budgets from it:
 GRPO (outcome reward only), the naive mixed reward (GRPO on r + s: no gate, no difficulty weight, no clip
@@ -148,6 +150,21 @@ def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
     return path
 
 
+def init_base(workdir: str, budget: budgets_lib.Budget) -> tuple[str, dict | None]:
+    """What the SFT policy starts from: the world's base model when the budget pretrains one (`budget.pretrain`:
+    `ablation.pretrained_base`, the copy the repository ships or the one built under workdir/base, the base every
+    row of the RC-GRPO ablation starts from; it must be a Qwen3), else the budget's own random tiny Qwen3
+    (`build_base`; the `awpo` budget's, as its rows were measured). Returns (its HF directory, the key the SFT stage
+    records for it: `ablation.base_request(budget)`, or None for the random one, which its own request keys)."""
+    if not budget.pretrain:
+        return build_base(workdir, budget), None
+    if budget.arch != ARCH:
+        raise ValueError(
+            f"budget {budget.name}: the AWPO miniature runs on a {ARCH}, the world's base is a {budget.arch}"
+        )
+    return ablation.pretrained_base(workdir, budget), {"base": ablation.base_request(budget)}
+
+
 def run(workdir: str, *, budget_name: str = "awpo", seeds: int = 1, quiet: bool = False) -> dict:
     """The whole AWPO ablation; returns the report's payload (also workdir/awpo_report.json)."""
     import jax
@@ -166,14 +183,14 @@ def run(workdir: str, *, budget_name: str = "awpo", seeds: int = 1, quiet: bool 
     ev_dir = os.path.join(workdir, "eval")
 
     t = console.start("world + tiny checkpoint")
-    base = build_base(workdir, budget)
+    base, base_key = init_base(workdir, budget)
     data_files = ablation.build_datasets(workdir, budget)
     console.end("world + tiny checkpoint", t, base)
     t = console.start("SFT")
     config = ablation.stage_config(
         "sft", budget, budget.sft, **{"model.path": base, "seed": 0, "data.path": data_files["sft"]}
     )
-    out = ablation.train_stage(sft.run, config, os.path.join(workdir, SFT_DIR))
+    out = ablation.train_stage(sft.run, config, os.path.join(workdir, SFT_DIR), inputs=base_key)
     init = os.path.join(workdir, SFT_DIR, "hf")
     console.end("SFT", t, f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}")
     t = console.start("evaluate SFT")

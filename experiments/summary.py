@@ -403,10 +403,14 @@ def results_payload(
     rl_metrics: Mapping[str, Sequence[str]],
     probe: Mapping[str, Mapping[str, Any]],
     profiles: Mapping[str, EpisodeProfile] | None = None,
+    formulas: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """report.json's results: rows.<name> (test_overall = mean over seeds, per seed, zero_var_mean for RL rows,
     the made-up-argument shares of `profiles`),
-    stage1 (train-split probe), comparisons (paired, RC-GRPO vs GRPO from each init) and goals (checked)."""
+    stage1 (train-split probe), comparisons (paired, RC-GRPO vs GRPO from each init, each RL row against its init,
+    each formula row against its init and the row it varies) and goals (checked). formulas: formula row -> the
+    row it varies (`ablation.FORMULA_ROWS`; its init is the part of its name before "+")."""
+    formulas = dict(formulas or {})
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in evals.items():
         per_seed = [float(r["overall"]) for r in runs]
@@ -416,7 +420,7 @@ def results_payload(
         if profile is not None:  # the test episodes' failure mode behind goal (b): names and operands made up
             rows[name]["made_up_argument"] = profile.made_up_argument
             rows[name]["failed_with_made_up"] = profile.failed_with_made_up
-        if name in RL_ROWS:
+        if name in RL_ROWS or name in formulas:
             zv = [metric_mean(p, "frac_zero_var_groups") for p in rl_metrics.get(name, ())]
             rows[name]["zero_var_mean"] = _mean(zv)
             rows[name]["zero_var_per_seed"] = zv
@@ -433,6 +437,7 @@ def results_payload(
             stage1[key]["test_overall"] = rows[name]["test_overall"]
     comparisons = {}
     pairs = [(f"{i}+RC-GRPO", f"{i}+GRPO") for i in STAGE1_ROWS] + [(r, r.split("+")[0]) for r in RL_ROWS]
+    pairs += [(f, b) for f, varied in formulas.items() for b in (f.split("+")[0], varied)]
     for a, b in pairs:  # RC-GRPO against GRPO from each init, then each RL row against its own init
         if eval_paths.get(a) and eval_paths.get(b) and len(eval_paths[a]) == len(eval_paths[b]):
             (ma, _, cats), (mb, _, _) = pass_matrix(eval_paths[a]), pass_matrix(eval_paths[b])
@@ -517,6 +522,50 @@ def _results_md(results: Mapping[str, Any]) -> list[str]:
     return md + [""]
 
 
+def _formulas_md(
+    results: Mapping[str, Any], evals: Mapping[str, Sequence[Mapping[str, Any]]], formulas: Mapping[str, str]
+) -> list[str]:
+    """The formula rows (`ablation.FORMULA_ROWS`) beside their init and the row each varies (`evals`: every row's
+    runs): the per-category table, then each RL row's gain over its init and each formula row's difference from
+    the row it varies, with their paired 95% intervals (`results["comparisons"]`)."""
+    if not formulas:
+        return []
+    varied = list(dict.fromkeys(formulas.values()))
+    inits = list(dict.fromkeys(f.split("+")[0] for f in formulas))
+    shown = {r: list(evals[r]) for r in [*inits, *varied, *formulas] if r in evals}
+
+    def cell(a: str, b: str) -> str:
+        c = results["comparisons"].get(f"{a} vs {b}")
+        if c is None:
+            return "-"
+        lo, hi = c["bootstrap_ci95"]
+        return f"{c['mean_diff'] * 100:+.1f} [{lo * 100:+.1f}, {hi * 100:+.1f}]"
+
+    md = [
+        "## Advantage formulas side by side (`--formulas`)",
+        "",
+        "Each row is " + ", ".join(f"`{v}`" for v in varied) + " with another advantage estimator and nothing "
+        "else changed (same init, seeds, RL budget, temperature, KL beta and reward tokens). Differences in points "
+        "with the paired bootstrap's 95% interval over seeds and test tasks.",
+        "",
+        eval_run.summary_table(shown).rstrip("\n"),
+        "",
+        "| row | test overall | gain over init [95% interval] | against the varied row [95% interval] | "
+        "zero-variance groups |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    rows = results["rows"]
+    for r in [*varied, *formulas]:
+        if r not in rows:
+            continue
+        against = f"{formulas[r]}: {cell(r, formulas[r])}" if r in formulas else "-"
+        md.append(
+            f"| {r} | {_pct(rows[r]['test_overall'])} | {cell(r, r.split('+')[0])} | {against} | "
+            f"{_pct(rows[r].get('zero_var_mean'))} |"
+        )
+    return md + [""]
+
+
 def _diagnostics(rl_metrics: Mapping[str, str]) -> str:
     rows = []
     for label, path in rl_metrics.items():
@@ -584,6 +633,7 @@ def write(
     ood_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     passk: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     base_probe: Mapping[str, Mapping[str, Any]] | None = None,
+    formulas: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
@@ -593,9 +643,13 @@ def write(
     whose metrics are in rl_metrics under "<row> s0", and control_paths their eval files; ood_evals: row -> its
     out-of-distribution summaries (the world's fresh-name 'test'), one per seed; passk: stage-1 row -> its pass@k
     probes (`ablation.pass_at_k`), one per seed; base_probe: the pretrained base's (`ablation.base_probe`). total_s: the run's wall time over every process that worked on it
-    (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run)."""
+    (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run). formulas: the
+    formula rows in `evals` (`ablation.FORMULA_ROWS`) -> the row each varies; their own section, in report.json's
+    rows, runs and comparisons."""
+    formulas = dict(formulas or {})
     paper_rows = {r: list(evals[r]) for r in PAPER_ROWS if r in evals}
     stage1_rows = {r: list(evals[r]) for r in STAGE1_ROWS if r in evals}
+    formula_rows = {r: list(evals[r]) for r in formulas if r in evals}
     table = eval_run.summary_table(paper_rows)
     stage1_table = eval_run.summary_table(stage1_rows) if stage1_rows else ""
     text_verdict = verdict(evals)
@@ -606,9 +660,13 @@ def write(
         written["entropy_reward_correlation"] = correlation
     diag = _diagnostics(rl_metrics)
     errors = {name: report.aggregate(runs)["error_kinds"] for name, runs in {**paper_rows, **stage1_rows}.items()}
-    per_row = {r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in RL_ROWS}
+    per_row = {
+        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in (*RL_ROWS, *formula_rows)
+    }
     profiles = episode_profiles(eval_paths or {})
-    results = results_payload({**stage1_rows, **paper_rows}, eval_paths or {}, per_row, probe or {}, profiles)
+    results = results_payload(
+        {**stage1_rows, **paper_rows, **formula_rows}, eval_paths or {}, per_row, probe or {}, profiles, formulas
+    )
     for name, note in ROW_NOTES.items():
         if name in results["rows"]:
             results["rows"][name]["note"] = note
@@ -653,6 +711,7 @@ def write(
     md += _ood_md(results["ood"]) + _passk_md(results["passk"])
     md += _settings_md(results["rl_settings"])
     md += _control_md(results["control"])
+    md += _formulas_md(results, evals, formulas)
     md += _results_md(results)
     results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
     md += _rl_tasks_md(results["rl_tasks"])
@@ -694,6 +753,7 @@ def write(
         f"- RCTP-FT {dict(budget.rctp)}",
         f"- RL (every row) {dict(budget.rl)}",
         *([f"- Controls (seed 0): {', '.join(budget.controls)}"] if control_evals else []),
+        *([f"- Formula rows (every seed): {', '.join(formula_rows)}"] if formula_rows else []),
         "",
     ]
     with open(os.path.join(workdir, "report.md"), "w") as f:
@@ -706,7 +766,7 @@ def write(
         "rl_steps": int(budget.rl.get("train.max_steps", 0)),
         "split": split,
         **results,
-        "runs": {**paper_rows, **stage1_rows},
+        "runs": {**paper_rows, **stage1_rows, **formula_rows},
         "verdict": text_verdict,
         "table": table,
         "base_probe": dict(base_probe or {}),

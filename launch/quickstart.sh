@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU reproduction: the paper's ablation in miniature, one command, one Python process.
 #
-#   bash launch/quickstart.sh [--seeds N] [--workdir DIR] [--budget quickstart|smoke] [--eval_split iid|test|train|dev]
+#   bash launch/quickstart.sh [--seeds N] [--workdir DIR] [--budget quickstart|smoke] [--eval_split iid|test|train|dev] [--formulas]
 #
 # Sets up .venv (launch/setup_env.sh: package registries only, no model or data downloads), then runs
 # experiments.ablation: world + tiny Qwen3 checkpoint -> base eval -> SFT and RCTP-FT -> GRPO and

@@ -174,6 +174,42 @@ def test_a_rerun_with_other_settings_stops_and_keeps_what_is_there(smoke_run, mo
     assert stamps == {f: os.path.getmtime(f) for f in stamps}
 
 
+@pytest.mark.slow  # the fast lane skips it (pytest.ini)
+def test_formulas_add_the_dr_grpo_and_rloo_rows_with_their_paired_intervals(smoke_run):
+    """`--formulas` on a finished smoke run: only the two formula rows train (RCTP-FT+GRPO's run is reused), each
+    keyed by its estimator, and they reach report.json (rows, runs, comparisons, settings) and report.md's section."""
+    workdir, _ = smoke_run
+    s0 = os.path.join(workdir, "s0")
+    main_done = os.path.join(s0, "rl", "rctp_ft_grpo_main", ablation.DONE)
+    stamp = os.path.getmtime(main_done)
+    out = ablation.run(workdir, budget_name="smoke", seeds=1, quiet=True, formulas=True)
+    assert os.path.getmtime(main_done) == stamp
+    labels = [label for label, *_ in ablation.FORMULA_ROWS.values()]
+    assert labels == ["RCTP-FT+GRPO, dr_grpo advantages", "RCTP-FT+GRPO, rloo advantages"]
+    assert list(out["runs"]) == [*ablation.ROWS, "SFT", "RCTP-FT", *labels]
+    with open(main_done) as f:
+        main_request = json.load(f)["request"]
+    with open(os.path.join(workdir, "report.json")) as f:
+        written = json.load(f)
+    md = open(os.path.join(workdir, "report.md")).read()
+    section = md.split("## Advantage formulas side by side (`--formulas`)", 1)[1].split("\n## ", 1)[0]
+    for name, label in zip(ablation.FORMULA_ROWS, labels):
+        with open(os.path.join(s0, "rl", f"rctp_ft_grpo_{name}", ablation.DONE)) as f:
+            request = json.load(f)["request"]
+        assert cache.differences(main_request, request) == [f"rl.advantage.name: 'grpo' -> '{name}'"]
+        row = written["rows"][label]
+        assert 0.0 <= row["test_overall"] <= 1.0 and 0.0 <= row["zero_var_mean"] <= 1.0
+        assert row["test_overall"] == written["runs"][label][0]["overall"]
+        for other in ("RCTP-FT", ablation.FORMULA_OF):
+            c = written["comparisons"][f"{label} vs {other}"]
+            assert c["bootstrap_ci95"][0] <= c["mean_diff"] <= c["bootstrap_ci95"][1] and len(c["per_seed_diff"]) == 1
+            assert f"**{label} vs {other}**" in md
+        differs = {d["setting"]: d["run"] for d in written["rl_settings"][label]["differences"]}
+        assert differs["estimator"] == name
+        assert f"| {label} | {row['test_overall'] * 100:.1f}% | " in section and f"| {ablation.FORMULA_OF}: " in section
+    assert f"| {ablation.FORMULA_OF} | " in section and "| RCTP-FT |" in section  # beside the row it varies
+
+
 def test_every_rl_row_runs_at_the_paper_presets_rl_settings():
     """The quickstart's RL rows keep temperature, KL beta, reward-token mode, p(high), clip and G at the paper
     preset's values (read from configs/*.py, not restated here), with a warmup, a floor under the learning rate,
@@ -202,6 +238,57 @@ def test_every_rl_row_runs_at_the_paper_presets_rl_settings():
     shuffled = ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["shuffled"][3]})
     assert shuffled.rl.shuffle_advantages and not ablation.stage_config("rc_grpo", b, b.rl).rl.shuffle_advantages
     assert ablation.stage_config("rc_grpo", b, {**b.rl, **ablation.CONTROL_ROWS["lr0"][3]}).optim.lr == 0.0
+
+
+def test_formula_rows_are_rctp_ft_grpo_with_another_estimator_and_nothing_else(tmp_path):
+    """The formula rows differ from RCTP-FT+GRPO only in rl.advantage.name (the budget's RL settings as every row),
+    run only with `formulas`, and go with the command's flag."""
+    for b in (budgets.REPRODUCE, budgets.SMOKE):
+        assert list(ablation.rl_runs(b)) == list(ablation.RL_RUNS)
+        runs = ablation.rl_runs(b, formulas=True)
+        init, rl_file, overrides, tag = runs[ablation.FORMULA_OF]
+        reference = cache.config_request(ablation.stage_config(rl_file, b, overrides))
+        for name, (label, *_) in ablation.FORMULA_ROWS.items():
+            f_init, f_file, f_overrides, f_tag = runs[label]
+            assert (f_init, f_file, tag, f_tag) == (init, rl_file, "main", name) and label.split("+")[0] == "RCTP-FT"
+            config = ablation.stage_config(f_file, b, f_overrides)
+            assert cache.differences(reference, cache.config_request(config)) == [
+                f"rl.advantage.name: 'grpo' -> '{name}'"
+            ]
+            assert ablation.rl_config.choices(config).estimator == name
+        plan = [stage for stage, _ in ablation.plan_of(b, 3, formulas=True)]
+        assert all(f"{label} seed {s}" in plan for label, *_ in ablation.FORMULA_ROWS.values() for s in range(3))
+    plain = [stage for stage, _ in ablation.plan_of(budgets.SMOKE, 1)]
+    assert not any(stage.startswith(label) for label, *_ in ablation.FORMULA_ROWS.values() for stage in plain)
+    with pytest.raises(SystemExit):
+        ablation.main(["--formulas", "--base_only", "--workdir", str(tmp_path)])
+
+
+def test_formula_section_by_hand(tmp_path):
+    def eval_file(name, passes):
+        path = tmp_path / f"{name}.json"
+        eps = [{"id": f"t{i}", "category": "ab"[i % 2], "official_pass": p} for i, p in enumerate(passes)]
+        path.write_text(json.dumps({"episodes": eps}))
+        return str(path)
+
+    label = "RCTP-FT+GRPO, rloo advantages"
+    paths = {
+        "RCTP-FT": [eval_file("init", [True, False, True, False])],  # 0.5
+        "RCTP-FT+GRPO": [eval_file("grpo", [True, False, True, False])],  # 0.5
+        label: [eval_file("rloo", [True, True, True, False])],  # a 2/2, b 1/2: 0.75
+    }
+    evals = {"RCTP-FT": [_s(0.5)], "RCTP-FT+GRPO": [_s(0.5)], label: [_s(0.75)]}
+    formulas = {label: "RCTP-FT+GRPO"}
+    results = summary.results_payload(evals, paths, {}, {}, formulas=formulas)
+    assert set(results["comparisons"]) == {"RCTP-FT+GRPO vs RCTP-FT", f"{label} vs RCTP-FT", f"{label} vs RCTP-FT+GRPO"}
+    c = results["comparisons"][f"{label} vs RCTP-FT+GRPO"]
+    assert c["mean_diff"] == pytest.approx(0.25) and c["per_seed_diff"] == (pytest.approx(0.25),)
+    assert results["rows"][label]["zero_var_per_seed"] == []  # an RL row: its zero-variance share is reported
+    text = "\n".join(summary._formulas_md(results, evals, formulas))
+    lo, hi = (x * 100 for x in c["bootstrap_ci95"])
+    assert f"| {label} | 75.0% | +25.0 [" in text and f"| RCTP-FT+GRPO: +25.0 [{lo:+.1f}, {hi:+.1f}] | - |" in text
+    assert "| RCTP-FT+GRPO | 50.0% | +0.0 [+0.0, +0.0] | - | - |" in text
+    assert summary._formulas_md(results, evals, {}) == []
 
 
 def test_compare_settings_and_controls_by_hand(tmp_path):
@@ -304,6 +391,28 @@ def test_a_budget_that_explores_with_the_base_needs_one_pretrained(monkeypatch):
     monkeypatch.setitem(budgets.BUDGETS, "smoke", without)
     with pytest.raises(ValueError, match="has no pretraining stage"):
         ablation.base_only("unused", "smoke")
+
+
+def test_a_stage_is_keyed_by_its_inputs_as_well_as_its_config(tmp_path):
+    """`inputs` (what the config names only by location, such as the base model's settings) is recorded beside the
+    config; a rerun from another base stops; a stage recorded without inputs does not match one asked with them."""
+    calls = []
+
+    def fake_run(config, workdir):
+        calls.append(workdir)
+        os.makedirs(workdir)  # a trainer makes its workdir
+        return {"step": 1, "metrics": {"loss": 0.5}}
+
+    config = ablation.stage_config("sft", budgets.SMOKE, {})
+    done = ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 0}})
+    assert done["request"]["inputs"] == {"base": {"seed": 0}} and len(calls) == 1
+    assert ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 0}}) == done
+    with pytest.raises(cache.StaleCacheError, match=r"inputs\.base\.seed: 0 -> 1"):
+        ablation.train_stage(fake_run, config, str(tmp_path / "a"), inputs={"base": {"seed": 1}})
+    assert "inputs" not in ablation.train_stage(fake_run, config, str(tmp_path / "b"))["request"]
+    with pytest.raises(cache.StaleCacheError, match=r"inputs\.base\.seed: '<unset>' -> 0"):
+        ablation.train_stage(fake_run, config, str(tmp_path / "b"), inputs={"base": {"seed": 0}})
+    assert len(calls) == 2
 
 
 def test_set_dotted_names_missing_fields():
@@ -423,15 +532,19 @@ def test_console_eta_rescales_by_measured_speed(capsys):
 
 @pytest.mark.slow  # the fast lane skips it (pytest.ini)
 def test_awpo_ablation_smoke_run_trains_its_own_qwen3_stage_1_and_writes_its_report(smoke_run):
-    """AWPO's Table 4 in miniature on a tiny Qwen3 of its own, beside the RC-GRPO ablation's stage 1 in the
-    same workdir (whose SFT is not trained again; the data files are shared)."""
+    """AWPO's Table 4 in miniature on a tiny Qwen3 SFT policy of its own, from the world's base the RC-GRPO ablation
+    starts from (not rebuilt), beside that ablation's stage 1 in the same workdir (whose SFT is not trained again)."""
     from experiments import awpo_ablation
 
     workdir, _ = smoke_run
-    sft_done = os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE))
+    base = os.path.join(workdir, "base", "pretrain")
+    stamps = {p: os.path.getmtime(p) for p in (os.path.join(workdir, "s0", "sft", ablation.DONE), base)}
     payload = awpo_ablation.run(workdir, budget_name="smoke", quiet=True)
-    assert os.path.getmtime(os.path.join(workdir, "s0", "sft", ablation.DONE)) == sft_done
-    for d in (awpo_ablation.BASE_DIR, os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
+    assert stamps == {p: os.path.getmtime(p) for p in stamps}
+    assert not os.path.exists(os.path.join(workdir, awpo_ablation.BASE_DIR))  # no random checkpoint of its own
+    with open(os.path.join(workdir, awpo_ablation.SFT_DIR, ablation.DONE)) as f:
+        assert json.load(f)["request"]["inputs"] == cache.plain({"base": ablation.base_request(budgets.SMOKE)})
+    for d in (os.path.join(base, "hf"), os.path.join(awpo_ablation.SFT_DIR, "hf"), "rl/awpo_row2_s0/hf"):
         with open(os.path.join(workdir, d, "config.json")) as f:
             hf = json.load(f)
         assert hf["model_type"] == "qwen3" and hf["architectures"] == ["Qwen3ForCausalLM"], d

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments import awpo_ablation, budgets
 from rcgrpo_jax.train import rl_config
 
@@ -99,3 +101,19 @@ def test_verdict_wording_by_hand():
     assert "d_g 0.31" in text and "scale 0.97" in text and "Judge failures (scored as the default): 3." in text
     evals["AWPO"] = [_s(0.30)]
     assert "cannot rank them" not in awpo_ablation.verdict(evals, {})
+
+
+def test_the_sft_policy_starts_from_the_worlds_base_where_the_budget_pretrains_one():
+    """quickstart: the base the repository ships (the RC-GRPO ablation's; nothing built), keyed by its settings;
+    the `awpo` budget pretrains none, so its rows start from its own random Qwen3 as they were measured."""
+    import dataclasses
+
+    from experiments import ablation
+
+    q = budgets.QUICKSTART
+    base, key = awpo_ablation.init_base("unused", q)
+    assert base == ablation.shipped_base(q) == ablation.pretrained_base("unused", q) and key is not None
+    assert key == {"base": ablation.base_request(q)}
+    assert not awpo_ablation.AWPO_BUDGET.pretrain
+    with pytest.raises(ValueError, match="runs on a qwen3, the world's base is a llama"):
+        awpo_ablation.init_base("unused", dataclasses.replace(q, arch="llama"))
