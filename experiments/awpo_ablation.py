@@ -3,10 +3,9 @@
     python -m experiments.awpo_ablation [--workdir runs/awpo] [--budget awpo|quickstart|smoke] [--seeds N]
 
 On AWPO's own backbone family: a tiny Qwen3 (per-head q/k RMSNorm, no attention biases, head_dim apart
-from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``): the world's pretrained base model when the budget
-has one (`quickstart`, `smoke`: the base the RC-GRPO ablation starts from, `ablation.pretrained_base`), else a
-random one built offline with a tokenizer trained on the world's train text (the `awpo` budget). One SFT policy
-of it (the quickstart's stage 1 through the same code, in its own
+from hidden/heads; `rcgrpo_jax.models.tiny`, arch ``qwen3``): the world's pretrained base model, the base the
+RC-GRPO ablation starts from (`ablation.pretrained_base`: the shipped copy for `awpo` and `quickstart`). One SFT
+policy of it (the quickstart's stage 1 through the same code, in its own
 directories, so it sits beside the RC-GRPO ablation's stage 1 in one workdir and reuses its data
 files), then RL rows with equal budgets from it:
 GRPO (outcome reward only), the naive mixed reward (GRPO on r + s: no gate, no difficulty weight, no clip
@@ -23,14 +22,14 @@ not what a reasoning judge adds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
 from typing import Any, Mapping, Sequence
 
-from experiments import ablation, cache
+from experiments import ablation
 from experiments import budgets as budgets_lib
-from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.eval import plots
 from rcgrpo_jax.train import rl_config, rl_trainer, sft
 
@@ -65,38 +64,19 @@ CUMULATIVE = ("judge/failures",)
 
 # The backbone: Qwen3's architecture at the budget's sizes. Its stage-1 files live under these names.
 ARCH = "qwen3"
-BASE_DIR, SFT_DIR = f"{ARCH}_base_model", f"{ARCH}_sft"
+SFT_DIR = f"{ARCH}_sft"
 
-# The `awpo` budget: the quickstart's world (train split), model sizes and SFT (800 steps of 16: fewer leave
-# the policy guessing every name, so no RL group has outcome spread and AWPO's gate never opens), on a tiny
-# Qwen3 with head_dim 48 (attention width 192 = 1.5 x hidden 128, as Qwen3-4B's 4096 over 2560); 3 RL steps
-# of 16 tasks x group 4 per row (48 groups) and a test split of 16 tasks per type (64 + 16 held-out, one
-# evaluation batch). Sized for the 25 minutes of a quiet 2-core machine: about 11-13 at the quickstart's
-# measured speeds (SFT 6.3 min; an RL step 8-16 s; an evaluation of 80 episodes ~13 s). Six rows + seven
-# evaluations at the quickstart's 12 RL steps and 160 test episodes would not fit. On a loaded machine it
-# takes several times longer (docs/awpo.md, "Table 4 in miniature", has the measured run).
-# Its settings are the RC-GRPO quickstart's as they stood when the AWPO rows were measured (2026-12-03), written
-# out here so that later changes to the quickstart's stage 1 and RL (budgets.py) leave this miniature as measured:
-# the RL pool of all four types, groups of 4 over 16 tasks and the shrinking decode batch.
-AWPO_BUDGET = budgets_lib.Budget(
+# The `awpo` budget: the quickstart's world, its pretrained base (the copy the repository ships: the base every row
+# of the RC-GRPO ablation starts from) and its SFT stage (2 epochs of the experts from that base), on its tiny Qwen3
+# (head_dim 48); then AWPO's RL settings as they were measured on 2026-12-03, written out here so that later changes
+# to the quickstart's RL leave this miniature's rows comparable: 3 RL steps of 16 tasks x group 4 per row (48
+# groups), the shrinking decode batch, temperature 0.3, beta 0.5, stratified reward tokens. Rows are scored on the
+# world's test split (16 tasks per type). No RCTP-FT stage, no controls.
+AWPO_BUDGET = dataclasses.replace(
+    budgets_lib.QUICKSTART,
     name="awpo",
-    world={
-        "seed": 0,
-        "train_per_type": 256,
-        "test_per_type": 16,
-        "rl_per_type": 8,
-        "rl_types": "",
-        "train_vocab": "narrow",
-    },  # fmt: skip
-    model={**budgets_lib.QUICKSTART.model, "head_dim": 48},
-    sft={
-        **budgets_lib.COMMON_TRAIN,
-        "train.batch_size": 16,
-        "train.max_steps": 800,
-        "optim.lr": 3e-3,
-        "optim.end_lr_ratio": 0.1,
-    },
     rctp={},  # AWPO has no RCTP-FT stage
+    controls=(),
     rl={
         "rl.slot_mode": "shrink",
         "optim.lr": 1e-4,
@@ -115,8 +95,7 @@ AWPO_BUDGET = budgets_lib.Budget(
         "log.tensorboard": False,
         "checkpoint.every_steps": 4,
     },
-    eval={"batch_size": 80, "max_step_tokens": 64, "max_context": 1024, "max_steps_per_turn": 4},
-    plan_s={"setup": 30, "eval": 13, "sft": 350, "rctp_ft": 180, "rl": 45},
+    plan_s={"setup": 10, "eval": 13, "sft": 60, "rctp_ft": 0, "rl": 45},
 )
 BUDGETS = {"awpo": AWPO_BUDGET, "quickstart": budgets_lib.QUICKSTART, "smoke": budgets_lib.SMOKE}
 
@@ -135,29 +114,12 @@ def row_config(row: str, budget: budgets_lib.Budget, init: str, seed: int):
     return ablation.stage_config(stage_file, budget, budget.rl, **fields)
 
 
-def build_base(workdir: str, budget: budgets_lib.Budget) -> str:
-    """The tiny Qwen3 checkpoint (workdir/qwen3_base_model), tokenizer trained on the world's train corpus
-    rendered through its chat template; built once."""
-
-    path = os.path.join(workdir, BASE_DIR)
-    request = {"arch": ARCH, "model": dict(budget.model), "world": dict(budget.world)}
-    if os.path.exists(os.path.join(path, "config.json")):
-        cache.check(cache.read_request(path), request, f"the base checkpoint {path}")
-    else:
-        config = ablation.stage_config("sft", budget, {"model.tiny_arch": ARCH})
-        tiny_checkpoint.build_tiny(config, path, seed=0, **budget.model)
-        cache.write_request(path, request)
-    return path
-
-
-def init_base(workdir: str, budget: budgets_lib.Budget) -> tuple[str, dict | None]:
-    """What the SFT policy starts from: the world's base model when the budget pretrains one (`budget.pretrain`:
-    `ablation.pretrained_base`, the copy the repository ships or the one built under workdir/base, the base every
-    row of the RC-GRPO ablation starts from; it must be a Qwen3), else the budget's own random tiny Qwen3
-    (`build_base`; the `awpo` budget's, as its rows were measured). Returns (its HF directory, the key the SFT stage
-    records for it: `ablation.base_request(budget)`, or None for the random one, which its own request keys)."""
+def init_base(workdir: str, budget: budgets_lib.Budget) -> tuple[str, dict]:
+    """What the SFT policy starts from: the world's base model (`ablation.pretrained_base`: the copy the repository
+    ships or the one built under workdir/base, the base every row of the RC-GRPO ablation starts from; it must be a
+    Qwen3). Returns (its HF directory, the key the SFT stage records for it: `ablation.base_request(budget)`)."""
     if not budget.pretrain:
-        return build_base(workdir, budget), None
+        raise ValueError(f"budget {budget.name}: the AWPO miniature starts from the world's base (budget.pretrain)")
     if budget.arch != ARCH:
         raise ValueError(
             f"budget {budget.name}: the AWPO miniature runs on a {ARCH}, the world's base is a {budget.arch}"

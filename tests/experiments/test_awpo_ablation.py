@@ -51,14 +51,20 @@ def test_without_the_gate_a_saturated_group_learns_from_the_mixed_reward():
     np.testing.assert_allclose(adv["AWPO w/o gate"][0], expected, rtol=1e-5)
 
 
-def test_awpo_budget_is_a_qwen3_with_the_settings_it_was_measured_with():
+def test_awpo_budget_is_the_quickstarts_world_base_and_sft_with_awpos_rl_settings():
     a, q = awpo_ablation.AWPO_BUDGET, budgets.QUICKSTART
     assert awpo_ablation.get_budget("awpo") is a and awpo_ablation.get_budget("smoke") is budgets.SMOKE
-    # stage 1 on the narrow train side, with the RL pool of every type, as the AWPO rows were measured
-    assert a.world["train_vocab"] == "narrow" and a.world["rl_types"] == "" and a.sft["train.max_steps"] == 800
-    assert (
-        a.model == {**q.model, "head_dim": 48} and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
+    # the same world, base and stage-1 SFT as the RC-GRPO ablation: one base model for both papers' miniatures
+    assert (a.world, a.model, a.arch, a.pretrain, a.pretrain_corpus, a.sft) == (
+        q.world,
+        q.model,
+        q.arch,
+        q.pretrain,
+        q.pretrain_corpus,
+        q.sft,
     )
+    assert a.arch == "qwen3" and a.model["head_dim"] != a.model["hidden_size"] // a.model["num_heads"]
+    assert not a.rctp and not a.controls
     assert (a.rl["train.max_steps"], a.rl["rl.group_size"], a.rl["rl.slot_mode"]) == (3, 4, "shrink")
     c = awpo_ablation.row_config("AWPO", a, "/init", 0)
     assert (c.train.max_steps, c.train.batch_size, c.rl.group_size) == (3, 64, 4)
@@ -103,9 +109,9 @@ def test_verdict_wording_by_hand():
     assert "cannot rank them" not in awpo_ablation.verdict(evals, {})
 
 
-def test_the_sft_policy_starts_from_the_worlds_base_where_the_budget_pretrains_one():
-    """quickstart: the base the repository ships (the RC-GRPO ablation's; nothing built), keyed by its settings;
-    the `awpo` budget pretrains none, so its rows start from its own random Qwen3 as they were measured."""
+def test_the_sft_policy_starts_from_the_worlds_base():
+    """quickstart and awpo: the base the repository ships (the RC-GRPO ablation's; nothing built), keyed by its
+    settings; a budget without a base, or whose base is not a Qwen3, is refused."""
     import dataclasses
 
     from experiments import ablation
@@ -114,6 +120,9 @@ def test_the_sft_policy_starts_from_the_worlds_base_where_the_budget_pretrains_o
     base, key = awpo_ablation.init_base("unused", q)
     assert base == ablation.shipped_base(q) == ablation.pretrained_base("unused", q) and key is not None
     assert key == {"base": ablation.base_request(q)}
-    assert not awpo_ablation.AWPO_BUDGET.pretrain
+    a = awpo_ablation.AWPO_BUDGET
+    assert awpo_ablation.init_base("unused", a) == (base, key)  # the same base as the RC-GRPO ablation's
+    with pytest.raises(ValueError, match="starts from the world's base"):
+        awpo_ablation.init_base("unused", dataclasses.replace(q, pretrain={}, explore_with="sft"))
     with pytest.raises(ValueError, match="runs on a qwen3, the world's base is a llama"):
         awpo_ablation.init_base("unused", dataclasses.replace(q, arch="llama"))
