@@ -595,6 +595,7 @@ def run(
     workdir: str,
     *,
     budget_name: str = "quickstart",
+    world_seed: int | None = None,
     seeds: int = 1,
     eval_split: str = "iid",
     quiet: bool = False,
@@ -607,7 +608,7 @@ def run(
     `formulas`: every seed also runs the FORMULA_ROWS (the report's run must be asked for them too)."""
     import jax
 
-    budget = budgets_lib.get(budget_name)
+    budget = budgets_lib.get(budget_name, world_seed=world_seed)
     if jax.device_count() < budget.devices:
         raise RuntimeError(
             f"budget {budget.name} runs every stage on {budget.devices} XLA devices, but {jax.device_count()} exist: "
@@ -840,6 +841,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "reported beside RCTP-FT+GRPO with paired intervals",
     )
     ap.add_argument(
+        "--world_seed",
+        type=int,
+        default=None,
+        help="the budget on another draw of its world (data.world.seed): its own tasks, corpus and base model",
+    )
+    ap.add_argument(
         "--base_only", action="store_true", help="build (or read) the world's pretrained base and its probe, then stop"
     )
     ap.add_argument(
@@ -858,11 +865,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         ap.error(f"--only_seed must be in [0, {args.seeds})")
     host_devices(budgets_lib.get(args.budget).devices)
     if args.base_only:
-        base_only(args.workdir, args.budget, rebuild=args.rebuild_base)
+        base_only(args.workdir, args.budget, rebuild=args.rebuild_base, world_seed=args.world_seed)
         return
     run(
         args.workdir,
         budget_name=args.budget,
+        world_seed=args.world_seed,
         seeds=args.seeds,
         eval_split=args.eval_split,
         only_seed=args.only_seed,
@@ -870,10 +878,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
 
 
-def base_only(workdir: str, budget_name: str, *, rebuild: bool = False) -> dict:
+def base_only(workdir: str, budget_name: str, *, rebuild: bool = False, world_seed: int | None = None) -> dict:
     """The world's pretrained base and its probe (`base_probe`), printed as a table; the budget must pretrain.
     rebuild: build it under workdir/base even where the repository ships a copy (the command that made the copy)."""
-    budget = budgets_lib.get(budget_name)
+    budget = budgets_lib.get(budget_name, world_seed=world_seed)
     if not budget.pretrain:
         raise ValueError(f"budget {budget.name} has no pretraining stage (budget.pretrain is empty)")
     workdir = os.path.abspath(workdir)

@@ -247,7 +247,12 @@ REPRODUCE = dataclasses.replace(QUICKSTART, name="reproduce")
 BUDGETS = {b.name: b for b in (QUICKSTART, REPRODUCE, SMOKE)}
 
 
-def get(name: str) -> Budget:
+def get(name: str, *, world_seed: int | None = None) -> Budget:
+    """The named budget; with `world_seed`, the same budget on another draw of its world (world.seed: other
+    tasks, names and pretraining corpus, so its own base model), named "<name>@world<seed>"."""
     if name not in BUDGETS:
         raise ValueError(f"unknown budget {name!r}; known: {', '.join(BUDGETS)}")
-    return BUDGETS[name]
+    budget = BUDGETS[name]
+    if world_seed is None or world_seed == budget.world.get("seed", 0):
+        return budget
+    return dataclasses.replace(budget, name=f"{name}@world{world_seed}", world={**budget.world, "seed": world_seed})

@@ -601,3 +601,17 @@ def test_the_shipped_base_is_the_quickstart_budgets_with_the_command_that_rebuil
     other = dataclasses.replace(budgets.QUICKSTART, pretrain_corpus={"failure_share": 0.5})
     assert ablation.shipped_base(other) is None and ablation.base_request(other) != record["request"]
     assert ablation.pretrained_base("unused", budgets.QUICKSTART) == shipped  # nothing built
+
+
+def test_another_world_seed_is_the_same_budget_on_another_world_with_a_base_of_its_own():
+    """--world_seed: the budget on world.seed N (its own tasks and corpus), so its base is built, not shipped;
+    the budget's own seed gives the budget itself."""
+    q = budgets.QUICKSTART
+    assert budgets.get("quickstart", world_seed=q.world["seed"]) is q
+    w1 = budgets.get("reproduce", world_seed=1)
+    assert w1.name == "reproduce@world1" and w1.world == {**q.world, "seed": 1}
+    assert dataclasses.replace(w1, name=q.name, world=q.world) == dataclasses.replace(budgets.REPRODUCE, name=q.name)
+    assert ablation.shipped_base(w1) is None and ablation.base_request(w1) != ablation.base_request(q)
+    dev0, dev1 = (ablation.sources.tasks(ablation.stage_config("sft", b, {}).data, "dev") for b in (q, w1))
+    assert [t.id for t in dev0] == [t.id for t in dev1]  # the same slots of the split ...
+    assert sum(a.ground_truth != b.ground_truth for a, b in zip(dev0, dev1)) > len(dev0) // 2  # ... drawn anew
