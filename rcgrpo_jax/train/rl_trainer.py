@@ -484,4 +484,4 @@ def make(config, workdir: str) -> RLTrainer:
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from `model.path`); see train/runner.py."""
     trainer = make(config, workdir)
-    return runner.run(trainer, trainer.config, workdir, stop_after=stop_after)
+    return runner.run(trainer, runner.settings_of(trainer.config), workdir, stop_after=stop_after)

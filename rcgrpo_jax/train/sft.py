@@ -144,7 +144,7 @@ class SFTTrainer:
             truncate=config.data.truncate,
             max_examples=config.data.max_examples,
         )
-        self.total_steps = runner.total_steps(config, self.data.steps_per_epoch)
+        self.total_steps = step_count(config, self.data.steps_per_epoch)
         self.tx, self.state_sh, self.abstract, self.step_fn = optimizer_and_state(
             config, self.model_cfg, abstract_params_of(self.model_cfg), self.mesh, self.total_steps
         )
@@ -223,6 +223,14 @@ def check(config, num_devices: int) -> dict[str, int]:
     return shape
 
 
+def step_count(config, steps_per_epoch: int) -> int:
+    """epochs x steps per epoch, capped by `train.max_steps` when that is > 0."""
+    n = int(config.train.epochs) * steps_per_epoch
+    if int(config.train.max_steps) > 0:
+        n = min(n, int(config.train.max_steps)) if n > 0 else int(config.train.max_steps)
+    return n
+
+
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from the start); see train/runner.py."""
-    return runner.run(SFTTrainer(config, workdir), config, workdir, stop_after=stop_after)
+    return runner.run(SFTTrainer(config, workdir), runner.settings_of(config), workdir, stop_after=stop_after)
