@@ -12,7 +12,7 @@ import pytest
 
 from rcgrpo_jax import models
 from rcgrpo_jax.data import sources, trajectories
-from rcgrpo_jax.train import dry_run, exploration, model_prep
+from rcgrpo_jax.train import dry_run, exploration, memory
 
 MESH = (1, 4, 2)  # data, fsdp, tensor: the GPU presets' shape on 8 devices
 SMALL = exploration.Settings(group_size=2, batch_tasks=2, max_step_tokens=16, max_context=2048, temperature=0.0)
@@ -70,7 +70,7 @@ def test_collect_runs_on_the_mesh_in_the_stage_dtype(tiny_ckpt, monkeypatch):
     assert split, "no weight is split over the mesh"
     assert all("tensor" in str(leaf.sharding.spec) for leaf in split)  # the decode rules: tensor-parallel only
     whole = sum(leaf.size for leaf in leaves) * 2
-    per_device = model_prep.shard_bytes(leaves, [leaf.sharding for leaf in leaves])
+    per_device = memory.shard_bytes(leaves, [leaf.sharding for leaf in leaves])
     assert whole / 2 <= per_device < whole  # tensor 2 halves what splits; nothing is split over fsdp
 
     # The records: one per rollout, in task order, in the trajectory format, labelled by their reward.
