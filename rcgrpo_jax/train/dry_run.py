@@ -206,24 +206,24 @@ def cast_program(abstract_params, mesh, train_rules: sharding_lib.Rules, dtype, 
 
 
 def rollout_programs(
-    config, model_cfg, abstract_params, mesh, shapes: rl_setup.RolloutShapes, program_bytes: ProgramBytes | None = None
+    config,
+    model_cfg,
+    abstract_params,
+    mesh,
+    shapes: rl_setup.RolloutShapes,
+    decode_rules: sharding_lib.Rules,
+    program_bytes: ProgramBytes | None = None,
 ) -> dict[str, Any]:
     """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
     (reported apart): the session's appends and row copies, the decode call; compiled at `shapes`
-    (`rl_setup.rollout_shapes`) with abstract decode weights (`model.decode_dtype`, `sharding.decode_rules`), as
-    the session runs them on a GPU (scatter KV writes, donated cache), each distinct program once
-    (`program_bytes`). The decode weights' cast is the RL step's alone (`cast_program`)."""
+    (`rl_setup.rollout_shapes`) with abstract decode weights (`model.decode_dtype`, on `decode_rules`'
+    shardings), sampling as `config.rl` does, as the session runs them on a GPU (scatter KV writes, donated
+    cache), each distinct program once (`program_bytes`). The decode weights' cast is the RL step's alone
+    (`cast_program`)."""
     program_bytes = program_bytes or ProgramBytes()
-    dtype = jnp.dtype(decode_dtype(config))
-    decode_rules = model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules")
+    dtype, sampling = jnp.dtype(decode_dtype(config)), sampling_params(config.rl)
     ops = rollout_operands(
-        model_cfg,
-        abstract_params,
-        mesh,
-        shapes,
-        decode_rules=decode_rules,
-        dtype=dtype,
-        sampling=sampling_params(config.rl),
+        model_cfg, abstract_params, mesh, shapes, decode_rules=decode_rules, dtype=dtype, sampling=sampling
     )
     beyond = lambda lowered: (program_bytes(lowered) - ops.resident_bytes) / 1e9  # noqa: E731
     # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
@@ -339,7 +339,9 @@ def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None 
     config, c = run.config, run.choices
     setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
     report, update_gb, reference_gb = _training_phases(setup, program_bytes)
-    rollout = rollout_programs(config, model_cfg, setup.abstract_params, run.mesh, setup.rollout, program_bytes)
+    rollout = rollout_programs(
+        config, model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
+    )
     dtype = jnp.dtype(rollout["decode_dtype"])
     cast_gb = cast_program(setup.abstract_params, run.mesh, run.train_rules, dtype, program_bytes)
     params_gb = report["params_gb"]
@@ -414,8 +416,9 @@ def exploration(
     model_cfg = dataclasses.replace(model_prep.abstract_model_config(rc), dtype=dtype, param_dtype=dtype)
     loaded = abstract_params_of(model_cfg)
     shapes = rl_setup.rollout_shapes(rc, mesh)
-    rollout = rollout_programs(rc, model_cfg, loaded, mesh, shapes, program_bytes)
-    loaded_gb = memory.shard_bytes(loaded, model_prep.param_shardings(loaded, mesh, rc.sharding.decode_rules))
+    decode_rules = model_prep.rules(rc.sharding.decode_rules, "sharding.decode_rules")
+    rollout = rollout_programs(rc, model_cfg, loaded, mesh, shapes, decode_rules, program_bytes)
+    loaded_gb = memory.shard_bytes(loaded, decode_rules.shardings(loaded, mesh))
     resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
     decoding = list(resident)
     plan = memory.memory_plan(

@@ -69,16 +69,11 @@ def plan(config, num_devices: int, *, dry: bool = False) -> RunPlan:
     """The run's `RunPlan` on the first `num_devices` devices; checks the config (module docstring)."""
     config = config_checks.resolved(rl_config.resolve_config(config), num_devices)
     shape, chosen = rl_config.checked(model_prep.dry_run_config(config) if dry else config, num_devices)
+    train_rules = model_prep.rules(config.sharding.train_rules, "sharding.train_rules")
+    decode_rules = model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules")
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
-    return RunPlan(
-        config,
-        sharding_lib.make_mesh(shape),
-        chosen,
-        micro,
-        int(config.data.buckets[-1]),
-        train_rules=model_prep.rules(config.sharding.train_rules, "sharding.train_rules"),
-        decode_rules=model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules"),
-    )
+    mesh = sharding_lib.make_mesh(shape)
+    return RunPlan(config, mesh, chosen, micro, int(config.data.buckets[-1]), train_rules, decode_rules)
 
 
 def abstract_model(run: RunPlan) -> ModelConfig:
