@@ -145,7 +145,7 @@ class RLSetup:
     state_shardings: Any
     updater: rl_step.Updater
     logprobs: Callable  # jitted (params, tokens, token_mask) -> log-probs at rl.temperature
-    ref_logprobs: Callable | None  # the reference's, when the run uses one (`RLChoices.use_ref`)
+    ref_logprobs: Callable | None  # the reference's, when the run uses one (`RLChoices.use_ref`): `logprobs` itself at the policy's config
     rollout: RolloutShapes
 
 
@@ -163,9 +163,11 @@ def build(
     state = state_lib.abstract_state(abstract, tx)
     state_sh = state_lib.state_shardings(state, mesh, p_sh, tx)
     chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
+    logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
     ref = None
-    if c.use_ref:
-        ref = rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg or model_cfg, chunk, temp), p_sh, mesh)
+    if c.use_ref:  # the policy's own program when the reference has the policy's config (compiled once)
+        same = ref_cfg is None or ref_cfg == model_cfg
+        ref = logprobs if same else rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg, chunk, temp), p_sh, mesh)
     return RLSetup(
         run=run,
         model_cfg=model_cfg,
@@ -178,7 +180,7 @@ def build(
         abstract_state=state,
         state_shardings=state_sh,
         updater=rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp),
-        logprobs=rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh),
+        logprobs=logprobs,
         ref_logprobs=ref,
         rollout=rollout_shapes(config, mesh),
     )

@@ -153,3 +153,12 @@ def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path, monkeypatch):
         rl_trainer.run(c, str(tmp_path))
     assert not os.path.exists(tmp_path / "checkpoints")
     assert len(checks) == 1
+
+
+def test_a_program_lowered_again_at_the_same_shapes_is_compiled_once():
+    program_bytes = dry_run.ProgramBytes()
+    f = jax.jit(lambda x: x * 2)
+    a = program_bytes(f.lower(jax.ShapeDtypeStruct((64,), jnp.float32)))
+    b = program_bytes(f.lower(jax.ShapeDtypeStruct((64,), jnp.float32)))
+    c = program_bytes(f.lower(jax.ShapeDtypeStruct((128,), jnp.float32)))
+    assert program_bytes.compiled == 2 and a == b and c > a
