@@ -145,7 +145,8 @@ class RLSetup:
     state_shardings: Any
     updater: rl_step.Updater
     logprobs: Callable  # jitted (params, tokens, token_mask) -> log-probs at rl.temperature
-    ref_logprobs: Callable | None  # the reference's, when the run uses one (`RLChoices.use_ref`): `logprobs` itself at the policy's config
+    # The reference's, when the run uses one (`RLChoices.use_ref`): `logprobs` itself at the policy's config.
+    ref_logprobs: Callable | None
     rollout: RolloutShapes
 
 

@@ -143,7 +143,8 @@ class RLTrainer:
                 f"{config.train.batch_size} rollouts = {self.tasks_per_step} tasks per step, more than the "
                 f"{len(self.tasks)} train tasks of data.source={config.data.source!r}",
             )
-        self.total_steps = rl_data.total_steps(config, len(self.tasks), self.tasks_per_step)
+        train = config.train
+        self.total_steps = rl_data.total_steps(train.epochs, train.max_steps, len(self.tasks), self.tasks_per_step)
 
         self._load_models(config, workdir)
         self.parser = chat.get_parser(chat.family_for(self.model_cfg.model_type))
@@ -209,7 +210,8 @@ class RLTrainer:
         return state_lib.with_shardings(self.abstract, self.state_sh)
 
     def fingerprint(self) -> str:
-        return rl_data.fingerprint([t.id for t in self.tasks], self.config)
+        ids, c = [t.id for t in self.tasks], self.config
+        return rl_data.fingerprint(ids, group_size=self.group, batch_size=c.train.batch_size, seed=c.seed)
 
     def export(self, state, path: str) -> None:
         model_prep.export_hf(self.model_cfg, state.params, self.tokenizer, path)
