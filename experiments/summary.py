@@ -48,7 +48,7 @@ def rl_settings(config, pool: str, pool_tasks: int) -> dict[str, Any]:
     loss = rl.loss[rl.loss.name]
     g = int(rl.group_size)
     tasks = int(config.train.batch_size) // g
-    steps = rl_data.total_steps(config, pool_tasks, tasks)
+    steps = rl_data.total_steps(config.train.epochs, config.train.max_steps, pool_tasks, tasks)
     sampled = rl.reward_conditioning == "sampled"
     return {
         "estimator": str(rl.advantage.name),

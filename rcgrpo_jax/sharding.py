@@ -77,6 +77,10 @@ class Rules(NamedTuple):
     params: ParamRules
     logical: LogicalMap
 
+    def shardings(self, abstract_params: Any, mesh: Mesh) -> Any:
+        """The NamedSharding tree of `abstract_params` under these rules (`param_shardings`)."""
+        return param_shardings(abstract_params, mesh, self.params, self.logical)
+
 
 TRAIN_RULES = Rules(PARAM_RULES, TRAIN_LOGICAL_MAP)
 DECODE_RULES = Rules(PARAM_RULES, DECODE_LOGICAL_MAP)

@@ -30,11 +30,12 @@ def build_tiny(config, path: str, **sizes) -> str:
     """A random tiny checkpoint of `model.tiny_arch` whose tokenizer is trained on the configured task
     source's text, rendered through the checkpoint's own chat template (`model.tiny_tools_format`)."""
 
+    corpus, chats = sources.tokenizer_corpus(config.data), sources.tokenizer_chats(config.data)
     return build_tiny_checkpoint(
         path,
         arch=config.model.tiny_arch,
         tools_format=config.model.tiny_tools_format,
-        corpus=sources.tokenizer_corpus(config.data),
-        chats=sources.tokenizer_chats(config.data),
+        corpus=corpus,
+        chats=chats,
         **sizes,
     )

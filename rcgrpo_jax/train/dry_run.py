@@ -1,6 +1,6 @@
 """Will it fit? Each trainer kind's programs compiled against abstract parameters at the preset's production
 shapes on the configured mesh (no weights allocated), XLA's memory analysis per device assembled into one
-memory plan (`model_prep.memory_plan`):
+memory plan (`memory.memory_plan`):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
   python -m rcgrpo_jax.main --config=configs/rc_grpo.py:qwen2_5_7b --dry_run
@@ -28,7 +28,7 @@ dry run adds the exploration stage's plan (`exploration`: its decode weights and
 from __future__ import annotations
 
 import dataclasses
-import os
+import hashlib
 from typing import Any
 
 import jax
@@ -42,27 +42,8 @@ from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, row_shards, session
 from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import exploration as exploration_lib
-from rcgrpo_jax.train import model_prep, rl_setup, sft
+from rcgrpo_jax.train import memory, model_prep, rl_setup, sft
 from rcgrpo_jax.train import state as state_lib
-
-JAX_DEFAULT_MEM_FRACTION = 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION when unset (JAX's GPU memory docs)
-
-
-def allocator_limit_bytes(config, env: dict | None = None) -> int:
-    """Bytes JAX's allocator may use on one device: the device's own `bytes_limit` where it reports one
-    (a GPU), else XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) x `memory.device_bytes`."""
-    env = os.environ if env is None else env
-    raw = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "") or str(JAX_DEFAULT_MEM_FRACTION)
-    try:
-        fraction = float(raw)
-    except ValueError:
-        raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION: {raw!r} is not a number") from None
-    if not 0 < fraction <= 1:
-        raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION: {fraction} must be in (0, 1]")
-    reported = model_prep.device_budget(config)
-    if reported != int(config.memory.device_bytes):  # the device reported its allocator's limit
-        return reported
-    return int(fraction * int(config.memory.device_bytes))
 
 
 def planned_model(model_cfg):
@@ -81,131 +62,185 @@ def _with_shardings(tree, shardings):
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
 
-def rollout_programs(config, model_cfg, abstract_params, mesh, shapes: rl_setup.RolloutShapes) -> dict[str, Any]:
-    """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
-    (reported apart): the decode weights' cast, the session's appends and row copies, the decode call;
-    compiled at `shapes` (`rl_setup.rollout_shapes`) with abstract decode weights, as the session runs them on
-    a GPU (scatter KV writes, donated cache)."""
+class ProgramBytes:
+    """Per-device bytes of lowered programs (`memory.program_bytes`), each distinct program compiled once: a
+    program lowered again to the same text (the same shapes, shardings and static arguments, e.g. the RL
+    step's and the exploration stage's rollout programs where their shapes coincide) takes the first one's
+    figure. `compiled` counts the programs compiled."""
 
-    rows, capacity, width = shapes.rows, shapes.capacity, shapes.prefill_width
-    rl = config.rl
-    dtype = jnp.dtype(decode_dtype(config))
-    stacked_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.decode_rules)
+    def __init__(self):
+        self._bytes: dict[str, int] = {}
+        self.compiled = 0
+
+    def __call__(self, lowered) -> int:
+        key = hashlib.sha256(lowered.as_text().encode()).hexdigest()
+        if key not in self._bytes:
+            self._bytes[key] = memory.program_bytes(lowered.compile())
+            self.compiled += 1
+        return self._bytes[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutOperands:
+    """The abstract operands of the rollout phase's programs, on their shardings (`rollout_operands`)."""
+
+    mesh: Any
+    sampler: Sampler  # the programs' static argument, its KV writes a GPU's in-place writes' memory
+    weights: Any  # the decode weights, split per layer, on the decode shardings
+    cache: Any  # the KV cache of the session's rows at the full capacity
+    cache_sh: Any
+    logits: jax.ShapeDtypeStruct  # the session's next-token logits
+    weights_bytes: int  # on one device
+    cache_bytes: int  # the cache and the logits, on one device
+
+    @property
+    def resident_bytes(self) -> int:
+        """What every rollout program reads, on one device: the decode weights, the cache and the logits."""
+        return self.weights_bytes + self.cache_bytes
+
+    def batch(self, shape, dt) -> jax.ShapeDtypeStruct:
+        """A row-sharded operand."""
+        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.batch_sharding(self.mesh, len(shape)))
+
+    def whole(self, shape, dt) -> jax.ShapeDtypeStruct:
+        """A small index array on every device (`DecodeSession._replicated`)."""
+        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.replicated(self.mesh))
+
+
+def sampling_params(rl) -> SamplingParams:
+    """The rollout's sampling (`rl.temperature`, `rl.top_k`, `rl.top_p`; 0 and 1.0 mean none)."""
+    top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
+    return SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
+
+
+def rollout_operands(
+    model_cfg,
+    abstract_params,
+    mesh,
+    shapes: rl_setup.RolloutShapes,
+    *,
+    decode_rules: sharding_lib.Rules,
+    dtype,
+    sampling,
+) -> RolloutOperands:
+    """The decode weights (`abstract_params` cast to `dtype`, split per layer, on `decode_rules`' shardings), the
+    KV cache at `shapes.rows` x `shapes.capacity`, the logits, and the sampler at `shapes`' decode budget."""
+    stacked_sh = decode_rules.shardings(abstract_params, mesh)
     weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     per_layer = decode_step.split_shardings(stacked_sh)
     weights_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
-    weights = _with_shardings(weights, weights_sh)
     cache_sh = cache_sharding(model_cfg, mesh)
-    cache = _with_shardings(jax.eval_shape(lambda: decode_step.init_cache(model_cfg, rows, capacity)), cache_sh)
-
-    def batch(shape, dt):
-        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.batch_sharding(mesh, len(shape)))
-
-    def whole(shape, dt):  # a small index array on every device (`DecodeSession._replicated`)
-        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.replicated(mesh))
-
-    top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
-    sampling = SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
+    init = lambda: decode_step.init_cache(model_cfg, shapes.rows, shapes.capacity)  # noqa: E731
+    cache = _with_shardings(jax.eval_shape(init), cache_sh)
+    logits_sh = sharding_lib.batch_sharding(mesh, 2)
+    logits = jax.ShapeDtypeStruct((shapes.rows, model_cfg.vocab_size), jnp.float32, sharding=logits_sh)
     # kv_write="footprint": every KV write of these programs (the decode's, the appends', the row copies')
     # is the memory of the in-place scatter a GPU runs (`decode_step.footprint_write`; XLA's CPU backend
     # expands a scatter into a loop over a copy of its operand), and the programs trace apart from the
     # session's own (the Sampler is their static argument).
-    s = Sampler(model_cfg, shapes.max_new_tokens, sampling, width, kv_write=decode_step.FOOTPRINT)
-    # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
-    programs = {**session.programs(model_cfg, mesh, "xla"), "decode": decode_loop.decode_jit}
-    logits = batch((rows, model_cfg.vocab_size), jnp.float32)
-    rules = model_prep.rules(config.sharding.decode_rules)
-    weights_b = model_prep.shard_bytes(weights, weights_sh)
-    cache_b = model_prep.shard_bytes(cache, cache_sh)
-    logits_b = model_prep.shard_bytes(logits, sharding_lib.batch_sharding(mesh, 2))
-    # beyond the decode weights, the cache and its logits (resident: counted apart)
-    beyond = lambda compiled: (model_prep.program_bytes(compiled) - weights_b - cache_b - logits_b) / 1e9  # noqa: E731
-    out: dict[str, Any] = {}
-    with mesh_context(mesh, rules):
-        whole_batch = programs["append_all"].lower(
-            s, weights, cache, logits, batch((rows, width), jnp.int32), batch((rows,), jnp.int32)
+    sampler = Sampler(model_cfg, shapes.max_new_tokens, sampling, shapes.prefill_width, kv_write=decode_step.FOOTPRINT)
+    return RolloutOperands(
+        mesh,
+        sampler,
+        _with_shardings(weights, weights_sh),
+        cache,
+        cache_sh,
+        logits,
+        weights_bytes=memory.shard_bytes(weights, weights_sh),
+        cache_bytes=memory.shard_bytes(cache, cache_sh) + memory.shard_bytes(logits, logits_sh),
+    )
+
+
+def _appends(ops: RolloutOperands, programs, shapes: rl_setup.RolloutShapes, beyond) -> dict[str, float]:
+    """The session's appends: the whole batch's, the largest sub-batch's, the token-packed prefill of one fresh
+    row of a whole context, and the largest packed append."""
+    s, width, m = ops.sampler, shapes.prefill_width, batch_multiple(ops.mesh)
+    head = (s, ops.weights, ops.cache, ops.logits)
+    rows, sub, i32 = shapes.rows, shapes.sub_batch_rows, jnp.int32
+    out = {
+        "append_all_gb": beyond(
+            programs["append_all"].lower(*head, ops.batch((rows, width), i32), ops.batch((rows,), i32))
         )
-        out["append_all_gb"] = beyond(whole_batch.compile())
-        sub = shapes.sub_batch_rows
-        if sub:
-            rows_c = programs["append_rows"].lower(
-                s,
-                weights,
-                cache,
-                logits,
-                batch((sub,), jnp.int32),  # shard-local row indices (`row_shards.shard_local_rows`)
-                batch((sub, width), jnp.int32),
-                batch((sub,), jnp.int32),
-            )
-            out["append_rows_gb"] = beyond(rows_c.compile())
-        # The token-packed prefill of one fresh row of a whole context, split over the row shards.
-        n_packed = shapes.packed_tokens
-        packed_c = programs["prefill_packed"].lower(
-            s,
-            weights,
-            cache,
-            logits,
-            *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
-            *(
-                batch((batch_multiple(mesh) * shapes.prefill_pairs,), jnp.int32) for _ in range(2)
-            ),  # its pairs (row-sharded)
-            *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its count
-        )
-        out["prefill_packed_gb"] = beyond(packed_c.compile())
-        # The largest packed append: as many tokens, every block on one row shard, over the whole capacity.
-        n_blocks = batch_multiple(mesh) * shapes.append_blocks
-        n_pairs = batch_multiple(mesh) * shapes.append_pairs
-        append_c = programs["append_packed"].lower(
-            s,
-            weights,
-            cache,
-            logits,
-            *(batch((n_packed,), jnp.int32) for _ in range(3)),  # tokens, rows, slots (row-sharded)
-            *(batch((n_blocks,), jnp.int32) for _ in range(4)),  # the attention blocks (row-sharded)
-            *(batch((n_pairs,), jnp.int32) for _ in range(3)),  # their (block, key block) pairs (row-sharded)
-            *(whole((1,), jnp.int32) for _ in range(3)),  # the row's last token, its row, its new length
-        )
-        out["append_packed_gb"] = beyond(append_c.compile())
-        # The sibling copy runs one layer's K (then V, then the logits) at a time (`DecodeSession.copy_rows`):
-        # its transient is the sources' windows of one array, beside the cache.
-        n_copy = shapes.copy_rows
-        layer = cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
-        at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
-        copy = jax.jit(
-            row_shards.copy_rows, static_argnums=(3, 4, 5, 6), donate_argnums=0, out_shardings=cache_sh.v[0]
-        ).lower(layer, whole((n_copy,), jnp.int32), whole((n_copy,), jnp.int32), capacity, 2, at, decode_step.FOOTPRINT)
-        layer_b = model_prep.shard_bytes(layer, cache_sh.v[0])
-        out["copy_rows_gb"] = (model_prep.program_bytes(copy.compile()) - layer_b) / 1e9
-        # take_rows: one layer's K (then V) at the new row count, placed on the cache's sharding, beside the
-        # old cache; at the same row count (the largest new one a shrink makes).
-        take = session.take_program(cache_sh.k[0]).lower(layer, whole((rows,), jnp.int32)).compile()
-        out["take_rows_gb"] = (model_prep.program_bytes(take) - model_prep.shard_bytes(layer, cache_sh.k[0])) / 1e9
-        decode = (
-            programs["decode"]
-            .lower(
-                s,
-                weights,
-                logits,
-                cache,
-                batch((rows, 2), jnp.int32),
-                batch((rows,), jnp.int32),
-                jax.random.key(0),
-            )
-            .compile()
-        )
-        out["decode_gb"] = beyond(decode)
-    # The cast: from the training parameters (float32, training shards) to the decode dtype on the same
-    # shards; `decode_weights` then moves that copy onto the decode shards (donated), so at its peak the
-    # cast copy and the decode weights both exist.
-    train_sh = model_prep.param_shardings(abstract_params, mesh, config.sharding.train_rules)
+    }
+    if sub:  # shard-local row indices (`row_shards.shard_local_rows`), their tokens and counts
+        args = (ops.batch((sub,), i32), ops.batch((sub, width), i32), ops.batch((sub,), i32))
+        out["append_rows_gb"] = beyond(programs["append_rows"].lower(*head, *args))
+    n_packed = shapes.packed_tokens
+    tokens = tuple(ops.batch((n_packed,), i32) for _ in range(3))  # tokens, rows, slots (row-sharded)
+    last = tuple(ops.whole((1,), i32) for _ in range(3))  # the row's last token, its row, its count / new length
+    pairs = tuple(ops.batch((m * shapes.prefill_pairs,), i32) for _ in range(2))  # its pairs (row-sharded)
+    out["prefill_packed_gb"] = beyond(programs["prefill_packed"].lower(*head, *tokens, *pairs, *last))
+    # The largest packed append: as many tokens, every block on one row shard, over the whole capacity.
+    blocks = tuple(ops.batch((m * shapes.append_blocks,), i32) for _ in range(4))  # the attention blocks
+    block_pairs = tuple(ops.batch((m * shapes.append_pairs,), i32) for _ in range(3))  # (block, key block) pairs
+    out["append_packed_gb"] = beyond(programs["append_packed"].lower(*head, *tokens, *blocks, *block_pairs, *last))
+    return out
+
+
+def _row_copies(ops: RolloutOperands, model_cfg, shapes: rl_setup.RolloutShapes, program_bytes) -> dict[str, float]:
+    """The session's row copies, each beyond the layer it reads: the sibling copy runs one layer's K (then V,
+    then the logits) at a time (`DecodeSession.copy_rows`), its transient the sources' windows of one array
+    beside the cache; take_rows places one layer's K (then V) at the new row count on the cache's sharding,
+    beside the old cache, at the same row count (the largest new one a shrink makes)."""
+    layer = ops.cache.v[0]  # [rows, kv heads, slots, head dim]; a layer's K holds as many
+    at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, ops.mesh),)
+    n_copy, i32 = shapes.copy_rows, jnp.int32
+    copy = jax.jit(
+        row_shards.copy_rows, static_argnums=(3, 4, 5, 6), donate_argnums=0, out_shardings=ops.cache_sh.v[0]
+    ).lower(layer, ops.whole((n_copy,), i32), ops.whole((n_copy,), i32), shapes.capacity, 2, at, decode_step.FOOTPRINT)
+    take = session.take_program(ops.cache_sh.k[0]).lower(layer, ops.whole((shapes.rows,), i32))
+    return {
+        "copy_rows_gb": (program_bytes(copy) - memory.shard_bytes(layer, ops.cache_sh.v[0])) / 1e9,
+        "take_rows_gb": (program_bytes(take) - memory.shard_bytes(layer, ops.cache_sh.k[0])) / 1e9,
+    }
+
+
+def cast_program(abstract_params, mesh, train_rules: sharding_lib.Rules, dtype, program_bytes) -> float:
+    """GB of the RL step's cast beyond the training parameters it reads: from the training parameters (float32,
+    training shards) to the decode dtype on the same shards; `decode_weights` then moves that copy onto the
+    decode shards (donated), so at its peak the cast copy and the decode weights both exist."""
+    train_sh = train_rules.shardings(abstract_params, mesh)
     train_params = _with_shardings(abstract_params, train_sh)
-    cast = decode_step.cast_and_split_jit.lower(train_params, dtype).compile()
-    out["cast_gb"] = (model_prep.program_bytes(cast) - model_prep.shard_bytes(train_params, train_sh)) / 1e9
+    cast = decode_step.cast_and_split_jit.lower(train_params, dtype)
+    return (program_bytes(cast) - memory.shard_bytes(train_params, train_sh)) / 1e9
+
+
+def rollout_programs(
+    config,
+    model_cfg,
+    abstract_params,
+    mesh,
+    shapes: rl_setup.RolloutShapes,
+    decode_rules: sharding_lib.Rules,
+    program_bytes: ProgramBytes | None = None,
+) -> dict[str, Any]:
+    """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
+    (reported apart): the session's appends and row copies, the decode call; compiled at `shapes`
+    (`rl_setup.rollout_shapes`) with abstract decode weights (`model.decode_dtype`, on `decode_rules`'
+    shardings), sampling as `config.rl` does, as the session runs them on a GPU (scatter KV writes, donated
+    cache), each distinct program once (`program_bytes`). The decode weights' cast is the RL step's alone
+    (`cast_program`)."""
+    program_bytes = program_bytes or ProgramBytes()
+    dtype, sampling = jnp.dtype(decode_dtype(config)), sampling_params(config.rl)
+    ops = rollout_operands(
+        model_cfg, abstract_params, mesh, shapes, decode_rules=decode_rules, dtype=dtype, sampling=sampling
+    )
+    beyond = lambda lowered: (program_bytes(lowered) - ops.resident_bytes) / 1e9  # noqa: E731
+    # The session's programs (donated cache and logits, outputs on their shardings) and the sampler's decode.
+    programs = session.programs(model_cfg, mesh, "xla")
+    with mesh_context(mesh, decode_rules):
+        out = _appends(ops, programs, shapes, beyond)
+        out.update(_row_copies(ops, model_cfg, shapes, program_bytes))
+        i32 = jnp.int32
+        decode_args = (ops.batch((shapes.rows, 2), i32), ops.batch((shapes.rows,), i32), jax.random.key(0))
+        out["decode_gb"] = beyond(
+            decode_loop.decode_jit.lower(ops.sampler, ops.weights, ops.logits, ops.cache, *decode_args)
+        )
     return {
         **dataclasses.asdict(shapes),
         "decode_dtype": dtype.name,
-        "decode_weights_gb": weights_b / 1e9,
-        "kv_cache_gb": (cache_b + logits_b) / 1e9,  # the cache and the session's next-token logits
+        "decode_weights_gb": ops.weights_bytes / 1e9,
+        "kv_cache_gb": ops.cache_bytes / 1e9,  # the cache and the session's next-token logits
         "prefill_gb": max(
             out["append_all_gb"], out.get("append_rows_gb", 0.0), out["prefill_packed_gb"], out["append_packed_gb"]
         ),
@@ -229,10 +264,10 @@ def supervised(config) -> dict[str, Any]:
     length = int(config.data.buckets[-1])
     logical = model_prep.rules(config.sharding.train_rules).logical
     compiled = sft.compile_step(step_fn, abstract, state_sh, (config.train.grad_accum, micro, length), mesh, logical)
-    report = model_prep.memory_report(compiled, abstract, state_sh)
-    budget_gb = allocator_limit_bytes(config) / 1e9
+    report = memory.memory_report(compiled, abstract, state_sh)
+    budget_gb = memory.allocator_limit_bytes(int(config.memory.device_bytes)) / 1e9
     train_state = report["params_gb"] + report["opt_state_gb"]
-    plan = model_prep.memory_plan(
+    plan = memory.memory_plan(
         phases={"update": report["peak_gb"] - train_state},
         resident={"train_state": train_state},
         resident_during={"update": ["train_state"]},
@@ -259,52 +294,69 @@ ATTENTION_NOTE = (
 )
 
 
-def rl(config) -> dict[str, Any]:
+def rl(config, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
     """An RL config's per-device memory plan of one step (`rl_run`), without weights: checked as a dry run
-    (`rl_setup.plan`), at `model.path`'s or the preset's published architecture (`rl_setup.abstract_model`)."""
-    run = rl_setup.plan(config, jax.device_count(), dry=True)
-    return rl_run(run, rl_setup.abstract_model(run))
+    (`dry_plan`), at `model.path`'s or the preset's published architecture (`rl_setup.abstract_model`)."""
+    run = dry_plan(config)
+    return rl_run(run, rl_setup.abstract_model(run), program_bytes)
 
 
-def rl_run(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
-    """Per-device memory plan of one RL step of a checked run (the module docstring's phases) at `model_cfg` (the
-    trainer's start-up check passes the model it loaded), without weights: the run's programs (`rl_setup.build`)
-    at `planned_model(model_cfg)`."""
+def dry_plan(config) -> rl_setup.RunPlan:
+    """An RL config's `rl_setup.plan` on this process's devices, checked as a dry run (no weights)."""
+    return rl_setup.plan(config, jax.device_count(), dry=True)
 
-    config, c, mesh, micro, length = run.config, run.choices, run.mesh, run.micro, run.length
-    setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
-    abstract, state_sh, abstract_params = setup.abstract_state, setup.state_shardings, setup.abstract_params
-    with jax.set_mesh(mesh), sharding_lib.axis_rules(setup.logical):
+
+def _training_phases(setup: rl_setup.RLSetup, program_bytes: ProgramBytes) -> tuple[dict[str, float], float, float]:
+    """(the update's memory report, the update's GB, the reference pass's GB), each beyond the train state it
+    reads: the update is the larger of the micro-batch gradient step (its activations, its float32 gradient
+    output and the gradient accumulator) and the optimizer apply; the reference (and recompute) log-prob pass
+    is beyond the parameters it reads."""
+    run, abstract, state_sh = setup.run, setup.abstract_state, setup.state_shardings
+    micro, length = run.micro, run.length
+    with jax.set_mesh(run.mesh), sharding_lib.axis_rules(setup.logical):
         grads_c, apply_c = setup.updater.lower(state_lib.with_shardings(abstract, state_sh), run.abstract_micro())
-        tok = sharding_lib.batch_sharding(mesh, 2)
-        ref_c = setup.logprobs.lower(
-            _with_shardings(abstract_params, setup.param_shardings),
+        tok = sharding_lib.batch_sharding(run.mesh, 2)
+        ref_lowered = setup.logprobs.lower(
+            _with_shardings(setup.abstract_params, setup.param_shardings),
             jax.ShapeDtypeStruct((micro, length), jnp.int32, sharding=tok),
             jax.ShapeDtypeStruct((micro, length), jnp.bool_, sharding=tok),
-        ).compile()
-    # The update: the micro-batch gradient step (its activations, its float32 gradient output and the
-    # gradient accumulator) or the optimizer apply, beyond the train state they read.
-    report = model_prep.memory_report(grads_c, abstract, state_sh)
-    apply_peak = model_prep.memory_report(apply_c, abstract, state_sh)["peak_gb"]
+        )
+        reference_gb = program_bytes(ref_lowered) / 1e9
+    report = memory.memory_report(grads_c, abstract, state_sh)
+    apply_peak = memory.memory_report(apply_c, abstract, state_sh)["peak_gb"]
     params_gb, opt_gb = report["params_gb"], report["opt_state_gb"]
-    accum_gb = params_gb * 4 / jnp.dtype(model_cfg.param_dtype).itemsize
+    accum_gb = params_gb * 4 / jnp.dtype(setup.model_cfg.param_dtype).itemsize
     update_gb = max(report["peak_gb"] - params_gb + accum_gb, apply_peak - params_gb - opt_gb)
-    reference_gb = model_prep.program_bytes(ref_c) / 1e9 - params_gb  # beyond the parameters it reads
-    rollout = rollout_programs(config, model_cfg, abstract_params, mesh, setup.rollout)
-    budget_gb = allocator_limit_bytes(config) / 1e9
+    reference_gb -= params_gb  # beyond the parameters it reads
+    return report, update_gb, reference_gb
+
+
+def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
+    """Per-device memory plan of one RL step of a checked run (the module docstring's phases) at `model_cfg` (the
+    trainer's start-up check passes the model it loaded), without weights: the run's programs (`rl_setup.build`)
+    at `planned_model(model_cfg)`, each distinct program compiled once (`program_bytes`)."""
+    program_bytes = program_bytes or ProgramBytes()
+    config, c = run.config, run.choices
+    setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
+    report, update_gb, reference_gb = _training_phases(setup, program_bytes)
+    rollout = rollout_programs(
+        config, model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
+    )
+    dtype = jnp.dtype(rollout["decode_dtype"])
+    cast_gb = cast_program(setup.abstract_params, run.mesh, run.train_rules, dtype, program_bytes)
+    params_gb = report["params_gb"]
     resident = {
-        "train_state": params_gb + opt_gb,
+        "train_state": params_gb + report["opt_state_gb"],
         "reference": params_gb if c.use_ref else 0.0,
         "decode_weights": rollout["decode_weights_gb"],
         "kv_cache": rollout["kv_cache_gb"],
     }
-    rollout_resident = list(resident)
-    training = ["train_state", "reference"]
-    plan = model_prep.memory_plan(
+    rollout_resident, training = list(resident), ["train_state", "reference"]
+    plan = memory.memory_plan(
         phases={
             "update": update_gb,
             "reference": reference_gb if (c.use_ref or config.rl.recompute_old_logprobs) else 0.0,
-            "cast": rollout["programs_gb"]["cast_gb"],
+            "cast": cast_gb,
             "prefill": rollout["prefill_gb"],
             "session": rollout["session_gb"],
             "decode": rollout["programs_gb"]["decode_gb"],
@@ -318,40 +370,58 @@ def rl_run(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
             "session": rollout_resident,
             "decode": rollout_resident,
         },
-        limit_gb=budget_gb,
+        limit_gb=memory.allocator_limit_bytes(int(config.memory.device_bytes)) / 1e9,
     )
     report.update(
         {
             "devices": jax.device_count(),
-            "seq_len": length,
-            "micro_batch": micro,
-            "budget_gb": budget_gb,
+            "seq_len": run.length,
+            "micro_batch": run.micro,
+            "budget_gb": plan["limit_gb"],
             "peak_gb": plan["per_device_gb"]["peak"],
             "rollout": {k: v for k, v in rollout.items() if not k.endswith("_gb")},
-            "programs_gb": rollout["programs_gb"],
+            "programs_gb": {**rollout["programs_gb"], "cast_gb": cast_gb},
             "attention": ATTENTION_NOTE,
         }
     )
     return {**report, **plan}
 
 
-def exploration(config, settings: exploration_lib.Settings = exploration_lib.DEFAULT) -> dict[str, Any]:
+def check_rl_fit(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
+    """The RL trainer's start-up check (`memory.check_fit`): `rl_run`'s plan at the model the trainer loaded;
+    raises `MemoryFitError` naming `memory.device_bytes` when its peak is over the allocator's budget."""
+    fit = rl_run(run, model_cfg)
+    config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
+    return fit
+
+
+def exploration(
+    config,
+    settings: exploration_lib.Settings = exploration_lib.DEFAULT,
+    *,
+    mesh=None,
+    program_bytes: ProgramBytes | None = None,
+) -> dict[str, Any]:
     """Per-device memory plan of the exploration stage played by the RL config `config` at `settings` (the
     command's defaults unless given; `train.exploration.stage_config`), without weights: resident the decode
     weights (model.decode_dtype, decode shardings) and one batch's KV cache; phases the load's cast (the weights
     as `load_policy_model` places them, model.dtype on the decode shardings, beside their per-layer copy) and the
-    rollout programs at exploration's shapes (`rollout_programs`). The policy is the base model (no reward tokens)."""
+    rollout programs at exploration's shapes (`rollout_programs`). The policy is the base model (no reward tokens).
+    `mesh`: the RL run's (`rl_with_exploration`), else made from `config.mesh`."""
 
     rc = exploration_lib.stage_config(config, settings)
-    mesh = sharding_lib.make_mesh(config_checks.mesh_shape(rc.mesh, jax.device_count()))
+    if mesh is None:
+        mesh = sharding_lib.make_mesh(config_checks.mesh_shape(rc.mesh, jax.device_count()))
     dtype = str(rc.model.dtype)  # the loaded weights' dtype (`eval.run.load_policy_model`)
     model_cfg = dataclasses.replace(model_prep.abstract_model_config(rc), dtype=dtype, param_dtype=dtype)
     loaded = abstract_params_of(model_cfg)
-    rollout = rollout_programs(rc, model_cfg, loaded, mesh, rl_setup.rollout_shapes(rc, mesh))
-    loaded_gb = model_prep.shard_bytes(loaded, model_prep.param_shardings(loaded, mesh, rc.sharding.decode_rules))
+    shapes = rl_setup.rollout_shapes(rc, mesh)
+    decode_rules = model_prep.rules(rc.sharding.decode_rules, "sharding.decode_rules")
+    rollout = rollout_programs(rc, model_cfg, loaded, mesh, shapes, decode_rules, program_bytes)
+    loaded_gb = memory.shard_bytes(loaded, decode_rules.shardings(loaded, mesh))
     resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
     decoding = list(resident)
-    plan = model_prep.memory_plan(
+    plan = memory.memory_plan(
         phases={
             "cast": loaded_gb / 1e9,
             "prefill": rollout["prefill_gb"],
@@ -360,15 +430,14 @@ def exploration(config, settings: exploration_lib.Settings = exploration_lib.DEF
         },
         resident=resident,
         resident_during={"cast": ["decode_weights"], "prefill": decoding, "session": decoding, "decode": decoding},
-        limit_gb=allocator_limit_bytes(rc) / 1e9,
+        limit_gb=memory.allocator_limit_bytes(int(rc.memory.device_bytes)) / 1e9,
     )
-    programs = {k: v for k, v in rollout["programs_gb"].items() if k != "cast_gb"}  # RL's cast, from train shards
     return {
         "devices": jax.device_count(),
         "mesh": dict(mesh.shape),
         "settings": dataclasses.asdict(settings),
         "rollout": {k: v for k, v in rollout.items() if not k.endswith("_gb")},
-        "programs_gb": programs,
+        "programs_gb": rollout["programs_gb"],
         "budget_gb": plan["limit_gb"],
         "peak_gb": plan["per_device_gb"]["peak"],
         **plan,
@@ -378,9 +447,12 @@ def exploration(config, settings: exploration_lib.Settings = exploration_lib.DEF
 def rl_with_exploration(config) -> dict[str, Any]:
     """An RL config's `--dry_run` (`stages.TRAINERS`): the RL step's plan (`rl`) with the exploration stage's
     (`exploration`, at the command's defaults) under "exploration"; a MemoryFitError names the stage that does
-    not fit. Exploration plays by the RL stages' config (`train.exploration`, launch/pipeline.sh)."""
-    report = rl(config)
-    explore = exploration(config)
+    not fit. Exploration plays by the RL stages' config (`train.exploration`, launch/pipeline.sh), on the RL
+    run's mesh (its plan, `dry_plan`, made once); a rollout program whose shapes coincide with one of the RL
+    step's is compiled once (`ProgramBytes`)."""
+    run, program_bytes = dry_plan(config), ProgramBytes()
+    report = rl_run(run, rl_setup.abstract_model(run), program_bytes)
+    explore = exploration(run.config, mesh=run.mesh, program_bytes=program_bytes)
     if not explore["fits"]:
         raise MemoryFitError(
             "memory.device_bytes",

@@ -7,6 +7,7 @@ and all of them stop after the same step, with one forced checkpoint of that ste
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from absl import logging as absl_logging
@@ -27,13 +28,21 @@ class StopRun(Exception):
         self.reason = reason
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """The loop's part of a stage config (`runner.settings_of` reads it)."""
+
+    log_every: int  # log.every_steps: write the metrics every this many steps (and at every non-finite one)
+    max_nonfinite: int  # train.max_nonfinite: abort after this many non-finite steps in a row (0: never)
+
+
 def run_steps(
     step_fn: Callable[[Any, int], tuple[Any, dict]],
     state: Any,
     *,
     start: int,
     n_steps: int,
-    config,
+    settings: LoopSettings,
     ckpt: ckpt_lib.Checkpointer,
     logger: log_lib.MetricsLogger,
     progress: log_lib.Progress,
@@ -61,7 +70,7 @@ def run_steps(
                 reason = e.reason
                 break
             step += 1
-            if step % config.log.every_steps == 0 or not metrics["finite"]:
+            if step % settings.log_every == 0 or not metrics["finite"]:
                 last = logger.write(step, metrics)
             if progress_keys is None:
                 progress.update(metrics)
@@ -69,7 +78,7 @@ def run_steps(
                 progress.update(metrics, keys=progress_keys)
             if not metrics["finite"]:
                 absl_logging.warning("step %d: non-finite loss or gradient, update skipped", step)
-            log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), config.train.max_nonfinite)
+            log_lib.check_nonfinite(step, int(metrics["nonfinite_in_row"]), settings.max_nonfinite)
             ckpt.save(step, state, meta(step))
             if multihost.any_process(stop.requested):  # a collective: every process, every step
                 ckpt.save(step, state, meta(step), force=True)

@@ -111,13 +111,13 @@ def resolve_config(config):
 
 def check(config, num_devices: int) -> dict[str, int]:
     """config_checks.check plus every RL field; returns the mesh shape."""
-    return checked(config, num_devices)[0]
+    return checked(config_checks.resolved(config, num_devices), num_devices)[0]
 
 
 def checked(config, num_devices: int) -> tuple[dict[str, int], RLChoices]:
-    """`check`, returning the mesh shape and the choices it validated (`train.rl_setup.plan` runs it once)."""
+    """`check` of a config already resolved for `num_devices` (`config_checks.resolved`), returning the mesh
+    shape and the choices it validated (`train.rl_setup.plan` resolves the config and runs it once)."""
 
-    config = config_checks.resolved(config, num_devices)
     shape = config_checks.check(config, num_devices)
     rl = config.rl
     chosen = choices(config)

@@ -16,10 +16,11 @@ def steps_for(num_tasks: int, tasks_per_step: int, epochs: int) -> int:
     return math.ceil(epochs * num_tasks / tasks_per_step)
 
 
-def total_steps(config, num_tasks: int, tasks_per_step: int) -> int:
-    """`train.epochs` passes over the tasks, capped by `train.max_steps` when that is > 0 (alone when epochs <= 0)."""
-    n = steps_for(num_tasks, tasks_per_step, int(config.train.epochs)) if int(config.train.epochs) > 0 else 0
-    cap = int(config.train.max_steps)
+def total_steps(epochs: int, max_steps: int, num_tasks: int, tasks_per_step: int) -> int:
+    """`epochs` (`train.epochs`) passes over the tasks, capped by `max_steps` (`train.max_steps`) when that is > 0
+    (alone when epochs <= 0)."""
+    n = steps_for(num_tasks, tasks_per_step, int(epochs)) if int(epochs) > 0 else 0
+    cap = int(max_steps)
     return (min(n, cap) if n > 0 else cap) if cap > 0 else n
 
 
@@ -39,10 +40,8 @@ def task_indices(num_tasks: int, tasks_per_step: int, seed: int, step: int) -> n
     return np.concatenate(out)
 
 
-def fingerprint(task_ids, config) -> str:
-    """What fixes the run's data order (the pool's task ids, the group size, the batch size, the seed), hashed: a
-    resumed run with another fingerprint would see other tasks at the same step."""
-    h = hashlib.sha256(
-        json.dumps([list(task_ids), int(config.rl.group_size), int(config.train.batch_size), int(config.seed)]).encode()
-    )
+def fingerprint(task_ids, *, group_size: int, batch_size: int, seed: int) -> str:
+    """What fixes the run's data order (the pool's task ids, `rl.group_size`, `train.batch_size`, `seed`), hashed:
+    a resumed run with another fingerprint would see other tasks at the same step."""
+    h = hashlib.sha256(json.dumps([list(task_ids), int(group_size), int(batch_size), int(seed)]).encode())
     return h.hexdigest()[:16]

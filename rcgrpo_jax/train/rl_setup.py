@@ -4,8 +4,9 @@
 Two steps, because the trainer needs the mesh before it can load the model:
   `plan(config, num_devices, dry=...)` -> `RunPlan`: the resolved config (`reference.path` defaulted, an
       automatic `train.grad_accum` resolved for the devices), the config checked once (`rl_config.checked`:
-      a ConfigError naming the field), the mesh, the registries' choices, the micro-batch rows and the
-      largest bucket. `dry=True` checks it as a dry run does (`model_prep.dry_run_config`: no weights).
+      a ConfigError naming the field), the mesh, the registries' choices, the micro-batch rows, the
+      largest bucket and the train and decode sharding rule sets (an unknown name fails here, before any model
+      loads). `dry=True` checks it as a dry run does (`model_prep.dry_run_config`: no weights).
   `build(run, model_cfg, ...)` -> `RLSetup`: the programs at the model config the caller decides (the loaded
       checkpoint's, a dry run's fused-kernel stand-in, the proof's kernels): abstract parameters, the train and
       decode shardings, the optimizer and its schedule, the abstract train state and its shardings, the
@@ -47,6 +48,8 @@ class RunPlan:
     choices: rl_config.RLChoices
     micro: int  # rows of one micro-batch: train.batch_size / train.grad_accum
     length: int  # the largest of data.buckets
+    train_rules: sharding_lib.Rules  # sharding.train_rules' (FSDP): the policy, the reference, the update
+    decode_rules: sharding_lib.Rules  # sharding.decode_rules': the sampler's weights
 
     @property
     def sampled_tokens(self) -> bool:
@@ -66,8 +69,11 @@ def plan(config, num_devices: int, *, dry: bool = False) -> RunPlan:
     """The run's `RunPlan` on the first `num_devices` devices; checks the config (module docstring)."""
     config = config_checks.resolved(rl_config.resolve_config(config), num_devices)
     shape, chosen = rl_config.checked(model_prep.dry_run_config(config) if dry else config, num_devices)
+    train_rules = model_prep.rules(config.sharding.train_rules, "sharding.train_rules")
+    decode_rules = model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules")
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
-    return RunPlan(config, sharding_lib.make_mesh(shape), chosen, micro, int(config.data.buckets[-1]))
+    mesh = sharding_lib.make_mesh(shape)
+    return RunPlan(config, mesh, chosen, micro, int(config.data.buckets[-1]), train_rules, decode_rules)
 
 
 def abstract_model(run: RunPlan) -> ModelConfig:
@@ -139,7 +145,8 @@ class RLSetup:
     state_shardings: Any
     updater: rl_step.Updater
     logprobs: Callable  # jitted (params, tokens, token_mask) -> log-probs at rl.temperature
-    ref_logprobs: Callable | None  # the reference's, when the run uses one (`RLChoices.use_ref`)
+    # The reference's, when the run uses one (`RLChoices.use_ref`): `logprobs` itself at the policy's config.
+    ref_logprobs: Callable | None
     rollout: RolloutShapes
 
 
@@ -150,28 +157,31 @@ def build(
     schedule over `updates` optimizer updates. Nothing is compiled or allocated."""
     config, mesh, c = run.config, run.mesh, run.choices
     abstract = abstract_params_of(model_cfg)
-    p_sh = model_prep.param_shardings(abstract, mesh, config.sharding.train_rules)
+    p_sh = run.train_rules.shardings(abstract, mesh)
     o = config.optim
     tx = optim.make_optimizer(o, updates)
+    lr_fn = optim.schedule(o.lr, updates, o.warmup_ratio, o.end_lr_ratio)
     state = state_lib.abstract_state(abstract, tx)
     state_sh = state_lib.state_shardings(state, mesh, p_sh, tx)
     chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
+    logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
     ref = None
-    if c.use_ref:
-        ref = rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg or model_cfg, chunk, temp), p_sh, mesh)
+    if c.use_ref:  # the policy's own program when the reference has the policy's config (compiled once)
+        same = ref_cfg is None or ref_cfg == model_cfg
+        ref = logprobs if same else rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg, chunk, temp), p_sh, mesh)
     return RLSetup(
         run=run,
         model_cfg=model_cfg,
         abstract_params=abstract,
         param_shardings=p_sh,
-        decode_shardings=model_prep.param_shardings(abstract, mesh, config.sharding.decode_rules),
-        logical=model_prep.rules(config.sharding.train_rules).logical,
+        decode_shardings=run.decode_rules.shardings(abstract, mesh),
+        logical=run.train_rules.logical,
         tx=tx,
-        lr_fn=optim.schedule(o.lr, updates, o.warmup_ratio, o.end_lr_ratio),
+        lr_fn=lr_fn,
         abstract_state=state,
         state_shardings=state_sh,
         updater=rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp),
-        logprobs=rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh),
+        logprobs=logprobs,
         ref_logprobs=ref,
         rollout=rollout_shapes(config, mesh),
     )

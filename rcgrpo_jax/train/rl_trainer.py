@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 from absl import logging as absl_logging
 
-from rcgrpo_jax import chat, config_checks, judges, multihost, runtime
+from rcgrpo_jax import chat, judges, multihost, runtime
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.data import sources, tiny_checkpoint
@@ -132,7 +132,9 @@ class RLTrainer:
         self.workdir = workdir
         self.mesh, self.choices = run.mesh, run.choices
         rl = config.rl
+        self.heldout_every = int(rl.heldout.every)
         self.tasks = sources.tasks(config.data, "rl")
+        self.heldout_tasks = sources.tasks(config.data, str(rl.heldout.split)) if self.heldout_every > 0 else []
         self.group = int(rl.group_size)
         self.tasks_per_step = int(config.train.batch_size) // self.group
         if self.tasks_per_step > len(self.tasks):
@@ -141,9 +143,8 @@ class RLTrainer:
                 f"{config.train.batch_size} rollouts = {self.tasks_per_step} tasks per step, more than the "
                 f"{len(self.tasks)} train tasks of data.source={config.data.source!r}",
             )
-        self.total_steps = rl_data.total_steps(config, len(self.tasks), self.tasks_per_step)
-        self.heldout_every = int(rl.heldout.every)
-        self.heldout_tasks = sources.tasks(config.data, str(rl.heldout.split)) if self.heldout_every > 0 else []
+        train = config.train
+        self.total_steps = rl_data.total_steps(train.epochs, train.max_steps, len(self.tasks), self.tasks_per_step)
 
         self._load_models(config, workdir)
         self.parser = chat.get_parser(chat.family_for(self.model_cfg.model_type))
@@ -169,16 +170,13 @@ class RLTrainer:
             self.mesh,
             with_messages=self.judge is not None,
         )
-        if config.memory.check_fit:  # as SFT: refuse to start what cannot fit (the dry run's memory plan)
-            fit = dry_run.rl_run(run, self.model_cfg)
-            config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
 
     def _load_models(self, config, workdir: str) -> None:
         """Policy and reference (the frozen stage-1 policy), both on the FSDP train shardings; the reward
         tokens are added to both when the run conditions on them."""
         from transformers import AutoTokenizer
 
-        rules = config.sharding.train_rules
+        rules = self.run.train_rules
         path = tiny_checkpoint.model_dir(config, workdir)
         self.conditioning = config.rl.reward_conditioning
         if self.conditioning == "auto":
@@ -212,7 +210,8 @@ class RLTrainer:
         return state_lib.with_shardings(self.abstract, self.state_sh)
 
     def fingerprint(self) -> str:
-        return rl_data.fingerprint([t.id for t in self.tasks], self.config)
+        ids, c = [t.id for t in self.tasks], self.config
+        return rl_data.fingerprint(ids, group_size=self.group, batch_size=c.train.batch_size, seed=c.seed)
 
     def export(self, state, path: str) -> None:
         model_prep.export_hf(self.model_cfg, state.params, self.tokenizer, path)
@@ -477,11 +476,17 @@ def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update: UpdateResult, p
 
 def make(config, workdir: str) -> RLTrainer:
     """The trainer of `config` on this process's devices: its `rl_setup.plan` (the config checked once), then
-    `RLTrainer` over it."""
-    return RLTrainer(rl_setup.plan(config, jax.device_count()), workdir)
+    `RLTrainer` over it; with `memory.check_fit`, as SFT, the dry run's memory plan at the loaded model checked
+    before any state is made (`dry_run.check_rl_fit`: a MemoryFitError when it cannot fit)."""
+    run = rl_setup.plan(config, jax.device_count())
+    trainer = RLTrainer(run, workdir)
+    if run.config.memory.check_fit:
+        dry_run.check_rl_fit(run, trainer.model_cfg)
+    return trainer
 
 
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from `model.path`); see train/runner.py."""
     trainer = make(config, workdir)
-    return runner.run(trainer, trainer.config, workdir, stop_after=stop_after)
+    settings = runner.settings_of(trainer.config)
+    return runner.run(trainer, settings, workdir, stop_after=stop_after)

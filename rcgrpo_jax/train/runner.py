@@ -10,12 +10,16 @@ A trainer is anything with this small protocol (SFT/RCTP-FT in sft.py, the GRPO 
     step(state, step) -> (state, host metrics)       one optimizer step (metrics carry 'finite')
     export(state, path) -> None                      the final policy as an HF directory
 
+What the runner reads of a stage's config (checkpoint cadence, logging, the non-finite limit) is read once into
+a `Settings` (`settings_of(config)`): the runner and the step loop never see the config.
+
 `run` returns {step, reason, metrics, total_steps}; reason is 'done', 'sigterm', 'sigint', 'stop_after' or
 the reason of a `loop.StopRun` a step raised (then also `message`, e.g. reason 'judge_failures').
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any, Protocol
@@ -45,7 +49,34 @@ class Trainer(Protocol):
     def export(self, state: Any, path: str) -> None: ...
 
 
-def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The runner's part of a stage config (`settings_of`)."""
+
+    checkpoint_every: int  # checkpoint.every_steps
+    max_to_keep: int  # checkpoint.max_to_keep
+    async_save: bool  # checkpoint.async_save
+    export_hf: bool  # checkpoint.export_hf: the final policy as workdir/hf
+    loop: loop_lib.LoopSettings  # log.every_steps, train.max_nonfinite
+    tensorboard: bool  # log.tensorboard
+    progress: bool  # log.progress
+
+
+def settings_of(config) -> Settings:
+    """The runner's `Settings`, read from `checkpoint`, `log` and `train.max_nonfinite` of a stage config."""
+    ck, log = config.checkpoint, config.log
+    return Settings(
+        checkpoint_every=int(ck.every_steps),
+        max_to_keep=int(ck.max_to_keep),
+        async_save=bool(ck.async_save),
+        export_hf=bool(ck.export_hf),
+        loop=loop_lib.LoopSettings(log_every=int(log.every_steps), max_nonfinite=int(config.train.max_nonfinite)),
+        tensorboard=bool(log.tensorboard),
+        progress=bool(log.progress),
+    )
+
+
+def run(trainer: Trainer, settings: Settings, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the newest readable checkpoint in `workdir/checkpoints` (`Checkpointer.restore_latest`: each
     unreadable one named in one line on stderr; "resumed from step K of N" printed) or from
     `trainer.init_state()`, logging to
@@ -55,9 +86,9 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
     is_main = jax.process_index() == 0
     ckpt = ckpt_lib.Checkpointer(
         os.path.join(workdir, "checkpoints"),
-        every_steps=config.checkpoint.every_steps,
-        max_to_keep=config.checkpoint.max_to_keep,
-        async_save=config.checkpoint.async_save,
+        every_steps=settings.checkpoint_every,
+        max_to_keep=settings.max_to_keep,
+        async_save=settings.async_save,
     )
     fingerprint = trainer.fingerprint()
     n_steps = trainer.total_steps
@@ -81,9 +112,9 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
                 raise ConfigError("data", "the data differ from those of the checkpoint being resumed")
             report(f"resumed from step {start} of {n_steps} ({ckpt.directory}/{start})")
     logger = log_lib.MetricsLogger(
-        workdir, is_main=is_main, tensorboard=config.log.tensorboard, resume_step=start if start > 0 else None
+        workdir, is_main=is_main, tensorboard=settings.tensorboard, resume_step=start if start > 0 else None
     )
-    progress = log_lib.Progress(n_steps, start, enabled=is_main and config.log.progress, desc=trainer.stage)
+    progress = log_lib.Progress(n_steps, start, enabled=is_main and settings.progress, desc=trainer.stage)
 
     def meta(s: int) -> dict[str, Any]:
         return {
@@ -101,7 +132,7 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
                 state,
                 start=start,
                 n_steps=n_steps,
-                config=config,
+                settings=settings.loop,
                 ckpt=ckpt,
                 logger=logger,
                 progress=progress,
@@ -113,17 +144,9 @@ def run(trainer: Trainer, config, workdir: str, *, stop_after: int | None = None
         ckpt.close()
         logger.close()
         progress.close()
-    if reason == "done" and config.checkpoint.export_hf:
+    if reason == "done" and settings.export_hf:
         trainer.export(state, os.path.join(workdir, "hf"))
     out = {"step": step, "reason": reason, "metrics": last, "total_steps": n_steps}
     if "stop_message" in last:  # a StopRun: the line the launcher prints
         out["message"] = last["stop_message"]
     return out
-
-
-def total_steps(config, steps_per_epoch: int) -> int:
-    """epochs x steps per epoch, capped by `train.max_steps` when that is > 0."""
-    n = int(config.train.epochs) * steps_per_epoch
-    if int(config.train.max_steps) > 0:
-        n = min(n, int(config.train.max_steps)) if n > 0 else int(config.train.max_steps)
-    return n

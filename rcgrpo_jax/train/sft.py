@@ -25,7 +25,7 @@ from rcgrpo_jax.data import tiny_checkpoint
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.models.transformer import forward, output_embedding
 from rcgrpo_jax.rl.logprobs import chunked_logprobs_and_entropy
-from rcgrpo_jax.train import model_prep, runner, sft_data
+from rcgrpo_jax.train import memory, model_prep, runner, sft_data
 from rcgrpo_jax.train import optim as optim_lib
 from rcgrpo_jax.train import state as state_lib
 
@@ -129,7 +129,7 @@ class SFTTrainer:
             config,
             tiny_checkpoint.model_dir(config, workdir),
             self.mesh,
-            rules,
+            model_prep.rules(rules),
             reward_tokens=bool(config.get("add_reward_tokens")),
         )
         self.model_cfg, self.tokenizer, self._params = model.config, model.tokenizer, model.params
@@ -144,7 +144,7 @@ class SFTTrainer:
             truncate=config.data.truncate,
             max_examples=config.data.max_examples,
         )
-        self.total_steps = runner.total_steps(config, self.data.steps_per_epoch)
+        self.total_steps = step_count(config, self.data.steps_per_epoch)
         self.tx, self.state_sh, self.abstract, self.step_fn = optimizer_and_state(
             config, self.model_cfg, abstract_params_of(self.model_cfg), self.mesh, self.total_steps
         )
@@ -154,9 +154,11 @@ class SFTTrainer:
         self.compiled: dict[int, Any] = {}
         biggest = self._compiled(self.data.buckets[-1])
         if config.memory.check_fit:
-            report = model_prep.memory_report(biggest, self.abstract, self.state_sh)
+            report = memory.memory_report(biggest, self.abstract, self.state_sh)
             config_checks.check_memory(
-                "memory.device_bytes", int(report["peak_gb"] * 1e9), model_prep.device_budget(config)
+                "memory.device_bytes",
+                int(report["peak_gb"] * 1e9),
+                memory.device_budget(int(config.memory.device_bytes)),
             )
 
     def _compiled(self, length: int):
@@ -223,6 +225,14 @@ def check(config, num_devices: int) -> dict[str, int]:
     return shape
 
 
+def step_count(config, steps_per_epoch: int) -> int:
+    """epochs x steps per epoch, capped by `train.max_steps` when that is > 0."""
+    n = int(config.train.epochs) * steps_per_epoch
+    if int(config.train.max_steps) > 0:
+        n = min(n, int(config.train.max_steps)) if n > 0 else int(config.train.max_steps)
+    return n
+
+
 def run(config, workdir: str, *, stop_after: int | None = None) -> dict[str, Any]:
     """Trains from the latest checkpoint in `workdir` (or from the start); see train/runner.py."""
-    return runner.run(SFTTrainer(config, workdir), config, workdir, stop_after=stop_after)
+    return runner.run(SFTTrainer(config, workdir), runner.settings_of(config), workdir, stop_after=stop_after)

@@ -307,7 +307,6 @@ def sigterm_run(workdir: str) -> dict:
 
     import jax
     import jax.numpy as jnp
-    import ml_collections
     import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -331,7 +330,6 @@ def sigterm_run(workdir: str) -> dict:
             os.kill(os.getpid(), signal.SIGTERM)
         return state, {"finite": True, "nonfinite_in_row": 0, "loss": float(multihost.local_value(total))}
 
-    config = ml_collections.ConfigDict({"log": {"every_steps": 1}, "train": {"max_nonfinite": 0}})
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), every_steps=1000, max_to_keep=3)
     logger = log_lib.MetricsLogger(workdir, is_main=jax.process_index() == 0, tensorboard=False)
     try:
@@ -340,7 +338,7 @@ def sigterm_run(workdir: str) -> dict:
             state,
             start=0,
             n_steps=SIGTERM_STEPS,
-            config=config,
+            settings=loop.LoopSettings(log_every=1, max_nonfinite=0),
             ckpt=ckpt,
             logger=logger,
             progress=log_lib.Progress(SIGTERM_STEPS, enabled=False),

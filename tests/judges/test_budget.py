@@ -8,7 +8,6 @@ import threading
 import time
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -91,7 +90,6 @@ def test_the_budget_is_a_checked_field_of_the_judge_section():
 
 def test_a_stop_run_saves_the_state_before_that_step_and_stops(tmp_path):
     ck = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"), every_steps=100, max_to_keep=2)
-    config = ml_collections.ConfigDict({"log": {"every_steps": 1}, "train": {"max_nonfinite": 0}})
     logger = log_lib.MetricsLogger(str(tmp_path), tensorboard=False)
     calls = []
 
@@ -106,7 +104,7 @@ def test_a_stop_run_saves_the_state_before_that_step_and_stops(tmp_path):
         {"w": jnp.zeros((4,), jnp.float32)},
         start=0,
         n_steps=10,
-        config=config,
+        settings=loop_lib.LoopSettings(log_every=1, max_nonfinite=0),
         ckpt=ck,
         logger=logger,
         progress=log_lib.Progress(10, enabled=False),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rcgrpo_jax import main, models
-from rcgrpo_jax.train import dry_run, exploration, model_prep
+from rcgrpo_jax.train import dry_run, exploration, memory
 from tests.helpers import train as train_helpers
 
 pytestmark = pytest.mark.slow  # the fast lane skips it (pytest.ini)
@@ -30,32 +30,6 @@ SMALL_RL = (  # a tiny RL step: 20 rollouts (5 tasks x 4), 16-token steps, a 192
 )
 
 
-def test_memory_plan_arithmetic():
-    plan = model_prep.memory_plan(
-        phases={"update": 50.0, "prefill": 9.0, "decode": 4.0},
-        resident={"train_state": 12.0, "reference": 4.0, "decode_weights": 8.0, "kv_cache": 30.0},
-        resident_during={
-            "update": ["train_state", "reference"],
-            "prefill": ["train_state", "reference", "decode_weights", "kv_cache"],
-            "decode": ["train_state", "reference", "decode_weights", "kv_cache"],
-        },
-        limit_gb=65.0,
-    )
-    zero = {"reference": 0.0, "cast": 0.0, "session": 0.0}  # phases not given are 0
-    assert plan["per_device_gb"] == {
-        "update": 50.0,
-        "prefill": 9.0,
-        "decode": 4.0,
-        **zero,
-        "resident": 54.0,
-        "peak": 66.0,
-    }
-    assert plan["peak_phase"] == "update" and plan["resident_during_gb"]["prefill"] == 54.0
-    assert plan["fits"] is False  # 66 > 65
-    with pytest.raises(ValueError, match="unknown resident"):
-        model_prep.memory_plan({"update": 1.0}, {"a": 1.0}, {"update": ["b"]}, 10.0)
-
-
 def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)  # JAX's default allocator fraction
     argv = ["main", "--config=configs/rc_grpo.py:tiny", f"--config.model.path={tiny_ckpt}", *SMALL_RL, "--dry_run"]
@@ -63,7 +37,7 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     report = json.loads(last)
     gb = report["per_device_gb"]
-    assert set(gb) == {*model_prep.PHASES, "resident", "peak"}
+    assert set(gb) == {*memory.PHASES, "resident", "peak"}
     assert isinstance(report["fits"], bool) and report["limit_gb"] == pytest.approx(0.75 * 141.0)
     resident = report["resident_gb"]
     assert set(resident) == {"train_state", "reference", "decode_weights", "kv_cache"}
@@ -73,7 +47,7 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     assert during["update"] == during["reference"] == pytest.approx(training, rel=1e-9)
     assert during["cast"] == pytest.approx(training + resident["decode_weights"], rel=1e-9)
     assert during["prefill"] == during["session"] == during["decode"] == pytest.approx(gb["resident"], rel=1e-9)
-    assert gb["peak"] == pytest.approx(max(gb[p] + during[p] for p in model_prep.PHASES), rel=1e-9)
+    assert gb["peak"] == pytest.approx(max(gb[p] + during[p] for p in memory.PHASES), rel=1e-9)
     assert report["fits"] == (gb["peak"] <= report["limit_gb"]) and min(gb.values()) > 0
     assert "stand-in" in report["attention"]
     programs = report["programs_gb"]
@@ -120,16 +94,6 @@ def test_rl_dry_run_prints_the_memory_plan_last(tiny_ckpt, capsys, monkeypatch):
     assert explore["fits"] and explore["peak_gb"] >= explore["resident_gb"]["kv_cache"] > resident["kv_cache"]
 
 
-def test_allocator_limit_reads_the_memory_fraction(tiny_ckpt, data_path):
-    config = train_helpers.make_config(tiny_ckpt, data_path)
-    hbm = int(config.memory.device_bytes)
-    assert dry_run.allocator_limit_bytes(config, env={}) == int(0.75 * hbm)  # JAX's default
-    assert dry_run.allocator_limit_bytes(config, env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}) == int(0.9 * hbm)
-    for bad in ("x", "0", "1.5"):
-        with pytest.raises(ValueError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
-            dry_run.allocator_limit_bytes(config, env={"XLA_PYTHON_CLIENT_MEM_FRACTION": bad})
-
-
 def test_the_footprint_attention_sizes_a_fused_kernel():
     """The gradient of a model attention call compiled with the plan's attention (`dry_run.planned_model`:
     `models.attention.FOOTPRINT`) allocates no [B, G, T, R, S] probabilities (the dense XLA attention's f32
@@ -161,8 +125,8 @@ def test_the_footprint_attention_sizes_a_fused_kernel():
 def test_sft_dry_run_has_the_same_shape(tiny_ckpt, data_path):
     report = dry_run.supervised(train_helpers.make_config(tiny_ckpt, data_path))
     gb = report["per_device_gb"]
-    assert set(gb) == {*model_prep.PHASES, "resident", "peak"}
-    assert all(gb[p] == 0.0 for p in model_prep.PHASES if p != "update")  # SFT has no rollout phase
+    assert set(gb) == {*memory.PHASES, "resident", "peak"}
+    assert all(gb[p] == 0.0 for p in memory.PHASES if p != "update")  # SFT has no rollout phase
     assert gb["resident"] == pytest.approx(report["params_gb"] + report["opt_state_gb"], rel=1e-9)
     assert gb["peak"] == pytest.approx(gb["update"] + gb["resident"], rel=1e-9) == report["peak_gb"]
     assert report["fits"] and np.isfinite(gb["peak"])
@@ -189,3 +153,12 @@ def test_rl_start_up_refuses_what_cannot_fit(tiny_ckpt, tmp_path, monkeypatch):
         rl_trainer.run(c, str(tmp_path))
     assert not os.path.exists(tmp_path / "checkpoints")
     assert len(checks) == 1
+
+
+def test_a_program_lowered_again_at_the_same_shapes_is_compiled_once():
+    program_bytes = dry_run.ProgramBytes()
+    f = jax.jit(lambda x: x * 2)
+    a = program_bytes(f.lower(jax.ShapeDtypeStruct((64,), jnp.float32)))
+    b = program_bytes(f.lower(jax.ShapeDtypeStruct((64,), jnp.float32)))
+    c = program_bytes(f.lower(jax.ShapeDtypeStruct((128,), jnp.float32)))
+    assert program_bytes.compiled == 2 and a == b and c > a

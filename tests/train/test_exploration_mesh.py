@@ -5,6 +5,8 @@ rollouts make are the ones one device makes; `--preset` selects the RL stages' c
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -12,7 +14,7 @@ import pytest
 
 from rcgrpo_jax import models
 from rcgrpo_jax.data import sources, trajectories
-from rcgrpo_jax.train import dry_run, exploration, model_prep
+from rcgrpo_jax.train import dry_run, exploration, memory
 
 MESH = (1, 4, 2)  # data, fsdp, tensor: the GPU presets' shape on 8 devices
 SMALL = exploration.Settings(group_size=2, batch_tasks=2, max_step_tokens=16, max_context=2048, temperature=0.0)
@@ -70,7 +72,7 @@ def test_collect_runs_on_the_mesh_in_the_stage_dtype(tiny_ckpt, monkeypatch):
     assert split, "no weight is split over the mesh"
     assert all("tensor" in str(leaf.sharding.spec) for leaf in split)  # the decode rules: tensor-parallel only
     whole = sum(leaf.size for leaf in leaves) * 2
-    per_device = model_prep.shard_bytes(leaves, [leaf.sharding for leaf in leaves])
+    per_device = memory.shard_bytes(leaves, [leaf.sharding for leaf in leaves])
     assert whole / 2 <= per_device < whole  # tensor 2 halves what splits; nothing is split over fsdp
 
     # The records: one per rollout, in task order, in the trajectory format, labelled by their reward.
@@ -149,16 +151,32 @@ def test_dry_run_plans_exploration(tiny_ckpt):
 
 
 def test_an_rl_dry_run_refuses_an_exploration_that_does_not_fit(monkeypatch):
-    """`stages.TRAINERS['rl']`'s dry run is the RL step's plan with exploration's beside it; an exploration over
-    the budget stops it naming the stage (the plans themselves are stubbed: their sizes are tested above)."""
+    """`stages.TRAINERS['rl']`'s dry run is the RL step's plan with exploration's beside it, exploration on the
+    RL run's plan (its resolved config, its mesh) sharing its compiled programs; an exploration over the budget
+    stops it naming the stage (the plans themselves are stubbed: their sizes are tested above)."""
     from rcgrpo_jax import stages
     from rcgrpo_jax.config_fields import MemoryFitError
+    from rcgrpo_jax.train import rl_setup
 
     assert stages.TRAINERS["rl"].dry_run is dry_run.rl_with_exploration
     plan = {"peak_gb": 50.0, "budget_gb": 100.0, "fits": True}
-    monkeypatch.setattr(dry_run, "rl", lambda config: {"peak_gb": 10.0, "budget_gb": 100.0})
-    monkeypatch.setattr(dry_run, "exploration", lambda config: plan)
+    run, seen = types.SimpleNamespace(config="resolved", mesh="mesh"), {}
+    monkeypatch.setattr(dry_run, "dry_plan", lambda config: run)
+    monkeypatch.setattr(rl_setup, "abstract_model", lambda r: "model")
+
+    def rl_run(r, model, program_bytes):
+        seen["rl"] = (r, model, program_bytes)
+        return {"peak_gb": 10.0, "budget_gb": 100.0}
+
+    def exploration(config, *, mesh, program_bytes):
+        seen["exploration"] = (config, mesh, program_bytes)
+        return plan
+
+    monkeypatch.setattr(dry_run, "rl_run", rl_run)
+    monkeypatch.setattr(dry_run, "exploration", exploration)
     assert dry_run.rl_with_exploration(None) == {"peak_gb": 10.0, "budget_gb": 100.0, "exploration": plan}
+    assert seen["rl"][:2] == (run, "model") and seen["exploration"][:2] == ("resolved", "mesh")
+    assert isinstance(seen["rl"][2], dry_run.ProgramBytes) and seen["exploration"][2] is seen["rl"][2]
     plan.update(peak_gb=150.0, fits=False)
     with pytest.raises(MemoryFitError, match="exploration"):
         dry_run.rl_with_exploration(None)

@@ -1,7 +1,5 @@
 """The RL data order (`train.rl_data`): every epoch one permutation, the step count, the fingerprint."""
 
-from types import SimpleNamespace
-
 import numpy as np
 
 from rcgrpo_jax.train import rl_data
@@ -21,24 +19,16 @@ def test_task_order_visits_every_task_once_per_epoch():
 
 
 def test_total_steps_caps_epochs_by_max_steps():
-    def cfg(epochs, max_steps):
-        return SimpleNamespace(train=SimpleNamespace(epochs=epochs, max_steps=max_steps))
-
-    assert rl_data.total_steps(cfg(2, 0), 10, 3) == 7  # ceil(2 * 10 / 3)
-    assert rl_data.total_steps(cfg(2, 5), 10, 3) == 5  # capped
-    assert rl_data.total_steps(cfg(0, 4), 10, 3) == 4  # max_steps alone
+    assert rl_data.total_steps(2, 0, 10, 3) == 7  # ceil(2 * 10 / 3)
+    assert rl_data.total_steps(2, 5, 10, 3) == 5  # capped
+    assert rl_data.total_steps(0, 4, 10, 3) == 4  # max_steps alone
 
 
 def test_the_fingerprint_changes_with_what_fixes_the_order():
-    def cfg(group=5, batch=40, seed=0):
-        return SimpleNamespace(rl=SimpleNamespace(group_size=group), train=SimpleNamespace(batch_size=batch), seed=seed)
+    def fp(ids=("a", "b"), group=5, batch=40, seed=0):
+        return rl_data.fingerprint(list(ids), group_size=group, batch_size=batch, seed=seed)
 
-    base = rl_data.fingerprint(["a", "b"], cfg())
-    assert base == rl_data.fingerprint(["a", "b"], cfg()) and len(base) == 16
-    for other in (
-        rl_data.fingerprint(["b", "a"], cfg()),
-        rl_data.fingerprint(["a", "b"], cfg(group=4)),
-        rl_data.fingerprint(["a", "b"], cfg(batch=20)),
-        rl_data.fingerprint(["a", "b"], cfg(seed=1)),
-    ):
+    base = fp()
+    assert base == fp() and len(base) == 16
+    for other in (fp(ids=("b", "a")), fp(group=4), fp(batch=20), fp(seed=1)):
         assert other != base

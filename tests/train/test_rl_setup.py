@@ -3,10 +3,13 @@ built from it at a model config (nothing compiled), on 8 fake devices at the 7B 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import pytest
 
 from configs import rc_grpo
+from rcgrpo_jax import sharding
 from rcgrpo_jax.config_fields import ConfigError
 from rcgrpo_jax.rollout import policies
 from rcgrpo_jax.train import rl_config, rl_setup
@@ -45,6 +48,15 @@ def test_a_bad_field_fails_the_plan_naming_it():
         rl_setup.plan(c, 8, dry=True)
 
 
+def test_the_plan_resolves_the_sharding_rule_sets_naming_a_bad_one():
+    run = rl_setup.plan(preset(), 8, dry=True)
+    assert (run.train_rules, run.decode_rules) == (sharding.TRAIN_RULES, sharding.DECODE_RULES)
+    c = preset()
+    c.sharding.decode_rules = "fsdp"  # before any model loads, naming the field
+    with pytest.raises(ConfigError, match="sharding.decode_rules"):
+        rl_setup.plan(c, 8, dry=True)
+
+
 def test_the_rollout_capacity_is_the_policys():
     run = rl_setup.plan(preset(), 8, dry=True)
     rl = run.config.rl
@@ -63,6 +75,10 @@ def test_the_programs_are_built_at_the_model_the_caller_gives():
     assert [x.shape for x in jax.tree.leaves(setup.abstract_state.params)] == [x.shape for x in leaves]
     assert jax.tree.structure(setup.param_shardings) == jax.tree.structure(setup.abstract_params)
     assert (setup.ref_logprobs is not None) == run.choices.use_ref
+    if run.choices.use_ref:  # the reference at the policy's config runs the policy's program (compiled once)
+        assert setup.ref_logprobs is setup.logprobs
+        other = rl_setup.build(run, model, ref_cfg=dataclasses.replace(model, remat=not model.remat))
+        assert other.ref_logprobs is not other.logprobs
     assert float(setup.lr_fn(rl_setup.COMPILE_ONLY_UPDATES)) == pytest.approx(
         float(run.config.optim.lr) * float(run.config.optim.end_lr_ratio), rel=1e-5
     )

@@ -16,7 +16,8 @@ from jax.sharding import PartitionSpec as P
 
 from rcgrpo_jax.chat import NotAppendOnlyError, end_of_turn_ids
 from rcgrpo_jax.train import logging as log_lib
-from rcgrpo_jax.train import optim, sft_data
+from rcgrpo_jax.train import loop as loop_lib
+from rcgrpo_jax.train import optim, runner, sft_data
 from rcgrpo_jax.train import state as state_lib
 from tests.helpers import train as train_helpers
 
@@ -235,3 +236,17 @@ def test_a_zero_learning_rate_is_a_control_and_a_negative_one_an_error():
     c.optim.lr = -1e-4
     with pytest.raises(ConfigError, match=r"optim\.lr: must be positive \(or 0 for a control run\)"):
         config_checks.check(c, 1)
+
+
+def test_the_runner_reads_its_settings_once():
+    c = ml_collections.ConfigDict(
+        {
+            "checkpoint": {"every_steps": 3, "max_to_keep": 2, "async_save": False, "export_hf": True},
+            "log": {"every_steps": 5, "tensorboard": False, "progress": True},
+            "train": {"max_nonfinite": 4},
+        }
+    )
+    s = runner.settings_of(c)
+    assert (s.checkpoint_every, s.max_to_keep, s.async_save, s.export_hf) == (3, 2, False, True)
+    assert (s.tensorboard, s.progress) == (False, True)
+    assert s.loop == loop_lib.LoopSettings(log_every=5, max_nonfinite=4)
