@@ -1,8 +1,8 @@
 """The RL loop learns: on a one-step task a policy built here solves about a third of the time at T = 1, a few dozen
 steps of the real trainer (`rl_trainer.run`: rollouts, advantages, the PPO update) raise its training reward far
 past that under GRPO, RC-GRPO, Dr.GRPO and RLOO, and the same GRPO steps with shuffled advantages
-(`rl.shuffle_advantages`, the control) do not. A sign or masking slip anywhere between the rewards and the update
-fails it.
+(`rl.shuffle_advantages`, the control) do not. Negated advantages fail it (GRPO's reward fell to 0.05); a loss mask
+one token late does not (the tool's name, which decides the reward, is the 7th answer token, still inside the mask).
 
 The world and the policy are tests/helpers/pick_source.py: reward 1 for calling `yes`, 0 for `no`; the policy, SFT'd
 on a 35 / 65 mix, succeeds about 0.37 of the time (the pooled first steps measured 0.32 to 0.45 over 6 seeds). Training
