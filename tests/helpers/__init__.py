@@ -9,5 +9,6 @@ repository root on sys.path). Fixtures stay in the conftest.py files; what lives
 - `cli`: the smallest RL run's command-line overrides;
 - `train`: configs and data of the SFT and RL trainer tests;
 - `toy_source`: a task source registered from outside the package (`tests/test_toy_environment.py`);
+- `pick_source`: a one-step task source and a policy that solves it about a third of the time (the RL-learns test);
 - `multihost_launch`, `multihost_worker`: the two-process `jax.distributed` runs on localhost.
 """
