@@ -479,6 +479,15 @@ def evaluate_row(
     return summary
 
 
+def dev_gap(model_path: str, out_prefix: str, budget: budgets_lib.Budget, seed: int = 0) -> dict:
+    """What sampling finds on 'dev' that greedy decoding misses (a prerequisite of RL): {greedy, pass_at_k, k} of the
+    checkpoint on every 'dev' task, greedy (`evaluate_row`) and pass@k (`pass_at_k`), cached as
+    <out_prefix>.json and <out_prefix>_passk.json."""
+    greedy = evaluate_row(model_path, f"{out_prefix}.json", budget, "dev")
+    k = pass_at_k(model_path, f"{out_prefix}_passk.json", budget, "dev", per_type=None, seed=seed)
+    return {"greedy": greedy["overall"], "pass_at_k": k["pass_at_k"], "k": k["k"]}
+
+
 def pass_at_k(
     model_path: str, out_path: str, budget: budgets_lib.Budget, split: str, *, per_type: int | None, seed: int = 0
 ) -> dict:
@@ -561,6 +570,7 @@ class Rows:
     rl_metrics: dict[str, str] = dataclasses.field(default_factory=dict)  # "<row> s<seed>" -> metrics.jsonl
     probes: list[dict] = dataclasses.field(default_factory=list)
     passk: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    dev_gap: dict[str, list[dict]] = dataclasses.field(default_factory=dict)  # stage-1 row -> `dev_gap`s
 
     def add(self, row: str, summary: dict, path: str, ood: dict | None) -> None:
         self.evals.setdefault(row, []).append(summary)
@@ -674,6 +684,7 @@ def run(
         control_paths=control_paths,
         ood_evals=rows.ood,
         passk=rows.passk,
+        dev_gaps=rows.dev_gap,
         base_probe=base_figures,
         formulas={label: FORMULA_OF for label, *_ in FORMULA_ROWS.values()} if formulas else None,
     )
@@ -757,6 +768,9 @@ def run_seed(
             )  # fmt: skip
             rows.passk.setdefault(row, []).append(k)
             notes.append(f"pass@{k['k']} {k['pass_at_k'] * 100:.1f}%")
+            gap = dev_gap(stage1[name], os.path.join(ev_dir, f"{name}_dev"), budget, seed)
+            rows.dev_gap.setdefault(row, []).append(gap)
+            notes.append(f"dev greedy {gap['greedy'] * 100:.1f}%, pass@{gap['k']} {gap['pass_at_k'] * 100:.1f}%")
     timings[f"eval/stage1_s{seed}"] = console.end(label, t, "; ".join(notes))
     label = f"seed {seed}: stage-1 train-split probe"
     t = console.start(label)

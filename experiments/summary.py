@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 from typing import Any, Mapping, Sequence
 
 from experiments import paired
@@ -196,6 +197,77 @@ def _ood_md(ood: Mapping[str, Mapping[str, Any]]) -> list[str]:
     ]
     for r, v in ood.items():
         md.append(f"| {r} | {_pct(v['overall'])} | " + ", ".join(_pct(x) for x in v["per_seed"]) + " |")
+    return md + [""]
+
+
+# The checks before RL (issue 51): stage 1 steady over seeds, room for sampling to find what greedy misses, the
+# reward token heard. Each is (what is measured, the bar it must clear).
+SPREAD_MAX = 0.03  # stage 1's sample std over seeds of the headline accuracy, at most 3 points
+DEV_GAP_MIN = 0.15  # pass@k - greedy on 'dev', at least 15 points for at least one init
+
+
+def prerequisites(
+    stage1_rows: Mapping[str, Sequence[Mapping[str, Any]]],
+    dev_gaps: Mapping[str, Sequence[Mapping[str, Any]]],
+    probe: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """What RL needs of its inits, measured before it runs: per stage-1 row its headline accuracy's sample std over
+    seeds (None for one seed; bar SPREAD_MAX), and its 'dev' pass@k - greedy, mean over seeds (bar DEV_GAP_MIN for
+    at least one init); and, from the train-split probe, RCTP-FT asked for a high reward against SFT
+    (`rctp_high_minus_sft`). `met`: each bar, None where it cannot be judged."""
+    rows: dict[str, dict[str, Any]] = {}
+    for r, runs in stage1_rows.items():
+        acc = [x["overall"] for x in runs]
+        spread = statistics.stdev(acc) if len(acc) > 1 else None
+        gaps = [g["pass_at_k"] - g["greedy"] for g in dev_gaps.get(r, [])]
+        rows[r] = {
+            "spread": spread,
+            "dev_gap": _mean(gaps) if gaps else None,
+            "dev_gap_per_seed": gaps,
+            "dev_greedy": _mean([g["greedy"] for g in dev_gaps.get(r, [])]) if gaps else None,
+            "dev_pass_at_k": _mean([g["pass_at_k"] for g in dev_gaps.get(r, [])]) if gaps else None,
+        }
+    high, sft = probe.get("rctp_ft_high", {}).get("overall"), probe.get("sft", {}).get("overall")
+    spreads = [v["spread"] for v in rows.values() if v["spread"] is not None]
+    gaps = [v["dev_gap"] for v in rows.values() if v["dev_gap"] is not None]
+    return {
+        "rows": rows,
+        "rctp_high_minus_sft": None if high is None or sft is None else high - sft,
+        "met": {
+            "spread": all(x <= SPREAD_MAX for x in spreads) if spreads else None,
+            "dev_gap": any(x >= DEV_GAP_MIN for x in gaps) if gaps else None,
+            "token_heard": None if high is None or sft is None else high > sft,
+        },
+    }
+
+
+def _prerequisites_md(pre: Mapping[str, Any]) -> list[str]:
+    if not pre["rows"]:
+        return []
+    met = {True: "met", False: "NOT met", None: "not judged"}
+    md = [
+        "## Prerequisites before RL",
+        "",
+        f"Stage 1's spread over seeds (sample std of the headline accuracy; bar <= {SPREAD_MAX * 100:.0f} points: "
+        f"{met[pre['met']['spread']]}), and what sampling at temperature 1 finds on every 'dev' task that greedy "
+        f"decoding misses (pass@k - greedy, mean over seeds; bar >= {DEV_GAP_MIN * 100:.0f} points for at least one "
+        f"init: {met[pre['met']['dev_gap']]}).",
+        "",
+        "| init | spread (points) | dev greedy | dev pass@k | pass@k - greedy (points) | per seed |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r, v in pre["rows"].items():
+        spread = "-" if v["spread"] is None else f"{v['spread'] * 100:.1f}"
+        gap = "-" if v["dev_gap"] is None else f"{v['dev_gap'] * 100:+.1f}"
+        per_seed = ", ".join(f"{g * 100:+.1f}" for g in v["dev_gap_per_seed"])
+        md.append(f"| {r} | {spread} | {_pct(v['dev_greedy'])} | {_pct(v['dev_pass_at_k'])} | {gap} | {per_seed} |")
+    d = pre["rctp_high_minus_sft"]
+    if d is not None:
+        md += [
+            "",
+            f"On the train-split probe RCTP-FT asked for a high reward solves {d * 100:+.1f} points against SFT "
+            f"({met[pre['met']['token_heard']]}: the reward token is heard).",
+        ]
     return md + [""]
 
 
@@ -634,6 +706,7 @@ def write(
     passk: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     base_probe: Mapping[str, Mapping[str, Any]] | None = None,
     formulas: Mapping[str, str] | None = None,
+    dev_gaps: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Writes report.md, report.json and plots/; returns the report.json payload plus {table, verdict, plots}.
     eval_paths: row -> its eval JSON files (one per seed), for the paired comparisons; probe: the stage-1
@@ -642,7 +715,8 @@ def write(
     preset (`ablation.rl_settings_report`); control_evals: the control pair's rows (`ablation.CONTROL_ROWS`),
     whose metrics are in rl_metrics under "<row> s0", and control_paths their eval files; ood_evals: row -> its
     out-of-distribution summaries (the world's fresh-name 'test'), one per seed; passk: stage-1 row -> its pass@k
-    probes (`ablation.pass_at_k`), one per seed; base_probe: the pretrained base's (`ablation.base_probe`). total_s: the run's wall time over every process that worked on it
+    probes (`ablation.pass_at_k`), one per seed; dev_gaps: stage-1 row -> its `ablation.dev_gap`, one per seed
+    (with `evals` and `probe`, the report's prerequisites: `prerequisites`); base_probe: the pretrained base's (`ablation.base_probe`). total_s: the run's wall time over every process that worked on it
     (`ablation.stage_seconds`); process_s: this process's (less than total_s when it resumed a run). formulas: the
     formula rows in `evals` (`ablation.FORMULA_ROWS`) -> the row each varies; their own section, in report.json's
     rows, runs and comparisons."""
@@ -680,6 +754,7 @@ def write(
                             "k": v[0]["k"], "tasks": v[0]["tasks"], "per_seed": [x["pass_at_k"] for x in v]}
                         for r, v in (passk or {}).items()}  # fmt: skip
     results["rl_settings"] = dict(rl_settings or {})
+    results["prerequisites"] = prerequisites(stage1_rows, dev_gaps or {}, probe or {})
 
     md = [
         f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
@@ -708,6 +783,7 @@ def write(
         ]
     if stage1_table:
         md += ["## Stage-1 models before RL (reference)", "", stage1_table]
+    md += _prerequisites_md(results["prerequisites"])
     md += _ood_md(results["ood"]) + _passk_md(results["passk"])
     md += _settings_md(results["rl_settings"])
     md += _control_md(results["control"])

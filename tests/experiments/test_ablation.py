@@ -54,6 +54,12 @@ def test_end_to_end_smoke(smoke_run):
         assert f"| {row} |" in md
     assert "## Verdict" in md and "at this scale" in md
     assert "## Out of distribution" in md and "## Stage 1: what sampling finds" in md and "## Controls (seed 0)" in md
+    pre = payload["prerequisites"]  # measured before RL: each init's 'dev' greedy and pass@k, cached per seed
+    assert set(pre["rows"]) == {"SFT", "RCTP-FT"} and "## Prerequisites before RL" in md
+    for name in ("sft", "rctp_ft"):
+        for f in (f"{name}_dev.json", f"{name}_dev_passk.json"):
+            assert os.path.exists(os.path.join(s0, "eval", f)), f
+    assert all(v["spread"] is None and len(v["dev_gap_per_seed"]) == 1 for v in pre["rows"].values())  # one seed
     assert "## What the test episodes did" in md and f"| base | {n_iid} |" in md  # every row's profile
     assert payload["plots"], "the RL runs logged none of the diagnostics"
     assert payload["plots"]["entropy_reward_correlation"].endswith("entropy_reward_correlation.png")
@@ -289,6 +295,31 @@ def test_formula_section_by_hand(tmp_path):
     assert f"| {label} | 75.0% | +25.0 [" in text and f"| RCTP-FT+GRPO: +25.0 [{lo:+.1f}, {hi:+.1f}] | - |" in text
     assert "| RCTP-FT+GRPO | 50.0% | +0.0 [+0.0, +0.0] | - | - |" in text
     assert summary._formulas_md(results, evals, {}) == []
+
+
+def test_prerequisites_by_hand():
+    """Stage 1's sample std over seeds, 'dev' pass@k - greedy (mean over seeds) against their bars, and RCTP-FT
+    under the high token against SFT on the train probe."""
+    stage1 = {"SFT": [_s(0.40), _s(0.44)], "RCTP-FT": [_s(0.50), _s(0.60)]}  # std 2.83 and 7.07 points
+    gaps = {
+        "SFT": [{"greedy": 0.40, "pass_at_k": 0.50, "k": 8}, {"greedy": 0.30, "pass_at_k": 0.50, "k": 8}],  # +15
+        "RCTP-FT": [{"greedy": 0.50, "pass_at_k": 0.55, "k": 8}, {"greedy": 0.60, "pass_at_k": 0.65, "k": 8}],  # +5
+    }
+    probe = {"sft": {"overall": 0.4}, "rctp_ft_high": {"overall": 0.7}}
+    pre = summary.prerequisites(stage1, gaps, probe)
+    assert pre["rows"]["SFT"]["spread"] == pytest.approx(0.04 / 2**0.5)
+    assert pre["rows"]["RCTP-FT"]["spread"] == pytest.approx(0.1 / 2**0.5)
+    assert pre["rows"]["SFT"]["dev_gap"] == pytest.approx(0.15) and pre["rows"]["RCTP-FT"]["dev_gap"] == pytest.approx(
+        0.05
+    )
+    assert pre["rctp_high_minus_sft"] == pytest.approx(0.3)
+    assert pre["met"] == {"spread": False, "dev_gap": True, "token_heard": True}  # RCTP-FT spreads 7.1 > 3 points
+    md = "\n".join(summary._prerequisites_md(pre))
+    assert "| RCTP-FT | 7.1 | 55.0% | 60.0% | +5.0 | +5.0, +5.0 |" in md and "bar <= 3 points: NOT met" in md
+    assert "+30.0 points against SFT (met" in md
+    one = summary.prerequisites({"SFT": [_s(0.4)]}, {}, {})  # one seed, no dev probe: nothing to judge
+    assert one["met"] == {"spread": None, "dev_gap": None, "token_heard": None}
+    assert summary._prerequisites_md(summary.prerequisites({}, {}, {})) == []
 
 
 def test_compare_settings_and_controls_by_hand(tmp_path):
