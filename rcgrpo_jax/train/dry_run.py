@@ -195,14 +195,14 @@ def _row_copies(ops: RolloutOperands, model_cfg, shapes: rl_setup.RolloutShapes,
     }
 
 
-def cast_program(abstract_params, mesh, train_rules: sharding_lib.Rules, dtype, program_bytes) -> float:
+def cast_program(abstract_params, param_shardings, dtype, program_bytes) -> float:
     """GB of the RL step's cast beyond the training parameters it reads: from the training parameters (float32,
-    training shards) to the decode dtype on the same shards; `decode_weights` then moves that copy onto the
-    decode shards (donated), so at its peak the cast copy and the decode weights both exist."""
-    train_sh = train_rules.shardings(abstract_params, mesh)
-    train_params = _with_shardings(abstract_params, train_sh)
+    on `param_shardings`, the training shards) to the decode dtype on the same shards; `decode_weights` then
+    moves that copy onto the decode shards (donated), so at its peak the cast copy and the decode weights both
+    exist."""
+    train_params = _with_shardings(abstract_params, param_shardings)
     cast = decode_step.cast_and_split_jit.lower(train_params, dtype)
-    return (program_bytes(cast) - memory.shard_bytes(train_params, train_sh)) / 1e9
+    return (program_bytes(cast) - memory.shard_bytes(train_params, param_shardings)) / 1e9
 
 
 def rollout_programs(
@@ -332,18 +332,28 @@ def _training_phases(setup: rl_setup.RLSetup, program_bytes: ProgramBytes) -> tu
 
 
 def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
-    """Per-device memory plan of one RL step of a checked run (the module docstring's phases) at `model_cfg` (the
-    trainer's start-up check passes the model it loaded), without weights: the run's programs (`rl_setup.build`)
-    at `planned_model(model_cfg)`, each distinct program compiled once (`program_bytes`)."""
+    """Per-device memory plan of one RL step of a checked run at `model_cfg`, without weights: `rl_plan` of the
+    run's set-up at that model (`rl_setup.build`)."""
+    return rl_plan(rl_setup.build(run, model_cfg), program_bytes)
+
+
+def rl_plan(setup: rl_setup.RLSetup, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
+    """Per-device memory plan of one RL step of a built set-up (the module docstring's phases; the trainer's
+    start-up check passes its own), without weights: its training programs at `planned_model(setup.model_cfg)`
+    (`rl_setup.at_model`), its rollout programs at `setup.rollout`, all on its shardings, each distinct program
+    compiled once (`program_bytes`)."""
     program_bytes = program_bytes or ProgramBytes()
-    config, c = run.config, run.choices
-    setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
-    report, update_gb, reference_gb = _training_phases(setup, program_bytes)
+    run, c = setup.run, setup.run.choices
+    config = run.config
+    # The training programs' attention: a fused kernel's.
+    report, update_gb, reference_gb = _training_phases(
+        rl_setup.at_model(setup, planned_model(setup.model_cfg)), program_bytes
+    )
     rollout = rollout_programs(
-        config, model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
+        config, setup.model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
     )
     dtype = jnp.dtype(rollout["decode_dtype"])
-    cast_gb = cast_program(setup.abstract_params, run.mesh, run.train_rules, dtype, program_bytes)
+    cast_gb = cast_program(setup.abstract_params, setup.param_shardings, dtype, program_bytes)
     params_gb = report["params_gb"]
     resident = {
         "train_state": params_gb + report["opt_state_gb"],
@@ -387,10 +397,11 @@ def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None 
     return {**report, **plan}
 
 
-def check_rl_fit(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
-    """The RL trainer's start-up check (`memory.check_fit`): `rl_run`'s plan at the model the trainer loaded;
-    raises `MemoryFitError` naming `memory.device_bytes` when its peak is over the allocator's budget."""
-    fit = rl_run(run, model_cfg)
+def check_rl_fit(setup: rl_setup.RLSetup) -> dict[str, Any]:
+    """The RL trainer's start-up check (`memory.check_fit`): `rl_plan` of the set-up the trainer built (at the
+    model it loaded); raises `MemoryFitError` naming `memory.device_bytes` when its peak is over the allocator's
+    budget."""
+    fit = rl_plan(setup)
     config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
     return fit
 
