@@ -42,7 +42,7 @@ from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, row_shards, session
 from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import exploration as exploration_lib
-from rcgrpo_jax.train import memory, model_prep, rl_setup, sft
+from rcgrpo_jax.train import memory, model_prep, rl_config, rl_setup, sft
 from rcgrpo_jax.train import state as state_lib
 
 
@@ -51,11 +51,6 @@ def planned_model(model_cfg):
     `models.attention.FOOTPRINT`, a fused kernel's memory (`footprint_attention`), not the CPU's dense
     probabilities. Its values are meaningless: only compile it."""
     return dataclasses.replace(model_cfg, attention_impl=attention_lib.FOOTPRINT)
-
-
-def decode_dtype(config) -> str:
-    """`model.decode_dtype` (the dtype of the sampler's weights), defaulting to the compute dtype."""
-    return str(config.model.get("decode_dtype", None) or config.model.dtype)
 
 
 def _with_shardings(tree, shardings):
@@ -105,12 +100,6 @@ class RolloutOperands:
     def whole(self, shape, dt) -> jax.ShapeDtypeStruct:
         """A small index array on every device (`DecodeSession._replicated`)."""
         return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.replicated(self.mesh))
-
-
-def sampling_params(rl) -> SamplingParams:
-    """The rollout's sampling (`rl.temperature`, `rl.top_k`, `rl.top_p`; 0 and 1.0 mean none)."""
-    top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
-    return SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
 
 
 def rollout_operands(
@@ -206,22 +195,23 @@ def cast_program(abstract_params, param_shardings, dtype, program_bytes) -> floa
 
 
 def rollout_programs(
-    config,
     model_cfg,
     abstract_params,
     mesh,
     shapes: rl_setup.RolloutShapes,
     decode_rules: sharding_lib.Rules,
+    *,
+    sampling: SamplingParams,
+    decode_dtype: str,
     program_bytes: ProgramBytes | None = None,
 ) -> dict[str, Any]:
     """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
     (reported apart): the session's appends and row copies, the decode call; compiled at `shapes`
-    (`rl_setup.rollout_shapes`) with abstract decode weights (`model.decode_dtype`, on `decode_rules`'
-    shardings), sampling as `config.rl` does, as the session runs them on a GPU (scatter KV writes, donated
-    cache), each distinct program once (`program_bytes`). The decode weights' cast is the RL step's alone
-    (`cast_program`)."""
+    (`rl_setup.rollout_shapes`) with abstract decode weights (`decode_dtype`, on `decode_rules`' shardings),
+    sampling by `sampling`, as the session runs them on a GPU (scatter KV writes, donated cache), each distinct
+    program once (`program_bytes`). The decode weights' cast is the RL step's alone (`cast_program`)."""
     program_bytes = program_bytes or ProgramBytes()
-    dtype, sampling = jnp.dtype(decode_dtype(config)), sampling_params(config.rl)
+    dtype = jnp.dtype(decode_dtype)
     ops = rollout_operands(
         model_cfg, abstract_params, mesh, shapes, decode_rules=decode_rules, dtype=dtype, sampling=sampling
     )
@@ -350,7 +340,14 @@ def rl_plan(setup: rl_setup.RLSetup, program_bytes: ProgramBytes | None = None) 
         rl_setup.at_model(setup, planned_model(setup.model_cfg)), program_bytes
     )
     rollout = rollout_programs(
-        config, setup.model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
+        setup.model_cfg,
+        setup.abstract_params,
+        run.mesh,
+        setup.rollout,
+        run.decode_rules,
+        sampling=run.sampling,
+        decode_dtype=run.decode_dtype,
+        program_bytes=program_bytes,
     )
     dtype = jnp.dtype(rollout["decode_dtype"])
     cast_gb = cast_program(setup.abstract_params, setup.param_shardings, dtype, program_bytes)
@@ -428,7 +425,16 @@ def exploration(
     loaded = abstract_params_of(model_cfg)
     shapes = rl_setup.rollout_shapes(rc, mesh)
     decode_rules = model_prep.rules(rc.sharding.decode_rules, "sharding.decode_rules")
-    rollout = rollout_programs(rc, model_cfg, loaded, mesh, shapes, decode_rules, program_bytes)
+    rollout = rollout_programs(
+        model_cfg,
+        loaded,
+        mesh,
+        shapes,
+        decode_rules,
+        sampling=rl_config.sampling(rc.rl),
+        decode_dtype=rl_config.decode_dtype(rc),
+        program_bytes=program_bytes,
+    )
     loaded_gb = memory.shard_bytes(loaded, decode_rules.shardings(loaded, mesh))
     resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
     decoding = list(resident)

@@ -5,8 +5,9 @@ Two steps, because the trainer needs the mesh before it can load the model:
   `plan(config, num_devices, dry=...)` -> `RunPlan`: the resolved config (`reference.path` defaulted, an
       automatic `train.grad_accum` resolved for the devices), the config checked once (`rl_config.checked`:
       a ConfigError naming the field), the mesh, the registries' choices, the micro-batch rows, the
-      largest bucket and the train and decode sharding rule sets (an unknown name fails here, before any model
-      loads). `dry=True` checks it as a dry run does (`model_prep.dry_run_config`: no weights).
+      largest bucket, the rollouts' sampling and decode dtype, and the train and decode sharding rule sets (an
+      unknown name fails here, before any model loads). `dry=True` checks it as a dry run does
+      (`model_prep.dry_run_config`: no weights).
   `build(run, model_cfg, ...)` -> `RLSetup`: the programs at the model config the caller decides (the loaded
       checkpoint's, a dry run's fused-kernel stand-in, the proof's kernels): abstract parameters, the train and
       decode shardings, the optimizer and its schedule, the abstract train state and its shardings, the
@@ -32,7 +33,7 @@ from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.rollout import policies
-from rcgrpo_jax.sampling import block_attention, buckets, packed, packed_append
+from rcgrpo_jax.sampling import SamplingParams, block_attention, buckets, packed, packed_append
 from rcgrpo_jax.sampling.decode_loop import batch_multiple
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step
 from rcgrpo_jax.train import state as state_lib
@@ -52,6 +53,8 @@ class RunPlan:
     length: int  # the largest of data.buckets
     train_rules: sharding_lib.Rules  # sharding.train_rules' (FSDP): the policy, the reference, the update
     decode_rules: sharding_lib.Rules  # sharding.decode_rules': the sampler's weights
+    sampling: SamplingParams  # the rollouts' (`rl_config.sampling`)
+    decode_dtype: str  # the sampler's weights' (`rl_config.decode_dtype`)
 
     @property
     def sampled_tokens(self) -> bool:
@@ -75,7 +78,17 @@ def plan(config, num_devices: int, *, dry: bool = False) -> RunPlan:
     decode_rules = model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules")
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
     mesh = sharding_lib.make_mesh(shape)
-    return RunPlan(config, mesh, chosen, micro, int(config.data.buckets[-1]), train_rules, decode_rules)
+    return RunPlan(
+        config,
+        mesh,
+        chosen,
+        micro,
+        int(config.data.buckets[-1]),
+        train_rules,
+        decode_rules,
+        sampling=rl_config.sampling(config.rl),
+        decode_dtype=rl_config.decode_dtype(config),
+    )
 
 
 def abstract_model(run: RunPlan) -> ModelConfig:

@@ -168,6 +168,8 @@ class RLTrainer:
             chat.end_of_turn_ids(self.tokenizer),
             s.decode_shardings,
             self.mesh,
+            run.sampling,
+            run.decode_dtype,
             with_messages=self.judge is not None,
         )
 

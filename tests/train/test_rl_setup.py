@@ -100,3 +100,9 @@ def test_the_programs_move_to_another_config_of_the_same_parameters():
     assert (moved.ref_logprobs is moved.logprobs) == run.choices.use_ref
     with pytest.raises(ValueError, match="parameters differ"):
         rl_setup.at_model(setup, dataclasses.replace(setup.model_cfg, vocab_size=setup.model_cfg.vocab_size + 1))
+
+
+def test_the_plan_carries_the_rollouts_sampling_and_decode_dtype():
+    run = rl_setup.plan(preset(), 8, dry=True)
+    assert run.sampling == rl_config.sampling(run.config.rl)
+    assert run.decode_dtype == rl_config.decode_dtype(run.config) == "bfloat16"  # the GPU presets decode in bf16
