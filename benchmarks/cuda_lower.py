@@ -41,8 +41,8 @@ from rcgrpo_jax import config_checks, hardware, stages
 from rcgrpo_jax import sharding as sharding_lib
 from rcgrpo_jax.models.attention import lowering_for, select_implementation
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
-from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, packed, packed_append, row_shards, session
-from rcgrpo_jax.train import dry_run, model_prep, rl_setup, rl_step, sft
+from rcgrpo_jax.sampling import decode_loop, decode_step, packed, packed_append, row_shards, session
+from rcgrpo_jax.train import model_prep, rl_setup, rl_step, sft
 from rcgrpo_jax.train import state as state_lib
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -266,17 +266,15 @@ def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
     rows_out: list[dict[str, Any]] = []
 
     # --- rollout programs: decode weights and a ragged cache, under the decode rules
-    dtype = jnp.dtype(dry_run.decode_dtype(config))
+    dtype = jnp.dtype(run.decode_dtype)
     per_layer = decode_step.split_shardings(setup.decode_shardings)
     weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
     w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
     cache_sh = decode_loop.cache_sharding(model_cfg, mesh, layout)
     cache = jax.eval_shape(lambda: decode_step.init_cache(model_cfg, r.rows, r.capacity, dtype=dtype, layout=layout))
-    top_p = float(config.rl.top_p) if float(config.rl.top_p or 1.0) < 1.0 else None
-    sampling = SamplingParams(float(config.rl.temperature), int(config.rl.top_k or 0) or None, top_p)
-    s = decode_loop.Sampler(model_cfg, r.max_new_tokens, sampling, r.prefill_width, kv_write="scatter")
+    s = decode_loop.Sampler(model_cfg, r.max_new_tokens, run.sampling, r.prefill_width, kv_write="scatter")
     b1, b2 = (sharding_lib.batch_sharding(mesh, n) for n in (1, 2))
-    decode_rules = model_prep.rules(config.sharding.decode_rules)
+    decode_rules = run.decode_rules
 
     def prefill():
         def fn(w, tokens, counts, kv):

@@ -42,7 +42,7 @@ from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.sampling import SamplingParams, decode_loop, decode_step, row_shards, session
 from rcgrpo_jax.sampling.decode_loop import Sampler, batch_multiple, cache_sharding, mesh_context
 from rcgrpo_jax.train import exploration as exploration_lib
-from rcgrpo_jax.train import memory, model_prep, rl_setup, sft
+from rcgrpo_jax.train import memory, model_prep, rl_config, rl_setup, sft
 from rcgrpo_jax.train import state as state_lib
 
 
@@ -51,11 +51,6 @@ def planned_model(model_cfg):
     `models.attention.FOOTPRINT`, a fused kernel's memory (`footprint_attention`), not the CPU's dense
     probabilities. Its values are meaningless: only compile it."""
     return dataclasses.replace(model_cfg, attention_impl=attention_lib.FOOTPRINT)
-
-
-def decode_dtype(config) -> str:
-    """`model.decode_dtype` (the dtype of the sampler's weights), defaulting to the compute dtype."""
-    return str(config.model.get("decode_dtype", None) or config.model.dtype)
 
 
 def _with_shardings(tree, shardings):
@@ -105,12 +100,6 @@ class RolloutOperands:
     def whole(self, shape, dt) -> jax.ShapeDtypeStruct:
         """A small index array on every device (`DecodeSession._replicated`)."""
         return jax.ShapeDtypeStruct(shape, dt, sharding=sharding_lib.replicated(self.mesh))
-
-
-def sampling_params(rl) -> SamplingParams:
-    """The rollout's sampling (`rl.temperature`, `rl.top_k`, `rl.top_p`; 0 and 1.0 mean none)."""
-    top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
-    return SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
 
 
 def rollout_operands(
@@ -195,33 +184,34 @@ def _row_copies(ops: RolloutOperands, model_cfg, shapes: rl_setup.RolloutShapes,
     }
 
 
-def cast_program(abstract_params, mesh, train_rules: sharding_lib.Rules, dtype, program_bytes) -> float:
+def cast_program(abstract_params, param_shardings, dtype, program_bytes) -> float:
     """GB of the RL step's cast beyond the training parameters it reads: from the training parameters (float32,
-    training shards) to the decode dtype on the same shards; `decode_weights` then moves that copy onto the
-    decode shards (donated), so at its peak the cast copy and the decode weights both exist."""
-    train_sh = train_rules.shardings(abstract_params, mesh)
-    train_params = _with_shardings(abstract_params, train_sh)
+    on `param_shardings`, the training shards) to the decode dtype on the same shards; `decode_weights` then
+    moves that copy onto the decode shards (donated), so at its peak the cast copy and the decode weights both
+    exist."""
+    train_params = _with_shardings(abstract_params, param_shardings)
     cast = decode_step.cast_and_split_jit.lower(train_params, dtype)
-    return (program_bytes(cast) - memory.shard_bytes(train_params, train_sh)) / 1e9
+    return (program_bytes(cast) - memory.shard_bytes(train_params, param_shardings)) / 1e9
 
 
 def rollout_programs(
-    config,
     model_cfg,
     abstract_params,
     mesh,
     shapes: rl_setup.RolloutShapes,
     decode_rules: sharding_lib.Rules,
+    *,
+    sampling: SamplingParams,
+    decode_dtype: str,
     program_bytes: ProgramBytes | None = None,
 ) -> dict[str, Any]:
     """Per-device GB of the rollout phase's programs beyond the decode weights and KV cache they read
     (reported apart): the session's appends and row copies, the decode call; compiled at `shapes`
-    (`rl_setup.rollout_shapes`) with abstract decode weights (`model.decode_dtype`, on `decode_rules`'
-    shardings), sampling as `config.rl` does, as the session runs them on a GPU (scatter KV writes, donated
-    cache), each distinct program once (`program_bytes`). The decode weights' cast is the RL step's alone
-    (`cast_program`)."""
+    (`rl_setup.rollout_shapes`) with abstract decode weights (`decode_dtype`, on `decode_rules`' shardings),
+    sampling by `sampling`, as the session runs them on a GPU (scatter KV writes, donated cache), each distinct
+    program once (`program_bytes`). The decode weights' cast is the RL step's alone (`cast_program`)."""
     program_bytes = program_bytes or ProgramBytes()
-    dtype, sampling = jnp.dtype(decode_dtype(config)), sampling_params(config.rl)
+    dtype = jnp.dtype(decode_dtype)
     ops = rollout_operands(
         model_cfg, abstract_params, mesh, shapes, decode_rules=decode_rules, dtype=dtype, sampling=sampling
     )
@@ -332,18 +322,35 @@ def _training_phases(setup: rl_setup.RLSetup, program_bytes: ProgramBytes) -> tu
 
 
 def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
-    """Per-device memory plan of one RL step of a checked run (the module docstring's phases) at `model_cfg` (the
-    trainer's start-up check passes the model it loaded), without weights: the run's programs (`rl_setup.build`)
-    at `planned_model(model_cfg)`, each distinct program compiled once (`program_bytes`)."""
+    """Per-device memory plan of one RL step of a checked run at `model_cfg`, without weights: `rl_plan` of the
+    run's set-up at that model (`rl_setup.build`)."""
+    return rl_plan(rl_setup.build(run, model_cfg), program_bytes)
+
+
+def rl_plan(setup: rl_setup.RLSetup, program_bytes: ProgramBytes | None = None) -> dict[str, Any]:
+    """Per-device memory plan of one RL step of a built set-up (the module docstring's phases; the trainer's
+    start-up check passes its own), without weights: its training programs at `planned_model(setup.model_cfg)`
+    (`rl_setup.at_model`), its rollout programs at `setup.rollout`, all on its shardings, each distinct program
+    compiled once (`program_bytes`)."""
     program_bytes = program_bytes or ProgramBytes()
-    config, c = run.config, run.choices
-    setup = rl_setup.build(run, planned_model(model_cfg))  # the training programs' attention: a fused kernel's
-    report, update_gb, reference_gb = _training_phases(setup, program_bytes)
+    run, c = setup.run, setup.run.choices
+    config = run.config
+    # The training programs' attention: a fused kernel's.
+    report, update_gb, reference_gb = _training_phases(
+        rl_setup.at_model(setup, planned_model(setup.model_cfg)), program_bytes
+    )
     rollout = rollout_programs(
-        config, model_cfg, setup.abstract_params, run.mesh, setup.rollout, run.decode_rules, program_bytes
+        setup.model_cfg,
+        setup.abstract_params,
+        run.mesh,
+        setup.rollout,
+        run.decode_rules,
+        sampling=run.sampling,
+        decode_dtype=run.decode_dtype,
+        program_bytes=program_bytes,
     )
     dtype = jnp.dtype(rollout["decode_dtype"])
-    cast_gb = cast_program(setup.abstract_params, run.mesh, run.train_rules, dtype, program_bytes)
+    cast_gb = cast_program(setup.abstract_params, setup.param_shardings, dtype, program_bytes)
     params_gb = report["params_gb"]
     resident = {
         "train_state": params_gb + report["opt_state_gb"],
@@ -387,10 +394,11 @@ def rl_run(run: rl_setup.RunPlan, model_cfg, program_bytes: ProgramBytes | None 
     return {**report, **plan}
 
 
-def check_rl_fit(run: rl_setup.RunPlan, model_cfg) -> dict[str, Any]:
-    """The RL trainer's start-up check (`memory.check_fit`): `rl_run`'s plan at the model the trainer loaded;
-    raises `MemoryFitError` naming `memory.device_bytes` when its peak is over the allocator's budget."""
-    fit = rl_run(run, model_cfg)
+def check_rl_fit(setup: rl_setup.RLSetup) -> dict[str, Any]:
+    """The RL trainer's start-up check (`memory.check_fit`): `rl_plan` of the set-up the trainer built (at the
+    model it loaded); raises `MemoryFitError` naming `memory.device_bytes` when its peak is over the allocator's
+    budget."""
+    fit = rl_plan(setup)
     config_checks.check_memory("memory.device_bytes", int(fit["peak_gb"] * 1e9), int(fit["budget_gb"] * 1e9))
     return fit
 
@@ -417,7 +425,16 @@ def exploration(
     loaded = abstract_params_of(model_cfg)
     shapes = rl_setup.rollout_shapes(rc, mesh)
     decode_rules = model_prep.rules(rc.sharding.decode_rules, "sharding.decode_rules")
-    rollout = rollout_programs(rc, model_cfg, loaded, mesh, shapes, decode_rules, program_bytes)
+    rollout = rollout_programs(
+        model_cfg,
+        loaded,
+        mesh,
+        shapes,
+        decode_rules,
+        sampling=rl_config.sampling(rc.rl),
+        decode_dtype=rl_config.decode_dtype(rc),
+        program_bytes=program_bytes,
+    )
     loaded_gb = memory.shard_bytes(loaded, decode_rules.shardings(loaded, mesh))
     resident = {"decode_weights": rollout["decode_weights_gb"], "kv_cache": rollout["kv_cache_gb"]}
     decoding = list(resident)

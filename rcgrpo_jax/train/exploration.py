@@ -37,7 +37,8 @@ from rcgrpo_jax.envs import bfcl
 from rcgrpo_jax.eval import run as eval_run
 from rcgrpo_jax.rollout import EpisodeSpec, ModelPolicy, RolloutConfig
 from rcgrpo_jax.rollout.distributed import run_across_processes
-from rcgrpo_jax.sampling import SamplingParams, decode_weights
+from rcgrpo_jax.sampling import decode_weights
+from rcgrpo_jax.train import rl_config
 
 EXPLORATION_FAILURE = "exploration"  # the `failure` field of a failed exploration rollout
 
@@ -67,8 +68,8 @@ def stage_config(config=None, settings: Settings = DEFAULT) -> ml_collections.Co
     """A copy of the RL stage config `config` (None: `preset_config()`, the tiny preset's: float32) whose rollout
     fields say what exploration runs at `settings`: rl.rollout_chunk = train.batch_size = one batch's rollouts,
     no continuous batching (rl.rollout_rows 0, rl.rollout_slice 0), rl.group_size, rl.max_context,
-    rl.max_step_tokens, rl.temperature, no top-k or top-p. `collect` plays by it; `dry_run.exploration` plans
-    it through `dry_run.rollout_programs`, which reads these fields."""
+    rl.max_step_tokens, rl.temperature, no top-k or top-p. `collect` plays by it and `dry_run.exploration` plans
+    it (`dry_run.rollout_programs`), both sampling by `rl_config.sampling` in `rl_config.decode_dtype`."""
     if config is None:
         config = preset_config()
     if "rl" not in config:
@@ -177,7 +178,7 @@ def collect(
         mesh = sharding.make_mesh(config_checks.mesh_shape(rc.mesh, jax.device_count()))
     # As RL's rollouts: the weights on the decode shardings, in model.decode_dtype, split per layer once.
     model_cfg, params, tok = eval_run.load_policy_model(rc, model_path, mesh)
-    params = decode_weights(params, rc.model.get("decode_dtype") or rc.model.dtype)
+    params = decode_weights(params, rl_config.decode_dtype(rc))
     parser = chat.get_parser(chat.family_for(model_cfg.model_type))
     rc_rollout = RolloutConfig(max_context=int(rc.rl.max_context), max_step_tokens=int(rc.rl.max_step_tokens))
     records: list[dict] = []
@@ -196,7 +197,7 @@ def collect(
                 stop_ids=chat.end_of_turn_ids(tok),
                 max_step_tokens=int(rc.rl.max_step_tokens),
                 max_context=int(rc.rl.max_context),
-                sampling=SamplingParams(temperature=float(rc.rl.temperature)),
+                sampling=rl_config.sampling(rc.rl),
                 prefill_chunk=int(rc.rl.prefill_chunk),
                 mesh=mesh,
                 rules=sharding.DECODE_RULES,

@@ -1,5 +1,6 @@
 """The RL stages' config: start-up validation of every field and selection, the resolved choices the
-trainer runs with (`RLChoices`). The data order is `train.rl_data`'s.
+trainer runs with (`RLChoices`), the rollouts' sampling (`sampling`) and the sampler's weights' dtype
+(`decode_dtype`). The data order is `train.rl_data`'s.
 
 Every string option fails here, before a model is loaded, with a ConfigError naming the field: the
 advantage estimator and its options, the policy loss and its options (aggregation mode, KL estimator,
@@ -22,6 +23,7 @@ from rcgrpo_jax.envs import rewards
 from rcgrpo_jax.models import reward_tokens
 from rcgrpo_jax.registry import OptionError, check_entry, selected
 from rcgrpo_jax.rl import advantages, filters, losses, shaping
+from rcgrpo_jax.sampling import SamplingParams
 
 CONDITIONING = ("sampled", "high", "none", "auto")
 
@@ -107,6 +109,17 @@ def resolve_config(config):
     if not config.reference.path and config.model.path:
         config.reference.path = config.model.path
     return config
+
+
+def sampling(rl) -> SamplingParams:
+    """The rollouts' sampling: `rl.temperature`, `rl.top_k` and `rl.top_p` (0 and 1.0 mean none)."""
+    top_p = float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
+    return SamplingParams(float(rl.temperature), int(rl.top_k or 0) or None, top_p)
+
+
+def decode_dtype(config) -> str:
+    """The dtype of the sampler's weights: `model.decode_dtype`, defaulting to the compute dtype `model.dtype`."""
+    return str(config.model.get("decode_dtype", None) or config.model.dtype)
 
 
 def check(config, num_devices: int) -> dict[str, int]:

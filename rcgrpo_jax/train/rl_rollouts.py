@@ -43,6 +43,8 @@ class RolloutSetup:
     stop_ids: Sequence[int]
     decode_shardings: Any
     mesh: Any
+    sampling: SamplingParams  # the run's (`train.rl_config.sampling`)
+    decode_dtype: str  # the sampler's weights' (`train.rl_config.decode_dtype`)
     with_messages: bool  # keep each episode's conversation (the judge reads it)
 
 
@@ -63,9 +65,6 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
         env = sources.make_env(config.data, tasks[k], env_cfg)
         return EpisodeSpec(env, tasks[k].id, group=k, rollout_index=j, reward_token=token)
 
-    sampling = SamplingParams(
-        float(rl.temperature), int(rl.top_k or 0) or None, float(rl.top_p) if float(rl.top_p or 1.0) < 1.0 else None
-    )
     rc = RolloutConfig(
         max_context=int(rl.max_context),
         max_step_tokens=int(rl.max_step_tokens),
@@ -79,9 +78,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
     chunk = len(rows) if stream_rows else (int(rl.rollout_chunk) or len(rows))
     episodes, split = [], {"policy": 0.0, "env": 0.0, "chat": 0.0}
     # Cast once per step to model.decode_dtype (bf16 on the GPU presets) and placed by the decode rules.
-    decode_params = decode_weights(
-        params, config.model.get("decode_dtype") or config.model.dtype, setup.decode_shardings
-    )
+    decode_params = decode_weights(params, setup.decode_dtype, setup.decode_shardings)
     # Every process walks the same chunks in the same order, so the collectives of each chunk line up.
     for c in range(0, len(rows), chunk):
 
@@ -92,7 +89,7 @@ def collect(setup: RolloutSetup, config, params, tasks: list, tokens: np.ndarray
                 stop_ids=setup.stop_ids,
                 max_step_tokens=int(rl.max_step_tokens),
                 max_context=int(rl.max_context),
-                sampling=sampling,
+                sampling=setup.sampling,
                 prefill_chunk=int(rl.prefill_chunk),
                 mesh=setup.mesh,
                 rules=sharding_lib.DECODE_RULES,

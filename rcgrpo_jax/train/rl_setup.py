@@ -5,12 +5,15 @@ Two steps, because the trainer needs the mesh before it can load the model:
   `plan(config, num_devices, dry=...)` -> `RunPlan`: the resolved config (`reference.path` defaulted, an
       automatic `train.grad_accum` resolved for the devices), the config checked once (`rl_config.checked`:
       a ConfigError naming the field), the mesh, the registries' choices, the micro-batch rows, the
-      largest bucket and the train and decode sharding rule sets (an unknown name fails here, before any model
-      loads). `dry=True` checks it as a dry run does (`model_prep.dry_run_config`: no weights).
+      largest bucket, the rollouts' sampling and decode dtype, and the train and decode sharding rule sets (an
+      unknown name fails here, before any model loads). `dry=True` checks it as a dry run does
+      (`model_prep.dry_run_config`: no weights).
   `build(run, model_cfg, ...)` -> `RLSetup`: the programs at the model config the caller decides (the loaded
       checkpoint's, a dry run's fused-kernel stand-in, the proof's kernels): abstract parameters, the train and
       decode shardings, the optimizer and its schedule, the abstract train state and its shardings, the
       `rl_step.Updater`, the jitted policy and reference log-prob functions, and the rollout's shapes.
+`at_model(setup, model_cfg)` -> the same set-up with its programs at another config of the same parameters (the
+memory plan's attention stand-in, `train.dry_run.planned_model`), the rest kept.
 `rollout_shapes(config, mesh)` -> `RolloutShapes`: the rollout phase's largest shapes, the KV capacity per row
 as `rollout.policies.capacity` sizes it.
 """
@@ -30,7 +33,7 @@ from rcgrpo_jax.models.config import ModelConfig
 from rcgrpo_jax.models.transformer import abstract_params as abstract_params_of
 from rcgrpo_jax.rl import advantages
 from rcgrpo_jax.rollout import policies
-from rcgrpo_jax.sampling import block_attention, buckets, packed, packed_append
+from rcgrpo_jax.sampling import SamplingParams, block_attention, buckets, packed, packed_append
 from rcgrpo_jax.sampling.decode_loop import batch_multiple
 from rcgrpo_jax.train import model_prep, optim, rl_batch, rl_config, rl_step
 from rcgrpo_jax.train import state as state_lib
@@ -50,6 +53,8 @@ class RunPlan:
     length: int  # the largest of data.buckets
     train_rules: sharding_lib.Rules  # sharding.train_rules' (FSDP): the policy, the reference, the update
     decode_rules: sharding_lib.Rules  # sharding.decode_rules': the sampler's weights
+    sampling: SamplingParams  # the rollouts' (`rl_config.sampling`)
+    decode_dtype: str  # the sampler's weights' (`rl_config.decode_dtype`)
 
     @property
     def sampled_tokens(self) -> bool:
@@ -73,7 +78,17 @@ def plan(config, num_devices: int, *, dry: bool = False) -> RunPlan:
     decode_rules = model_prep.rules(config.sharding.decode_rules, "sharding.decode_rules")
     micro = int(config.train.batch_size) // int(config.train.grad_accum)
     mesh = sharding_lib.make_mesh(shape)
-    return RunPlan(config, mesh, chosen, micro, int(config.data.buckets[-1]), train_rules, decode_rules)
+    return RunPlan(
+        config,
+        mesh,
+        chosen,
+        micro,
+        int(config.data.buckets[-1]),
+        train_rules,
+        decode_rules,
+        sampling=rl_config.sampling(config.rl),
+        decode_dtype=rl_config.decode_dtype(config),
+    )
 
 
 def abstract_model(run: RunPlan) -> ModelConfig:
@@ -155,7 +170,7 @@ def build(
 ) -> RLSetup:
     """The run's programs at `model_cfg` (the reference's at `ref_cfg`, default the policy's), the optimizer's
     schedule over `updates` optimizer updates. Nothing is compiled or allocated."""
-    config, mesh, c = run.config, run.mesh, run.choices
+    config, mesh = run.config, run.mesh
     abstract = abstract_params_of(model_cfg)
     p_sh = run.train_rules.shardings(abstract, mesh)
     o = config.optim
@@ -163,12 +178,7 @@ def build(
     lr_fn = optim.schedule(o.lr, updates, o.warmup_ratio, o.end_lr_ratio)
     state = state_lib.abstract_state(abstract, tx)
     state_sh = state_lib.state_shardings(state, mesh, p_sh, tx)
-    chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
-    logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
-    ref = None
-    if c.use_ref:  # the policy's own program when the reference has the policy's config (compiled once)
-        same = ref_cfg is None or ref_cfg == model_cfg
-        ref = logprobs if same else rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg, chunk, temp), p_sh, mesh)
+    updater, logprobs, ref = _programs(run, model_cfg, ref_cfg, tx, p_sh, state_sh)
     return RLSetup(
         run=run,
         model_cfg=model_cfg,
@@ -180,8 +190,34 @@ def build(
         lr_fn=lr_fn,
         abstract_state=state,
         state_shardings=state_sh,
-        updater=rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp),
+        updater=updater,
         logprobs=logprobs,
         ref_logprobs=ref,
         rollout=rollout_shapes(config, mesh),
     )
+
+
+def at_model(setup: RLSetup, model_cfg: ModelConfig) -> RLSetup:
+    """`setup` with its programs at `model_cfg`, a config of the same parameters (another attention, say: the
+    dry run's `planned_model`): the updater and the log-prob functions are made anew (the reference's is the
+    policy's program); the shardings, the optimizer, the train state and the rollout's shapes are `setup`'s.
+    A `model_cfg` whose abstract parameters differ from `setup`'s is a ValueError."""
+    if abstract_params_of(model_cfg) != setup.abstract_params:
+        raise ValueError("at_model: the model config's parameters differ from the set-up's")
+    updater, logprobs, ref = _programs(
+        setup.run, model_cfg, None, setup.tx, setup.param_shardings, setup.state_shardings
+    )
+    return dataclasses.replace(setup, model_cfg=model_cfg, updater=updater, logprobs=logprobs, ref_logprobs=ref)
+
+
+def _programs(run: RunPlan, model_cfg: ModelConfig, ref_cfg: ModelConfig | None, tx, p_sh, state_sh):
+    """(the updater, the jitted policy log-probs, the reference's or None) at `model_cfg` and `ref_cfg`."""
+    config, mesh, c = run.config, run.mesh, run.choices
+    chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
+    logprobs = rl_step.jit_logprobs(rl_step.make_logprob_fn(model_cfg, chunk, temp), p_sh, mesh)
+    ref = None
+    if c.use_ref:  # the policy's own program when the reference has the policy's config (compiled once)
+        same = ref_cfg is None or ref_cfg == model_cfg
+        ref = logprobs if same else rl_step.jit_logprobs(rl_step.make_logprob_fn(ref_cfg, chunk, temp), p_sh, mesh)
+    updater = rl_step.Updater(model_cfg, tx, c.loss, c.loss_options, chunk, state_sh, mesh, temp)
+    return updater, logprobs, ref

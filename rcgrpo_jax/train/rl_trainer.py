@@ -168,6 +168,8 @@ class RLTrainer:
             chat.end_of_turn_ids(self.tokenizer),
             s.decode_shardings,
             self.mesh,
+            run.sampling,
+            run.decode_dtype,
             with_messages=self.judge is not None,
         )
 
@@ -476,12 +478,13 @@ def step_timing(ro: rl_rollouts.Rollouts, step_s: float, update: UpdateResult, p
 
 def make(config, workdir: str) -> RLTrainer:
     """The trainer of `config` on this process's devices: its `rl_setup.plan` (the config checked once), then
-    `RLTrainer` over it; with `memory.check_fit`, as SFT, the dry run's memory plan at the loaded model checked
-    before any state is made (`dry_run.check_rl_fit`: a MemoryFitError when it cannot fit)."""
+    `RLTrainer` over it; with `memory.check_fit`, as SFT, the dry run's memory plan of the trainer's own set-up
+    (at the loaded model) checked before any state is made (`dry_run.check_rl_fit`: a MemoryFitError when it
+    cannot fit)."""
     run = rl_setup.plan(config, jax.device_count())
     trainer = RLTrainer(run, workdir)
     if run.config.memory.check_fit:
-        dry_run.check_rl_fit(run, trainer.model_cfg)
+        dry_run.check_rl_fit(trainer.setup)
     return trainer
 
 

@@ -224,3 +224,19 @@ def test_the_micro_batch_follows_the_number_of_hosts(stage, hf_dir):
     assert config_checks.resolved(s, 32).train.grad_accum == 1 and config_checks.check(s, 32)["fsdp"] == 16
     c.train.batch_size = 1290  # not whole rows per shard
     assert _err(c, 32).field == "train.batch_size"
+
+
+def test_the_rollouts_sampling_and_decode_dtype_are_read_in_one_place():
+    """`rl_config.sampling` and `rl_config.decode_dtype`: what the trainer's rollouts, the dry run and the
+    exploration stage sample by (0 and 1.0 mean no top-k / top-p; the decode dtype defaults to model.dtype)."""
+    from rcgrpo_jax.sampling import SamplingParams
+
+    c = grpo.get_config("tiny")
+    c.rl.temperature, c.rl.top_k, c.rl.top_p = 0.7, 0, 1.0
+    assert rl.sampling(c.rl) == SamplingParams(0.7)
+    c.rl.top_k, c.rl.top_p = 20, 0.9
+    assert rl.sampling(c.rl) == SamplingParams(0.7, 20, 0.9)
+    c.model.dtype, c.model.decode_dtype = "bfloat16", ""
+    assert rl.decode_dtype(c) == "bfloat16"
+    c.model.decode_dtype = "float32"
+    assert rl.decode_dtype(c) == "float32"

@@ -85,3 +85,24 @@ def test_the_programs_are_built_at_the_model_the_caller_gives():
     micro = run.abstract_micro()
     assert micro.tokens.shape == (run.micro, run.length)
     assert (micro.ref_logp is not None) == run.choices.use_ref
+
+
+def test_the_programs_move_to_another_config_of_the_same_parameters():
+    """`at_model` (the memory plan's attention stand-in): new programs at the other config, the rest of the
+    set-up kept; a config of other parameters is refused."""
+    run = rl_setup.plan(preset(), 8, dry=True)
+    setup = rl_setup.build(run, rl_setup.abstract_model(run))
+    other = dataclasses.replace(setup.model_cfg, remat=not setup.model_cfg.remat)
+    moved = rl_setup.at_model(setup, other)
+    assert moved.model_cfg is other and moved.updater is not setup.updater and moved.logprobs is not setup.logprobs
+    kept = ("run", "abstract_params", "param_shardings", "decode_shardings", "tx", "state_shardings", "rollout")
+    assert all(getattr(moved, k) is getattr(setup, k) for k in kept)
+    assert (moved.ref_logprobs is moved.logprobs) == run.choices.use_ref
+    with pytest.raises(ValueError, match="parameters differ"):
+        rl_setup.at_model(setup, dataclasses.replace(setup.model_cfg, vocab_size=setup.model_cfg.vocab_size + 1))
+
+
+def test_the_plan_carries_the_rollouts_sampling_and_decode_dtype():
+    run = rl_setup.plan(preset(), 8, dry=True)
+    assert run.sampling == rl_config.sampling(run.config.rl)
+    assert run.decode_dtype == rl_config.decode_dtype(run.config) == "bfloat16"  # the GPU presets decode in bf16
