@@ -685,6 +685,167 @@ def base_probe_table(probe: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _results(
+    stage1_rows: Mapping[str, list],
+    paper_rows: Mapping[str, list],
+    formula_rows: Mapping[str, list],
+    rl_metrics: Mapping[str, str],
+    eval_paths: Mapping[str, Sequence[str]],
+    probe: Mapping[str, Any],
+    profiles: Mapping[str, EpisodeProfile],
+    formulas: Mapping[str, str],
+    *,
+    control_evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    control_paths: Mapping[str, Sequence[str]],
+    ood_evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    passk: Mapping[str, Sequence[Mapping[str, Any]]],
+    rl_settings: Mapping[str, Mapping[str, Any]],
+    dev_gaps: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, Any]:
+    """report.json's results (`write`'s arguments of the same names): the rows with their paired comparisons and
+    notes, the controls, the out-of-distribution and pass@k figures, the RL settings and the prerequisites."""
+    per_row = {
+        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in (*RL_ROWS, *formula_rows)
+    }
+    results = results_payload(
+        {**stage1_rows, **paper_rows, **formula_rows}, eval_paths, per_row, probe, profiles, formulas
+    )
+    for name, note in ROW_NOTES.items():
+        if name in results["rows"]:
+            results["rows"][name]["note"] = note
+    control_metrics = {
+        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in control_evals
+    }
+    results["control"] = control_payload(control_evals, control_paths, control_metrics, eval_paths)
+    results["ood"] = {r: {"overall": _mean([x["overall"] for x in v]), "per_seed": [x["overall"] for x in v]}
+                      for r, v in ood_evals.items()}  # fmt: skip
+    results["passk"] = {r: {"pass_at_k": _mean([x["pass_at_k"] for x in v]), "pass_at_1": _mean([x["pass_at_1"] for x in v]),
+                            "k": v[0]["k"], "tasks": v[0]["tasks"], "per_seed": [x["pass_at_k"] for x in v]}
+                        for r, v in passk.items()}  # fmt: skip
+    results["rl_settings"] = dict(rl_settings)
+    results["prerequisites"] = prerequisites(stage1_rows, dev_gaps, probe)
+    return results
+
+
+def _run_md(
+    budget, timings: Mapping[str, float], total_s: float, process_s: float | None, *, controls: bool, formula_rows: list
+) -> list[str]:
+    """report.md's "Run" section: the stages' time and the budget's settings (`write`'s arguments)."""
+    return [
+        "",
+        "## Run",
+        "",
+        f"- Stage time: {total_s / 60:.1f} min (the stages' seconds added up, or this process's wall time if "
+        "longer; seeds run side by side by launch/reproduce.sh take less wall time)"
+        + (
+            f" ({process_s / 60:.1f} min in this process, which resumed the run)"
+            if _resumed(total_s, process_s)
+            else ""
+        )
+        + "; stages: "
+        + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()),
+        f"- Budget: world {dict(budget.world)}, model {dict(budget.model)}",
+        *(
+            [f"- Base model: corpus {dict(budget.pretrain_corpus)}, training {dict(budget.pretrain)}"]
+            if budget.pretrain
+            else []
+        ),
+        f"- SFT {dict(budget.sft)}",
+        f"- RCTP-FT {dict(budget.rctp)}",
+        f"- RL (every row) {dict(budget.rl)}",
+        *([f"- Controls (seed 0): {', '.join(budget.controls)}"] if controls else []),
+        *([f"- Formula rows (every seed): {', '.join(formula_rows)}"] if formula_rows else []),
+        "",
+    ]
+
+
+def _head_md(
+    budget_name: str, split: str, seeds: int, table: str, paper_rows: Mapping[str, list], text_verdict: str
+) -> list[str]:
+    """report.md's title, what its figures are, the paper's five rows and the verdict."""
+    return [
+        f"# RC-GRPO ablation in miniature ({budget_name} budget, {split} split)",
+        "",
+        f"Accuracy (%) by BFCL's official multi-turn checker on the world's {split} split ({SPLIT_TEXT.get(split, '')}). "
+        "Overall = unweighted mean over the task types; `compose_heldout` (types composed in orders never "
+        "trained, fresh-name test only) is a separate column, not in Overall. Reward = our reward (state "
+        f"consistency x action coverage), mean over episodes. Every row: {seeds} seed{'s' if seeds > 1 else ''} of "
+        "the whole pipeline, stage 1 included" + (" (mean ± sample std)." if seeds > 1 else "."),
+        "",
+        "## The paper's five rows",
+        "",
+        table,
+        *_row_notes_md(paper_rows),
+        "## Verdict",
+        "",
+        text_verdict,
+        "",
+    ]
+
+
+def _plots(rl_metrics: Mapping[str, str], plot_dir: str) -> dict[str, str]:
+    """The RL runs' curves and the entropy-reward correlation as PNGs in plot_dir: metric -> file."""
+    if not rl_metrics:
+        return {}
+    written = plots.plot_runs(rl_metrics, plot_dir, metrics=tuple(dict.fromkeys(CURVES + DIAGNOSTICS)))
+    correlation = plots.plot_entropy_reward(rl_metrics, plot_dir)
+    if correlation:
+        written["entropy_reward_correlation"] = correlation
+    return written
+
+
+def _curves_md(rl_metrics: Mapping[str, str], written: Mapping[str, str]) -> list[str]:
+    """report.md's RL diagnostics table, entropy-reward correlation and plots (`written`: `_plots`)."""
+    md = []
+    diag = _diagnostics(rl_metrics)
+    if diag:
+        md += [
+            "## RL diagnostics (mean over steps, first → last)",
+            "",
+            "The paper's argument is about variance: `frac_zero_var_groups` is the share of groups whose "
+            "rewards were all equal (no gradient signal).",
+            "",
+            diag,
+        ]
+    md += _entropy_reward_md(rl_metrics)
+    if written:
+        md += ["## Plots", ""] + [f"![{m}](plots/{os.path.basename(p)})" for m, p in written.items()] + [""]
+    return md
+
+
+def _sections_md(
+    results: Mapping[str, Any],
+    evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    formulas: Mapping[str, str],
+    profiles: Mapping[str, EpisodeProfile],
+    *,
+    base_probe: Mapping[str, Mapping[str, Any]] | None,
+    stage1_table: str,
+) -> list[str]:
+    """report.md between the verdict and the curves: the base, stage 1 and its prerequisites, the
+    out-of-distribution and pass@k figures, the RL settings, controls, formula rows, comparisons, RL tasks and
+    episode profiles (`results`: `_results` with "rl_tasks")."""
+    md = []
+    if base_probe:
+        md += [
+            "## The base model (pretrained once for the world, before stage 1)",
+            "",
+            base_probe_table(base_probe),
+            "",
+        ]
+    if stage1_table:
+        md += ["## Stage-1 models before RL (reference)", "", stage1_table]
+    md += _prerequisites_md(results["prerequisites"])
+    md += _ood_md(results["ood"]) + _passk_md(results["passk"])
+    md += _settings_md(results["rl_settings"])
+    md += _control_md(results["control"])
+    md += _formulas_md(results, evals, formulas)
+    md += _results_md(results)
+    md += _rl_tasks_md(results["rl_tasks"])
+    md += _profiles_md(profiles, results["rows"])
+    return md
+
+
 def write(
     workdir: str,
     evals: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -727,111 +888,22 @@ def write(
     table = eval_run.summary_table(paper_rows)
     stage1_table = eval_run.summary_table(stage1_rows) if stage1_rows else ""
     text_verdict = verdict(evals)
-    metrics = tuple(dict.fromkeys(CURVES + DIAGNOSTICS))
-    written = plots.plot_runs(rl_metrics, os.path.join(workdir, "plots"), metrics=metrics) if rl_metrics else {}
-    correlation = plots.plot_entropy_reward(rl_metrics, os.path.join(workdir, "plots")) if rl_metrics else None
-    if correlation:
-        written["entropy_reward_correlation"] = correlation
-    diag = _diagnostics(rl_metrics)
+    written = _plots(rl_metrics, os.path.join(workdir, "plots"))
     errors = {name: report.aggregate(runs)["error_kinds"] for name, runs in {**paper_rows, **stage1_rows}.items()}
-    per_row = {
-        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in (*RL_ROWS, *formula_rows)
-    }
     profiles = episode_profiles(eval_paths or {})
-    results = results_payload(
-        {**stage1_rows, **paper_rows, **formula_rows}, eval_paths or {}, per_row, probe or {}, profiles, formulas
-    )
-    for name, note in ROW_NOTES.items():
-        if name in results["rows"]:
-            results["rows"][name]["note"] = note
-    control_metrics = {
-        r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in control_evals or {}
-    }
-    results["control"] = control_payload(control_evals or {}, control_paths or {}, control_metrics, eval_paths or {})
-    results["ood"] = {r: {"overall": _mean([x["overall"] for x in v]), "per_seed": [x["overall"] for x in v]}
-                      for r, v in (ood_evals or {}).items()}  # fmt: skip
-    results["passk"] = {r: {"pass_at_k": _mean([x["pass_at_k"] for x in v]), "pass_at_1": _mean([x["pass_at_1"] for x in v]),
-                            "k": v[0]["k"], "tasks": v[0]["tasks"], "per_seed": [x["pass_at_k"] for x in v]}
-                        for r, v in (passk or {}).items()}  # fmt: skip
-    results["rl_settings"] = dict(rl_settings or {})
-    results["prerequisites"] = prerequisites(stage1_rows, dev_gaps or {}, probe or {})
+    results = _results(
+        stage1_rows, paper_rows, formula_rows, rl_metrics, eval_paths or {}, probe or {}, profiles, formulas,
+        control_evals=control_evals or {}, control_paths=control_paths or {}, ood_evals=ood_evals or {},
+        passk=passk or {}, rl_settings=rl_settings or {}, dev_gaps=dev_gaps or {},
+    )  # fmt: skip
 
-    md = [
-        f"# RC-GRPO ablation in miniature ({budget.name} budget, {split} split)",
-        "",
-        f"Accuracy (%) by BFCL's official multi-turn checker on the world's {split} split ({SPLIT_TEXT.get(split, '')}). "
-        "Overall = unweighted mean over the task types; `compose_heldout` (types composed in orders never "
-        "trained, fresh-name test only) is a separate column, not in Overall. Reward = our reward (state "
-        f"consistency x action coverage), mean over episodes. Every row: {seeds} seed{'s' if seeds > 1 else ''} of "
-        "the whole pipeline, stage 1 included" + (" (mean ± sample std)." if seeds > 1 else "."),
-        "",
-        "## The paper's five rows",
-        "",
-        table,
-        *_row_notes_md(paper_rows),
-        "## Verdict",
-        "",
-        text_verdict,
-        "",
-    ]
-    if base_probe:
-        md += [
-            "## The base model (pretrained once for the world, before stage 1)",
-            "",
-            base_probe_table(base_probe),
-            "",
-        ]
-    if stage1_table:
-        md += ["## Stage-1 models before RL (reference)", "", stage1_table]
-    md += _prerequisites_md(results["prerequisites"])
-    md += _ood_md(results["ood"]) + _passk_md(results["passk"])
-    md += _settings_md(results["rl_settings"])
-    md += _control_md(results["control"])
-    md += _formulas_md(results, evals, formulas)
-    md += _results_md(results)
+    md = _head_md(budget.name, split, seeds, table, paper_rows, text_verdict)
     results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
-    md += _rl_tasks_md(results["rl_tasks"])
-    md += _profiles_md(profiles, results["rows"])
-    if diag:
-        md += [
-            "## RL diagnostics (mean over steps, first → last)",
-            "",
-            "The paper's argument is about variance: `frac_zero_var_groups` is the share of groups whose "
-            "rewards were all equal (no gradient signal).",
-            "",
-            diag,
-        ]
-    md += _entropy_reward_md(rl_metrics)
-    if written:
-        md += ["## Plots", ""] + [f"![{m}](plots/{os.path.basename(p)})" for m, p in written.items()] + [""]
+    md += _sections_md(results, evals, formulas, profiles, base_probe=base_probe, stage1_table=stage1_table)
+    md += _curves_md(rl_metrics, written)
     md += ["## Error kinds (test episodes, summed over seeds)", ""]
     md += [f"- {name}: " + (", ".join(f"{k} {v}" for k, v in e.items()) or "none") for name, e in errors.items()]
-    md += [
-        "",
-        "## Run",
-        "",
-        f"- Stage time: {total_s / 60:.1f} min (the stages' seconds added up, or this process's wall time if "
-        "longer; seeds run side by side by launch/reproduce.sh take less wall time)"
-        + (
-            f" ({process_s / 60:.1f} min in this process, which resumed the run)"
-            if _resumed(total_s, process_s)
-            else ""
-        )
-        + "; stages: "
-        + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()),
-        f"- Budget: world {dict(budget.world)}, model {dict(budget.model)}",
-        *(
-            [f"- Base model: corpus {dict(budget.pretrain_corpus)}, training {dict(budget.pretrain)}"]
-            if budget.pretrain
-            else []
-        ),
-        f"- SFT {dict(budget.sft)}",
-        f"- RCTP-FT {dict(budget.rctp)}",
-        f"- RL (every row) {dict(budget.rl)}",
-        *([f"- Controls (seed 0): {', '.join(budget.controls)}"] if control_evals else []),
-        *([f"- Formula rows (every seed): {', '.join(formula_rows)}"] if formula_rows else []),
-        "",
-    ]
+    md += _run_md(budget, timings, total_s, process_s, controls=bool(control_evals), formula_rows=list(formula_rows))
     with open(os.path.join(workdir, "report.md"), "w") as f:
         f.write("\n".join(md))
     payload = {
