@@ -7,9 +7,10 @@ the test is read.
 `--init_dir` is one seed's directory of an ablation run (`experiments.ablation`, `launch/reproduce.sh`): its
 stage-1 policies `sft/hf` and `rctp_ft/hf`. Each point (`Point.parse`: the RL pool's types, optionally `@` its size
 per type, then the learning rate and the number of RL steps) runs each row (stage-1 init, RL config file) at the
-budget's RL settings with those replaced (`budget_at`), through the same `ablation.rl_row` as the table's rows; the
-final policy and its init are evaluated greedily on the world's 'dev' split enlarged to `--dev_per_type` tasks a
-type (the split's first tasks are the RL curves' own, the rest are the same stream's next ones; never the test).
+budget's RL settings with those replaced (`budget_at` on `with_dev`'s budget), through the same `ablation.rl_row` as
+the table's rows; the final policy and its init are evaluated greedily on the world's 'dev' split enlarged to
+`--dev_per_type` tasks a type (the split's first tasks are the RL curves' own, the rest are the same stream's next
+ones; never the test).
 The held-out curve is off (`rl.heldout.every` 0): the enlarged split is evaluated once, at the end.
 
 Prints one JSON line per row and point, then the choice (`choose`: the largest mean gain over the inits, unless the
@@ -59,10 +60,16 @@ class Point:
         return f"{pool}_lr{self.lr:g}_n{self.steps}"
 
 
-def budget_at(budget: budgets_lib.Budget, point: Point, dev_per_type: int) -> budgets_lib.Budget:
-    """The budget with the point's RL pool, learning rate and steps, its 'dev' split enlarged to `dev_per_type`
-    tasks a type and the RL held-out curve off; everything else (every other RL setting) the budget's."""
-    world = {**budget.world, "rl_types": point.types, "dev_per_type": dev_per_type}
+def with_dev(budget: budgets_lib.Budget, dev_per_type: int) -> budgets_lib.Budget:
+    """The budget with its 'dev' split enlarged (or cut) to `dev_per_type` tasks a type; the split's first tasks
+    are the same whatever the size."""
+    return dataclasses.replace(budget, world={**budget.world, "dev_per_type": dev_per_type})
+
+
+def budget_at(budget: budgets_lib.Budget, point: Point) -> budgets_lib.Budget:
+    """The budget with the point's RL pool, learning rate and steps and the RL held-out curve off; everything else
+    (every other RL setting, the 'dev' split) the budget's."""
+    world = {**budget.world, "rl_types": point.types}
     if point.per_type is not None:
         world["rl_per_type"] = point.per_type
     rl = {**budget.rl, "optim.lr": point.lr, "train.max_steps": point.steps, "rl.heldout.every": 0}
@@ -114,14 +121,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     workdir = os.path.abspath(args.workdir)
     os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
     ablation.compile_cache(workdir)
-    dev_budget = dataclasses.replace(budget, world={**budget.world, "dev_per_type": args.dev_per_type})
+    dev_budget = with_dev(budget, args.dev_per_type)
     init_dev = {
         init: ablation.evaluate_row(path, os.path.join(workdir, "eval", f"{init}_init.json"), dev_budget, "dev")
         for init, path in stage1.items()
     }
     results = []
     for point in points:
-        at = budget_at(budget, point, args.dev_per_type)
+        at = budget_at(dev_budget, point)
         for init, rl_file in rows:
             summary, _, _ = ablation.rl_row(workdir, at, args.seed, init, rl_file, at.rl, "dev", point.tag, stage1)
             r = {

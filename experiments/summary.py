@@ -701,9 +701,11 @@ def _results(
     passk: Mapping[str, Sequence[Mapping[str, Any]]],
     rl_settings: Mapping[str, Mapping[str, Any]],
     dev_gaps: Mapping[str, Sequence[Mapping[str, Any]]],
+    rl_task_evals: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> dict[str, Any]:
     """report.json's results (`write`'s arguments of the same names): the rows with their paired comparisons and
-    notes, the controls, the out-of-distribution and pass@k figures, the RL settings and the prerequisites."""
+    notes, the controls, the out-of-distribution and pass@k figures, the RL settings, the prerequisites and the RL
+    rows on their own tasks."""
     per_row = {
         r: [p for label, p in rl_metrics.items() if label.rsplit(" s", 1)[0] == r] for r in (*RL_ROWS, *formula_rows)
     }
@@ -724,6 +726,7 @@ def _results(
                         for r, v in passk.items()}  # fmt: skip
     results["rl_settings"] = dict(rl_settings)
     results["prerequisites"] = prerequisites(stage1_rows, dev_gaps, probe)
+    results["rl_tasks"] = rl_tasks_payload(rl_task_evals, probe)
     return results
 
 
@@ -824,7 +827,7 @@ def _sections_md(
 ) -> list[str]:
     """report.md between the verdict and the curves: the base, stage 1 and its prerequisites, the
     out-of-distribution and pass@k figures, the RL settings, controls, formula rows, comparisons, RL tasks and
-    episode profiles (`results`: `_results` with "rl_tasks")."""
+    episode profiles (`results`: `_results`)."""
     md = []
     if base_probe:
         md += [
@@ -895,10 +898,10 @@ def write(
         stage1_rows, paper_rows, formula_rows, rl_metrics, eval_paths or {}, probe or {}, profiles, formulas,
         control_evals=control_evals or {}, control_paths=control_paths or {}, ood_evals=ood_evals or {},
         passk=passk or {}, rl_settings=rl_settings or {}, dev_gaps=dev_gaps or {},
+        rl_task_evals=rl_task_evals or {},
     )  # fmt: skip
 
     md = _head_md(budget.name, split, seeds, table, paper_rows, text_verdict)
-    results["rl_tasks"] = rl_tasks_payload(rl_task_evals or {}, probe or {})
     md += _sections_md(results, evals, formulas, profiles, base_probe=base_probe, stage1_table=stage1_table)
     md += _curves_md(rl_metrics, written)
     md += ["## Error kinds (test episodes, summed over seeds)", ""]

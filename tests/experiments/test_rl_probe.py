@@ -20,12 +20,13 @@ def test_parse_reads_types_pool_size_lr_and_steps():
 
 def test_budget_at_changes_the_pool_lr_steps_and_dev_only():
     budget = budgets_lib.get("quickstart")
-    at = rl_probe.budget_at(budget, Point("fs_read_then_act", 160, 3e-4, 60), dev_per_type=32)
+    at = rl_probe.budget_at(rl_probe.with_dev(budget, 32), Point("fs_read_then_act", 160, 3e-4, 60))
     assert at.world == {**budget.world, "rl_types": "fs_read_then_act", "rl_per_type": 160, "dev_per_type": 32}
+    assert rl_probe.with_dev(budget, 32).world == {**budget.world, "dev_per_type": 32}
     assert at.rl == {**budget.rl, "optim.lr": 3e-4, "train.max_steps": 60, "rl.heldout.every": 0}
     assert (at.sft, at.rctp, at.model) == (budget.sft, budget.rctp, budget.model)
     # without a pool size the budget's stays
-    assert rl_probe.budget_at(budget, Point("", None, 1e-4, 20), 8).world["rl_per_type"] == budget.world["rl_per_type"]
+    assert rl_probe.budget_at(budget, Point("", None, 1e-4, 20)).world["rl_per_type"] == budget.world["rl_per_type"]
     own = rl_probe.budget_point(budget)
     assert (own.lr, own.steps) == (budget.rl["optim.lr"], budget.rl["train.max_steps"])
 
