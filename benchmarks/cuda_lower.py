@@ -237,177 +237,263 @@ def _run(name: str, build: Callable[[], dict[str, Any]], at: dict[str, int], k: 
     return row
 
 
-def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
-    """Exports the RL stage's programs (module docstring); returns their rows and kernels."""
+@dataclasses.dataclass(frozen=True)
+class RLTarget:
+    """What the RL stage's programs are exported at (`rl_target`): the run's set-up at the lowered model config,
+    its kernels, the training shapes and the rollout shapes."""
+
+    setup: rl_setup.RLSetup
+    kernels: Kernels
+    train: Shapes
+    rollout: rl_setup.RolloutShapes
+
+
+def rl_target(config, tiny: bool) -> RLTarget:
+    """The RL run as the trainer builds it (`rl_setup.plan` and `build` on this host's devices, abstract weights),
+    the training attention swapped for what a CPU host lowers (`kernels`); `tiny`: `tiny_model` at small shapes,
+    chosen so each program's sub-cases (a sub-batch below the batch, copies, packed blocks) still arise."""
+    import jax
+
+    run = rl_setup.plan(config, jax.device_count(), dry=True)
+    model_cfg = rl_setup.abstract_model(run)
+    model_cfg = tiny_model(model_cfg) if tiny else model_cfg
+    k = kernels(run.config, model_cfg)
+    setup = rl_setup.build(run, dataclasses.replace(model_cfg, attention_impl=k.lowered["training"]))
+    if not tiny:
+        return RLTarget(setup, k, Shapes(run.micro, run.length, int(run.config.train.grad_accum)), setup.rollout)
+    m = decode_loop.batch_multiple(run.mesh)
+    shapes = Shapes(micro=run.mesh.shape["data"] * run.mesh.shape["fsdp"], length=128, grad_accum=1)
+    # 2 * m rows, so a sub-batch (one row per shard) is below the batch.
+    rollout = rl_setup.RolloutShapes(
+        2 * m, 256, 64, 16, sub_batch_rows=m, copy_rows=m, packed_tokens=m * packed.QUERY_BLOCK,
+        prefill_pairs=8, append_blocks=4, append_pairs=8,
+    )  # fmt: skip
+    return RLTarget(setup, k, shapes, rollout)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeArgs:
+    """The rollout programs' shared arguments, abstract and sharded under the decode rules: the sampler, its
+    weights (cast and split per layer) and the ragged cache, with their shardings, and the batch shardings of
+    rank 1 and 2 and the replicated one."""
+
+    sampler: decode_loop.Sampler
+    weights: Any
+    weight_sh: Any
+    cache: Any
+    cache_sh: Any
+    b1: Any
+    b2: Any
+    rep: Any
+
+
+def decode_args(t: RLTarget) -> DecodeArgs:
+    """`DecodeArgs` of a target: what the session hands its programs, at the target's rollout shapes."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    run = rl_setup.plan(config, jax.device_count(), dry=True)
-    config, mesh, c = run.config, run.mesh, run.choices
-    model_cfg = rl_setup.abstract_model(run)
-    model_cfg = tiny_model(model_cfg) if tiny else model_cfg
-    k = kernels(config, model_cfg)
-    setup = rl_setup.build(run, dataclasses.replace(model_cfg, attention_impl=k.lowered["training"]))
-    model_cfg, layout = setup.model_cfg, k.lowered["decode"]
-    if tiny:
-        m = decode_loop.batch_multiple(mesh)
-        rows = 2 * m  # so a sub-batch (one row per shard) is below the batch
-        shapes = Shapes(micro=mesh.shape["data"] * mesh.shape["fsdp"], length=128, grad_accum=1)
-        r = rl_setup.RolloutShapes(
-            rows, 256, 64, 16, sub_batch_rows=m, copy_rows=m, packed_tokens=m * packed.QUERY_BLOCK,
-            prefill_pairs=8, append_blocks=4, append_pairs=8,
-        )  # fmt: skip
-    else:
-        shapes, r = Shapes(run.micro, run.length, int(config.train.grad_accum)), setup.rollout
-    abstract_params, p_sh, train_logical = setup.abstract_params, setup.param_shardings, setup.logical
-    rep = NamedSharding(mesh, P())
-    rows_out: list[dict[str, Any]] = []
-
-    # --- rollout programs: decode weights and a ragged cache, under the decode rules
+    run, model_cfg, r, layout = t.setup.run, t.setup.model_cfg, t.rollout, t.kernels.lowered["decode"]
     dtype = jnp.dtype(run.decode_dtype)
-    per_layer = decode_step.split_shardings(setup.decode_shardings)
-    weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), abstract_params)
-    w_sh = {**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])}
-    cache_sh = decode_loop.cache_sharding(model_cfg, mesh, layout)
+    per_layer = decode_step.split_shardings(t.setup.decode_shardings)
+    weights = jax.eval_shape(lambda p: decode_step.cast_and_split(p, dtype), t.setup.abstract_params)
     cache = jax.eval_shape(lambda: decode_step.init_cache(model_cfg, r.rows, r.capacity, dtype=dtype, layout=layout))
-    s = decode_loop.Sampler(model_cfg, r.max_new_tokens, run.sampling, r.prefill_width, kv_write="scatter")
-    b1, b2 = (sharding_lib.batch_sharding(mesh, n) for n in (1, 2))
-    decode_rules = run.decode_rules
-
-    def prefill():
-        def fn(w, tokens, counts, kv):
-            return decode_loop.prefill_impl(s, w, tokens, counts, kv)
-
-        args = (weights, _sds((r.rows, r.prefill_width), jnp.int32, b2), _sds((r.rows,), jnp.int32, b1))
-        with decode_loop.mesh_context(mesh, decode_rules):
-            return _export(fn, (w_sh, b2, b1, cache_sh), (b2, cache_sh), (*args, cache), donate=(3,))
-
-    m = decode_loop.batch_multiple(mesh)
-    sub, n_copy, n_packed = r.sub_batch_rows, r.copy_rows, r.packed_tokens
-    n_prefill_pairs, n_blocks, n_pairs = m * r.prefill_pairs, m * r.append_blocks, m * r.append_pairs
-
-    def append_rows():
-
-        def fn(w, kv, logits, idx, tokens, counts):
-            return session.append_rows_impl(s, w, kv, logits, idx, tokens, counts)
-
-        args = (
-            weights,
-            cache,
-            _sds((r.rows, model_cfg.vocab_size), jnp.float32, b2),
-            _sds((sub,), jnp.int32, b1),
-            _sds((sub, r.prefill_width), jnp.int32, b2),
-            _sds((sub,), jnp.int32, b1),
-        )
-        with decode_loop.mesh_context(mesh, decode_rules):
-            return _export(fn, (w_sh, cache_sh, b2, b1, b2, b1), (cache_sh, b2), args, donate=(1, 2))
-
-    def export_packed(impl, sizes):
-        """A packed program over the cache and logits, row-sharded int32 arrays of `sizes`, then each row's last
-        token, its row and its count or new length (whole on every shard)."""
-
-        def fn(w, kv, logits, *arrays):
-            return impl(s, w, kv, logits, *arrays)
-
-        args = (
-            weights,
-            cache,
-            _sds((r.rows, model_cfg.vocab_size), jnp.float32, b2),
-            *(_sds((n,), jnp.int32, b1) for n in sizes),
-            *(_sds((1,), jnp.int32, rep) for _ in range(3)),
-        )
-        in_sh = (w_sh, cache_sh, b2) + (b1,) * len(sizes) + (rep,) * 3
-        with decode_loop.mesh_context(mesh, decode_rules):
-            return _export(fn, in_sh, (cache_sh, b2), args, donate=(1, 2))
-
-    def prefill_packed():  # tokens, rows, slots; the attention's pairs
-        return export_packed(packed.prefill_impl, [n_packed] * 3 + [n_prefill_pairs] * 2)
-
-    def append_packed():  # tokens, rows, slots; the attention blocks; their pairs
-        return export_packed(packed_append.append_impl, [n_packed] * 3 + [n_blocks] * 4 + [n_pairs] * 3)
-
-    def copy_rows():
-
-        at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, mesh),)
-
-        def fn(x, src, dst):
-            return row_shards.copy_rows(x, src, dst, r.capacity, 2, at)
-
-        args = (cache.v[0], _sds((n_copy,), jnp.int32, rep), _sds((n_copy,), jnp.int32, rep))
-        with decode_loop.mesh_context(mesh, decode_rules):
-            return _export(fn, (cache_sh.v[0], rep, rep), cache_sh.v[0], args, donate=(0,))
-
-    def decode():
-        def fn(w, logits, kv, stop_ids, budgets, rng):
-            return decode_loop.decode_impl(s, w, logits, kv, stop_ids, budgets, rng)
-
-        vocab = model_cfg.vocab_size
-        args = (
-            weights,
-            _sds((r.rows, vocab), jnp.float32, b2),
-            cache,
-            _sds((r.rows, 2), jnp.int32, b2),
-            _sds((r.rows,), jnp.int32, b1),
-            jax.random.key(0),
-        )
-        with decode_loop.mesh_context(mesh, decode_rules):
-            return _export(fn, (w_sh, b2, cache_sh, b2, b1, rep), None, args, donate=(2,))
-
-    abstract, state_sh, updater = setup.abstract_state, setup.state_shardings, setup.updater
-    chunk, temp = int(config.train.logprob_chunk), float(config.rl.temperature)
-    tok = sharding_lib.batch_sharding(mesh, 2)
-    params = jax.tree.map(lambda a, sh: _sds(a.shape, a.dtype, sh), abstract_params, p_sh)
-
-    def ref_logprobs():
-        fn = rl_step.make_logprob_fn(model_cfg, chunk, temp)
-        args = (
-            params,
-            _sds((shapes.micro, shapes.length), jnp.int32, tok),
-            _sds((shapes.micro, shapes.length), bool, tok),
-        )
-        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
-            return _export(fn, (p_sh, tok, tok), tok, args)
-
-    def rl_update():
-        fn = rl_step.make_micro_grads(model_cfg, c.loss, c.loss_options, chunk, temp)
-        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
-            micro = run.abstract_micro(shapes.micro, shapes.length)
-            micro_sh = jax.tree.map(lambda a: a.sharding, micro)
-            return _export(fn, (p_sh, micro_sh), (updater.grads_sh, updater.sums_sh), (params, micro))
-
-    def rl_apply():
-        sums_sh = {k: rep for k in rl_step.SCALAR_SUMS}
-        sums = {k: _sds((), jnp.float32, rep) for k in rl_step.SCALAR_SUMS}
-        grads = jax.tree.map(lambda a, sh: _sds(a.shape, jnp.float32, sh), abstract_params, p_sh)
-        state = state_lib.with_shardings(abstract, state_sh)
-        with jax.set_mesh(mesh), sharding_lib.axis_rules(train_logical):
-            return _export(
-                rl_step.make_apply(setup.tx),
-                (state_sh, p_sh, sums_sh),
-                (state_sh, rep),
-                (state, grads, sums),
-                donate=(0,),
-            )
-
-    rollout_at = {"rows": r.rows, "capacity": r.capacity}
-    train_at = {"micro": shapes.micro, "length": shapes.length}
-    builds = (prefill, prefill_packed, append_packed, append_rows, copy_rows, decode, ref_logprobs, rl_update, rl_apply)
-    ats = (
-        {**rollout_at, "width": r.prefill_width},
-        {**rollout_at, "packed_tokens": n_packed},
-        {**rollout_at, "packed_tokens": n_packed, "blocks": n_blocks},
-        {**rollout_at, "width": r.prefill_width, "sub_batch_rows": sub},
-        {**rollout_at, "copy_rows": n_copy},
-        {**rollout_at, "max_new_tokens": r.max_new_tokens},
-        train_at,
-        train_at,
-        {},
+    return DecodeArgs(
+        sampler=decode_loop.Sampler(model_cfg, r.max_new_tokens, run.sampling, r.prefill_width, kv_write="scatter"),
+        weights=weights,
+        weight_sh={**per_layer, "layers": (per_layer["layers"],) * len(weights["layers"])},
+        cache=cache,
+        cache_sh=decode_loop.cache_sharding(model_cfg, run.mesh, layout),
+        b1=sharding_lib.batch_sharding(run.mesh, 1),
+        b2=sharding_lib.batch_sharding(run.mesh, 2),
+        rep=NamedSharding(run.mesh, P()),
     )
-    for name, build, at in zip(RL_PROGRAMS, builds, ats):
-        rows_out.append(_run(name, build, at, k))
-    return rows_out, k
+
+
+def _export_decode(t: RLTarget, fn: Callable, in_sh, out_sh, args, donate=()) -> dict[str, Any]:
+    """`_export` under the run's mesh and decode rules, as the session runs its programs."""
+    with decode_loop.mesh_context(t.setup.run.mesh, t.setup.run.decode_rules):
+        return _export(fn, in_sh, out_sh, args, donate)
+
+
+def _logits(t: RLTarget, d: DecodeArgs):
+    import jax.numpy as jnp
+
+    return _sds((t.rollout.rows, t.setup.model_cfg.vocab_size), jnp.float32, d.b2)
+
+
+def _ints(n: int, sharding, *more: int):
+    import jax.numpy as jnp
+
+    return _sds((n, *more), jnp.int32, sharding)
+
+
+def prefill(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`decode_loop.prefill_impl`: every row's prompt at once into an empty cache."""
+    r = t.rollout
+
+    def fn(w, tokens, counts, kv):
+        return decode_loop.prefill_impl(d.sampler, w, tokens, counts, kv)
+
+    args = (d.weights, _ints(r.rows, d.b2, r.prefill_width), _ints(r.rows, d.b1), d.cache)
+    return _export_decode(t, fn, (d.weight_sh, d.b2, d.b1, d.cache_sh), (d.b2, d.cache_sh), args, donate=(3,))
+
+
+def append_rows(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`session.append_rows_impl`: a sub-batch of rows' new turns appended to the cache."""
+    r, sub = t.rollout, t.rollout.sub_batch_rows
+
+    def fn(w, kv, logits, idx, tokens, counts):
+        return session.append_rows_impl(d.sampler, w, kv, logits, idx, tokens, counts)
+
+    args = (d.weights, d.cache, _logits(t, d), _ints(sub, d.b1), _ints(sub, d.b2, r.prefill_width), _ints(sub, d.b1))
+    in_sh = (d.weight_sh, d.cache_sh, d.b2, d.b1, d.b2, d.b1)
+    return _export_decode(t, fn, in_sh, (d.cache_sh, d.b2), args, donate=(1, 2))
+
+
+def _packed(t: RLTarget, d: DecodeArgs, impl: Callable, sizes: Sequence[int]) -> dict[str, Any]:
+    """A packed program over the cache and logits: row-sharded int32 arrays of `sizes`, then each row's last token,
+    its row and its count or new length (whole on every shard)."""
+
+    def fn(w, kv, logits, *arrays):
+        return impl(d.sampler, w, kv, logits, *arrays)
+
+    args = (d.weights, d.cache, _logits(t, d), *(_ints(n, d.b1) for n in sizes), *(_ints(1, d.rep) for _ in range(3)))
+    in_sh = (d.weight_sh, d.cache_sh, d.b2) + (d.b1,) * len(sizes) + (d.rep,) * 3
+    return _export_decode(t, fn, in_sh, (d.cache_sh, d.b2), args, donate=(1, 2))
+
+
+def prefill_packed(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`sampling.packed.prefill_impl`: tokens, rows, slots; the attention's pairs."""
+    m, r = decode_loop.batch_multiple(t.setup.run.mesh), t.rollout
+    return _packed(t, d, packed.prefill_impl, [r.packed_tokens] * 3 + [m * r.prefill_pairs] * 2)
+
+
+def append_packed(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`sampling.packed_append.append_impl`: tokens, rows, slots; the attention blocks; their pairs."""
+    m, r = decode_loop.batch_multiple(t.setup.run.mesh), t.rollout
+    sizes = [r.packed_tokens] * 3 + [m * r.append_blocks] * 4 + [m * r.append_pairs] * 3
+    return _packed(t, d, packed_append.append_impl, sizes)
+
+
+def copy_rows(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`row_shards.copy_rows` of one layer's values: siblings' rows copied across shards."""
+    r, model_cfg = t.rollout, t.setup.model_cfg
+    at = (decode_step.kv_heads_axis(model_cfg.num_kv_heads, t.setup.run.mesh),)
+
+    def fn(x, src, dst):
+        return row_shards.copy_rows(x, src, dst, r.capacity, 2, at)
+
+    args = (d.cache.v[0], _ints(r.copy_rows, d.rep), _ints(r.copy_rows, d.rep))
+    return _export_decode(t, fn, (d.cache_sh.v[0], d.rep, d.rep), d.cache_sh.v[0], args, donate=(0,))
+
+
+def decode(t: RLTarget, d: DecodeArgs) -> dict[str, Any]:
+    """`decode_loop.decode_impl`: one call's budget of sampled tokens for every row."""
+    import jax
+
+    def fn(w, logits, kv, stop_ids, budgets, rng):
+        return decode_loop.decode_impl(d.sampler, w, logits, kv, stop_ids, budgets, rng)
+
+    r = t.rollout
+    args = (d.weights, _logits(t, d), d.cache, _ints(r.rows, d.b2, 2), _ints(r.rows, d.b1), jax.random.key(0))
+    return _export_decode(t, fn, (d.weight_sh, d.b2, d.cache_sh, d.b2, d.b1, d.rep), None, args, donate=(2,))
+
+
+@contextlib.contextmanager
+def _train_rules(t: RLTarget) -> Iterator[None]:
+    import jax
+
+    with jax.set_mesh(t.setup.run.mesh), sharding_lib.axis_rules(t.setup.logical):
+        yield
+
+
+def _params(t: RLTarget):
+    import jax
+
+    return jax.tree.map(lambda a, sh: _sds(a.shape, a.dtype, sh), t.setup.abstract_params, t.setup.param_shardings)
+
+
+def _chunk_temperature(t: RLTarget) -> tuple[int, float]:
+    config = t.setup.run.config
+    return int(config.train.logprob_chunk), float(config.rl.temperature)
+
+
+def ref_logprobs(t: RLTarget) -> dict[str, Any]:
+    """`rl_step.make_logprob_fn` on one micro-batch: the reference's (and the old policy's) log-probs."""
+    import jax.numpy as jnp
+
+    tok = sharding_lib.batch_sharding(t.setup.run.mesh, 2)
+    fn = rl_step.make_logprob_fn(t.setup.model_cfg, *_chunk_temperature(t))
+    shape = (t.train.micro, t.train.length)
+    args = (_params(t), _sds(shape, jnp.int32, tok), _sds(shape, bool, tok))
+    with _train_rules(t):
+        return _export(fn, (t.setup.param_shardings, tok, tok), tok, args)
+
+
+def rl_update(t: RLTarget) -> dict[str, Any]:
+    """`rl_step.make_micro_grads`: one micro-batch's gradient and loss sums under the chosen loss."""
+    import jax
+
+    s, c = t.setup, t.setup.run.choices
+    fn = rl_step.make_micro_grads(s.model_cfg, c.loss, c.loss_options, *_chunk_temperature(t))
+    with _train_rules(t):
+        micro = s.run.abstract_micro(t.train.micro, t.train.length)
+        micro_sh = jax.tree.map(lambda a: a.sharding, micro)
+        out_sh = (s.updater.grads_sh, s.updater.sums_sh)
+        return _export(fn, (s.param_shardings, micro_sh), out_sh, (_params(t), micro))
+
+
+def rl_apply(t: RLTarget) -> dict[str, Any]:
+    """`rl_step.make_apply`: the optimizer's step from summed gradients, the state donated."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    s = t.setup
+    rep = NamedSharding(s.run.mesh, P())
+    sums_sh = {k: rep for k in rl_step.SCALAR_SUMS}
+    sums = {k: _sds((), jnp.float32, rep) for k in rl_step.SCALAR_SUMS}
+    grads = jax.tree.map(lambda a, sh: _sds(a.shape, jnp.float32, sh), s.abstract_params, s.param_shardings)
+    state = state_lib.with_shardings(s.abstract_state, s.state_shardings)
+    in_sh = (s.state_shardings, s.param_shardings, sums_sh)
+    with _train_rules(t):
+        return _export(rl_step.make_apply(s.tx), in_sh, (s.state_shardings, rep), (state, grads, sums), donate=(0,))
+
+
+def rl_builds(t: RLTarget) -> dict[str, tuple[Callable[[], dict[str, Any]], dict[str, int]]]:
+    """Each of `RL_PROGRAMS`, in order: its export (a thunk) and the shapes it is exported at."""
+    r, m = t.rollout, decode_loop.batch_multiple(t.setup.run.mesh)
+    rollout_at = {"rows": r.rows, "capacity": r.capacity}
+    train_at = {"micro": t.train.micro, "length": t.train.length}
+    d = decode_args(t)
+    builds = {
+        "prefill": (lambda: prefill(t, d), {**rollout_at, "width": r.prefill_width}),
+        "prefill_packed": (lambda: prefill_packed(t, d), {**rollout_at, "packed_tokens": r.packed_tokens}),
+        "append_packed": (
+            lambda: append_packed(t, d),
+            {**rollout_at, "packed_tokens": r.packed_tokens, "blocks": m * r.append_blocks},
+        ),
+        "append_rows": (
+            lambda: append_rows(t, d),
+            {**rollout_at, "width": r.prefill_width, "sub_batch_rows": r.sub_batch_rows},
+        ),
+        "copy_rows": (lambda: copy_rows(t, d), {**rollout_at, "copy_rows": r.copy_rows}),
+        "decode": (lambda: decode(t, d), {**rollout_at, "max_new_tokens": r.max_new_tokens}),
+        "ref_logprobs": (lambda: ref_logprobs(t), train_at),
+        "rl_update": (lambda: rl_update(t), train_at),
+        "rl_apply": (lambda: rl_apply(t), {}),
+    }
+    assert tuple(builds) == RL_PROGRAMS, "RL_PROGRAMS names every export, in order"
+    return builds
+
+
+def rl_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
+    """Exports the RL stage's programs (module docstring); returns their rows and kernels."""
+    t = rl_target(config, tiny)
+    return [_run(name, build, at, t.kernels) for name, (build, at) in rl_builds(t).items()], t.kernels
 
 
 def sft_programs(config, tiny: bool) -> tuple[list[dict[str, Any]], Kernels]:
