@@ -47,6 +47,9 @@ from rcgrpo_jax.train import exploration, rl_config, rl_trainer, sft
 from rcgrpo_jax.worlds.generate import category_of
 
 ROWS = ("base", "SFT+GRPO", "SFT+RC-GRPO", "RCTP-FT+GRPO", "RCTP-FT+RC-GRPO")  # the paper's five rows
+# The stage-1 policies, in training order: name (its run directory under a seed's and its stage config file) -> its
+# row's label in the report (`summary.STAGE1_ROWS`).
+STAGE1_ROWS = dict(zip(("sft", "rctp_ft"), summary_lib.STAGE1_ROWS, strict=True))
 RL_RUNS = {  # row -> (stage-1 init, RL config file)
     "SFT+GRPO": ("sft", "grpo"),
     "SFT+RC-GRPO": ("sft", "rc_grpo"),
@@ -562,7 +565,7 @@ def stage_seconds(workdir: str, timings: Mapping[str, float]) -> dict[str, float
 @dataclasses.dataclass
 class Rows:
     """What the seeds produced, row by row (lists over seeds): headline-split summaries and their eval files,
-    the out-of-distribution column, RL metrics files, stage-1 probes and pass@k."""
+    the out-of-distribution column, RL metrics files, stage-1 probes, pass@k and the controls (seed 0's)."""
 
     evals: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     paths: dict[str, list[str]] = dataclasses.field(default_factory=dict)
@@ -571,6 +574,8 @@ class Rows:
     probes: list[dict] = dataclasses.field(default_factory=list)
     passk: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     dev_gap: dict[str, list[dict]] = dataclasses.field(default_factory=dict)  # stage-1 row -> `dev_gap`s
+    control_evals: dict[str, list[dict]] = dataclasses.field(default_factory=dict)  # seed 0 only
+    control_paths: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def add(self, row: str, summary: dict, path: str, ood: dict | None) -> None:
         self.evals.setdefault(row, []).append(summary)
@@ -616,20 +621,8 @@ def run(
     payload (also written to workdir/report.json). `only_seed`: run that seed's stages alone and write no
     report (launch/reproduce.sh runs seeds side by side, then one run over all of them, cached, reports).
     `formulas`: every seed also runs the FORMULA_ROWS (the report's run must be asked for them too)."""
-    import jax
-
     budget = budgets_lib.get(budget_name, world_seed=world_seed)
-    if jax.device_count() < budget.devices:
-        raise RuntimeError(
-            f"budget {budget.name} runs every stage on {budget.devices} XLA devices, but {jax.device_count()} exist: "
-            f"start it with `python -m experiments.ablation` (launch/quickstart.sh), or set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
-        )
-    for _, rl_file, overrides, _ in rl_runs(budget, formulas).values():  # every override names an existing field,
-        rl_config.choices(stage_config(rl_file, budget, overrides))  # and every estimator a registered one
-    for c in budget.controls:
-        _, _, rl_file, extra = CONTROL_ROWS[c]
-        stage_config(rl_file, budget, {**budget.rl, **extra})
+    check_budget(budget, formulas)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     compile_cache(workdir)
@@ -638,28 +631,13 @@ def run(
     console = Console(plan_of(budget, seeds, only_seed, formulas), enabled=not quiet)
     timings: dict[str, float] = {}
     rows = Rows()
-    control_evals: dict[str, list[dict]] = {}
-    control_paths: dict[str, list[str]] = {}
-    base, base_figures = None, {}
-    if budget.pretrain:
-        t = console.start("base model (pretraining)")
-        base = pretrained_base(workdir, budget)
-        base_figures = base_probe(base, budget, workdir) if budget.passk else {}
-        timings.update(stage_seconds(workdir, {"pretrain": console.end("base model (pretraining)", t, base)}))
-        if base_figures and not quiet:
-            print(summary_lib.base_probe_table(base_figures), flush=True)
+    base, base_figures = base_stage(workdir, budget, console, timings, quiet) if budget.pretrain else (None, {})
     for seed in range(seeds) if only_seed is None else (only_seed,):
         sdir = os.path.join(workdir, f"s{seed}")
         seed_timings: dict[str, float] = {}
         run_seed(sdir, budget, seed, eval_split, console, seed_timings, rows, base, formulas)
         if seed == 0:
-            for c in budget.controls:
-                name, init, rl_file, extra = CONTROL_ROWS[c]
-                t = console.start(f"{name} seed 0")
-                summary, path, _ = rl_row(sdir, budget, 0, init, rl_file, {**budget.rl, **extra}, eval_split, c)
-                control_evals[name], control_paths[name] = [summary], [path]
-                rows.rl_metrics[f"{name} s0"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{c}", "metrics.jsonl")
-                seed_timings[f"rl/{c}_s0"] = console.end(f"{name} seed 0", t, summary_lib.one_line(summary))
+            control_rows(sdir, budget, eval_split, console, seed_timings, rows)
         timings.update(stage_seconds(sdir, seed_timings))  # the seconds of whichever process ran each stage
     if only_seed is not None:
         return {}
@@ -680,8 +658,8 @@ def run(
         eval_paths=rows.paths,
         probe=mean_probe(rows.probes),
         rl_settings=rl_settings_report(budget, formulas),
-        control_evals=control_evals,
-        control_paths=control_paths,
+        control_evals=rows.control_evals,
+        control_paths=rows.control_paths,
         ood_evals=rows.ood,
         passk=rows.passk,
         dev_gaps=rows.dev_gap,
@@ -693,6 +671,52 @@ def run(
         print("\n" + payload["table"], flush=True)
         print(payload["verdict"], flush=True)
     return payload
+
+
+def check_budget(budget: budgets_lib.Budget, formulas: bool) -> None:
+    """Before any stage runs: the budget's devices exist, every RL and control override names an existing field,
+    and every estimator a registered one."""
+    import jax
+
+    if jax.device_count() < budget.devices:
+        raise RuntimeError(
+            f"budget {budget.name} runs every stage on {budget.devices} XLA devices, but {jax.device_count()} exist: "
+            f"start it with `python -m experiments.ablation` (launch/quickstart.sh), or set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={budget.devices} before JAX starts"
+        )
+    for _, rl_file, overrides, _ in rl_runs(budget, formulas).values():
+        rl_config.choices(stage_config(rl_file, budget, overrides))
+    for c in budget.controls:
+        _, _, rl_file, extra = CONTROL_ROWS[c]
+        stage_config(rl_file, budget, {**budget.rl, **extra})
+
+
+def base_stage(
+    workdir: str, budget: budgets_lib.Budget, console: Console, timings: dict[str, float], quiet: bool
+) -> tuple[str, dict]:
+    """The world's pretrained base (`pretrained_base`) and its probe (`base_probe`, with the budget's pass@k),
+    printed unless quiet; adds its seconds to `timings`."""
+    t = console.start("base model (pretraining)")
+    base = pretrained_base(workdir, budget)
+    figures = base_probe(base, budget, workdir) if budget.passk else {}
+    timings.update(stage_seconds(workdir, {"pretrain": console.end("base model (pretraining)", t, base)}))
+    if figures and not quiet:
+        print(summary_lib.base_probe_table(figures), flush=True)
+    return base, figures
+
+
+def control_rows(
+    sdir: str, budget: budgets_lib.Budget, eval_split: str, console: Console, timings: dict[str, float], rows: Rows
+) -> None:
+    """Seed 0's control rows (the budget's `controls`, `CONTROL_ROWS`), each through `rl_row`; adds to `rows`
+    and `timings`."""
+    for c in budget.controls:
+        name, init, rl_file, extra = CONTROL_ROWS[c]
+        t = console.start(f"{name} seed 0")
+        summary, path, _ = rl_row(sdir, budget, 0, init, rl_file, {**budget.rl, **extra}, eval_split, c)
+        rows.control_evals[name], rows.control_paths[name] = [summary], [path]
+        rows.rl_metrics[f"{name} s0"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{c}", "metrics.jsonl")
+        timings[f"rl/{c}_s0"] = console.end(f"{name} seed 0", t, summary_lib.one_line(summary))
 
 
 def run_seed(
@@ -709,31 +733,57 @@ def run_seed(
     """One seed of the whole pipeline under `sdir`: base checkpoint (the world's pretrained `base` when given, else
     this seed's random one), SFT, exploration, RCTP-FT, their evaluations and pass@k, then every RL row
     (`rl_runs(budget, formulas)`); adds to `rows` and `timings`."""
-    ev_dir = os.path.join(sdir, "eval")
-    ood_split = "test" if eval_split == "iid" else None  # names no stage sees: the out-of-distribution column
-
-    def evaluate_both(model: str, name: str) -> tuple[dict, str, dict | None]:
-        path = os.path.join(ev_dir, f"{name}.json")
-        summary = evaluate_row(model, path, budget, eval_split)
-        ood = evaluate_row(model, os.path.join(ev_dir, f"{name}_ood.json"), budget, ood_split) if ood_split else None
-        return summary, path, ood
-
     label = f"seed {seed}: world + tiny checkpoint"
     t = console.start(label)
     base = base or build_base(sdir, budget, seed)
     data_files = build_datasets(sdir, budget, seed=seed)
     timings[f"setup_s{seed}"] = console.end(label, t, base)
-
-    if seed == 0:  # the random base, once: it sets no claim and its episodes run to every limit
+    if seed == 0:  # the base, once: it sets no claim (a random one's episodes run to every limit)
         label = f"seed {seed}: evaluate base"
         t = console.start(label)
-        summary, path, ood = evaluate_both(base, "base")
-        rows.add("base", summary, path, ood)
+        summary = evaluate_both(base, "base", sdir, budget, eval_split, rows)
         timings[f"eval/base_s{seed}"] = console.end(label, t, summary_lib.one_line(summary))
+    stage1 = train_stage1(sdir, budget, seed, base, data_files, console, timings)
+    evaluate_stage1(sdir, budget, seed, stage1, eval_split, console, timings, rows)
+    for row, (init, rl_file, overrides, tag) in rl_runs(budget, formulas).items():
+        name = f"{row} seed {seed}"
+        t = console.start(name)
+        summary, path, ood = rl_row(sdir, budget, seed, init, rl_file, overrides, eval_split, tag, stage1)
+        rows.add(row, summary, path, ood)
+        rows.rl_metrics[f"{row} s{seed}"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{tag}", "metrics.jsonl")
+        key = f"rl/{init}_{rl_file}" + ("" if tag == "main" else f"_{tag}")
+        timings[f"{key}_s{seed}"] = console.end(name, t, summary_lib.one_line(summary))
 
-    stage1 = {}
-    for name, stage_file, overrides in (("sft", "sft", budget.sft), ("rctp_ft", "rctp_ft", budget.rctp)):
-        label = {"sft": "SFT", "rctp_ft": "RCTP-FT"}[name]
+
+def evaluate_both(model: str, name: str, sdir: str, budget: budgets_lib.Budget, eval_split: str, rows: Rows) -> dict:
+    """`model` on the headline split and, when that is the i.i.d. test, on the out-of-distribution 'test' (names
+    no stage sees), under sdir/eval/NAME.json and NAME_ood.json; added to `rows` as NAME's row
+    (`STAGE1_ROWS`' label for a stage-1 policy). Returns the headline summary."""
+    ev_dir = os.path.join(sdir, "eval")
+    path = os.path.join(ev_dir, f"{name}.json")
+    summary = evaluate_row(model, path, budget, eval_split)
+    ood = None
+    if eval_split == "iid":
+        ood = evaluate_row(model, os.path.join(ev_dir, f"{name}_ood.json"), budget, "test")
+    rows.add(STAGE1_ROWS.get(name, name), summary, path, ood)
+    return summary
+
+
+def train_stage1(
+    sdir: str,
+    budget: budgets_lib.Budget,
+    seed: int,
+    base: str,
+    data_files: Mapping[str, str],
+    console: Console,
+    timings: dict[str, float],
+) -> dict[str, str]:
+    """SFT from the base; then exploration (with the base or SFT, `budget.explore_with`) when the budget explores,
+    its failed rollouts added to RCTP-FT's data; then RCTP-FT (from the base or SFT, `budget.rctp_init`). Returns
+    each stage-1 policy's HF directory by name ("sft", "rctp_ft")."""
+    stage1: dict[str, str] = {}
+    for name, overrides in (("sft", budget.sft), ("rctp_ft", budget.rctp)):
+        label = STAGE1_ROWS[name]
         if name == "rctp_ft" and budget.explore:
             t = console.start(f"seed {seed}: exploration")
             explored = explore(sdir, budget, base if budget.explore_with == "base" else stage1["sft"], seed)
@@ -744,7 +794,7 @@ def run_seed(
         t = console.start(f"seed {seed}: {label}")
         init = stage1["sft"] if name == "rctp_ft" and budget.rctp_init == "sft" else base
         config = stage_config(
-            stage_file, budget, overrides, **{"model.path": init, "seed": seed, "data.path": data_files[name]}
+            name, budget, overrides, **{"model.path": init, "seed": seed, "data.path": data_files[name]}
         )
         out = train_stage(sft.run, config, os.path.join(sdir, name))
         stage1[name] = os.path.join(sdir, name, "hf")
@@ -753,13 +803,27 @@ def run_seed(
             t,
             f"{out.get('step')} steps, loss {out['last_metrics'].get('loss', float('nan')):.3f}",
         )
+    return stage1
 
+
+def evaluate_stage1(
+    sdir: str,
+    budget: budgets_lib.Budget,
+    seed: int,
+    stage1: Mapping[str, str],
+    eval_split: str,
+    console: Console,
+    timings: dict[str, float],
+    rows: Rows,
+) -> None:
+    """Each stage-1 policy on the headline split (and out of distribution), with the budget's pass@k and its dev
+    greedy and pass@k (`dev_gap`); then the train-split probe (`stage1_probe`). Adds to `rows` and `timings`."""
+    ev_dir = os.path.join(sdir, "eval")
     label = f"seed {seed}: evaluate stage-1 models"
     t = console.start(label)
     notes = []
-    for name, row in (("sft", "SFT"), ("rctp_ft", "RCTP-FT")):
-        summary, path, ood = evaluate_both(stage1[name], name)
-        rows.add(row, summary, path, ood)
+    for name, row in STAGE1_ROWS.items():
+        summary = evaluate_both(stage1[name], name, sdir, budget, eval_split, rows)
         notes.append(f"{row} {summary_lib.one_line(summary)}")
         if budget.passk:
             k = pass_at_k(
@@ -779,15 +843,6 @@ def run_seed(
     timings[f"eval/probe_s{seed}"] = console.end(
         label, t, "; ".join(f"{k} {v['overall'] * 100:.1f}%" for k, v in probe.items())
     )
-
-    for row, (init, rl_file, overrides, tag) in rl_runs(budget, formulas).items():
-        name = f"{row} seed {seed}"
-        t = console.start(name)
-        summary, path, ood = rl_row(sdir, budget, seed, init, rl_file, overrides, eval_split, tag, stage1)
-        rows.add(row, summary, path, ood)
-        rows.rl_metrics[f"{row} s{seed}"] = os.path.join(sdir, "rl", f"{init}_{rl_file}_{tag}", "metrics.jsonl")
-        key = f"rl/{init}_{rl_file}" + ("" if tag == "main" else f"_{tag}")
-        timings[f"{key}_s{seed}"] = console.end(name, t, summary_lib.one_line(summary))
 
 
 def rl_row(
