@@ -54,3 +54,18 @@ def test_main_stops_with_a_clear_error_without_stage_1_policies(tmp_path):
     with pytest.raises(SystemExit, match="no stage-1 policy"):
         rl_probe.main(["--init_dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
     assert not (tmp_path / "w").exists()  # nothing written
+
+
+def test_the_long_rl_budget_is_the_quickstart_at_the_probes_chosen_point():
+    """`long_rl` runs the point the rule chose on `dev` (docs/experiments.md, "RL for 200 steps") and nothing else
+    differs from the quickstart but the held-out curve's spacing and the planned seconds."""
+    quickstart, long_rl = budgets_lib.get("quickstart"), budgets_lib.get("long_rl")
+    at = rl_probe.budget_at(quickstart, Point.parse("all@400:3e-4:200"))
+    assert at.world["rl_types"] == ""  # every trained type: the quickstart's pool, which names none
+    assert long_rl.world == {k: v for k, v in at.world.items() if k != "rl_types"}
+    assert long_rl.world == {**quickstart.world, "rl_per_type": 400}
+    assert long_rl.rl == {**at.rl, "rl.heldout.every": 20}
+    assert (long_rl.model, long_rl.pretrain, long_rl.sft, long_rl.rctp) == (
+        quickstart.model, quickstart.pretrain, quickstart.sft, quickstart.rctp
+    )  # fmt: skip
+    assert long_rl.controls == quickstart.controls
